@@ -1,0 +1,297 @@
+/* api.c - see api.h. */
+#include "api.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The one table from error kinds to HTTP status and JSON error code. */
+const struct api_err_entry api_errors[API_E_COUNT] = {
+    [API_E_BAD_NAME] = {400, "bad_name"},
+    [API_E_BAD_REQUEST] = {400, "bad_request"},
+    [API_E_UNAUTHORIZED] = {401, "unauthorized"},
+    [API_E_NOT_FOUND] = {404, "not_found"},
+    [API_E_METHOD] = {405, "method_not_allowed"},
+    [API_E_TOO_LARGE] = {413, "too_large"},
+    [API_E_LOCKED] = {409, "locked"},
+    [API_E_NOT_HELD] = {409, "not_held"},
+    [API_E_NO_QUORUM] = {503, "no_quorum"},
+    [API_E_INTERNAL] = {500, "internal"},
+    [API_E_SHUTTING_DOWN] = {503, "shutting_down"},
+};
+
+#define LOCKS_PREFIX "/locks/"
+
+enum api_route api_route_of(const char *path, const char **name)
+{
+    *name = NULL;
+    if (!strcmp(path, "/healthz"))
+        return ROUTE_HEALTHZ;
+    if (!strcmp(path, "/readyz"))
+        return ROUTE_READYZ;
+    if (!strcmp(path, "/metrics"))
+        return ROUTE_METRICS;
+    if (!strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) && path[strlen(LOCKS_PREFIX)]) {
+        *name = path + strlen(LOCKS_PREFIX);
+        return ROUTE_LOCK;
+    }
+    return ROUTE_NOT_FOUND;
+}
+
+const char *api_allowed_methods(enum api_route r)
+{
+    return r == ROUTE_LOCK ? "GET, POST, PATCH, DELETE" : "GET, HEAD";
+}
+
+bool api_method_allowed(enum api_route r, const char *method)
+{
+    if (r == ROUTE_LOCK)
+        return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "PATCH") ||
+               !strcmp(method, "DELETE");
+    return !strcmp(method, "GET") || !strcmp(method, "HEAD");
+}
+
+enum rl_op api_op_of(const char *method)
+{
+    if (!strcmp(method, "POST"))
+        return RL_ACQUIRE;
+    if (!strcmp(method, "PATCH"))
+        return RL_EXTEND;
+    if (!strcmp(method, "DELETE"))
+        return RL_RELEASE;
+    return RL_INSPECT;
+}
+
+bool api_name_valid(const char *name, size_t len)
+{
+    if (len == 0 || len > RL_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!(isascii(c) && isalnum(c)) && c != '.' && c != '_' && c != ':' && c != '-')
+            return false;
+    }
+    return true;
+}
+
+/* Reads an optional integer field in [min, max]. Returns 0 (absent leaves *out),
+ * or -1 with msg. */
+static int int_field(const cJSON *obj, const char *field, long long min, long long max,
+                     long long *out, char *msg, size_t msglen)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, field);
+    if (!item)
+        return 0;
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) ||
+        floor(item->valuedouble) != item->valuedouble) {
+        snprintf(msg, msglen, "%s must be a whole number", field);
+        return -1;
+    }
+    double v = item->valuedouble;
+    if (v < (double)min || v > (double)max) {
+        snprintf(msg, msglen, "%s must be from %lld to %lld", field, min, max);
+        return -1;
+    }
+    *out = (long long)v;
+    return 0;
+}
+
+static bool all_space(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!isspace((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits *lim,
+                   rl_request *req, bool *token_from_body, enum api_err *err,
+                   char *msg, size_t msglen)
+{
+    req->op = op;
+    req->ttl_ms = lim->default_ttl_ms;
+    req->wait_ms = 0;
+    *token_from_body = false;
+    *err = API_E_BAD_REQUEST;
+    if (op == RL_INSPECT || len == 0 || all_space(body, len))
+        return 0;
+
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) {
+        snprintf(msg, msglen, "the body is not valid JSON");
+        return -1;
+    }
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        snprintf(msg, msglen, "the body must be a JSON object");
+        goto out;
+    }
+    if (op == RL_ACQUIRE || op == RL_EXTEND) {
+        if (int_field(root, "ttl_ms", 1, lim->max_ttl_ms, &req->ttl_ms, msg, msglen) < 0)
+            goto out;
+    }
+    if (op == RL_ACQUIRE) {
+        if (int_field(root, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0)
+            goto out;
+    }
+    if (op == RL_EXTEND || op == RL_RELEASE) {
+        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "token");
+        if (tok) {
+            if (!cJSON_IsString(tok)) {
+                snprintf(msg, msglen, "token must be a string");
+                goto out;
+            }
+            size_t tlen = strlen(tok->valuestring);
+            if (tlen > TOKEN_MAX_LEN) {
+                snprintf(msg, msglen, "token is longer than %d bytes", TOKEN_MAX_LEN);
+                goto out;
+            }
+            memcpy(req->token, tok->valuestring, tlen + 1);
+            *token_from_body = true;
+        }
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int api_pick_token(const char *header, const char *query, bool have_body, rl_request *req,
+                   char *msg, size_t msglen)
+{
+    const char *tok = header ? header : query ? query : have_body ? req->token : NULL;
+    const char *from = header ? "the Lock-Token header" : query ? "the token query parameter"
+                                                                : "token";
+    if (!tok) {
+        snprintf(msg, msglen, "token is required (header Lock-Token, query ?token= or body)");
+        return -1;
+    }
+    size_t len = strlen(tok);
+    if (!token_valid(tok, len)) {
+        snprintf(msg, msglen, "%s is not a valid token", from);
+        return -1;
+    }
+    memmove(req->token, tok, len + 1);
+    return 0;
+}
+
+int api_err_of_outcome(enum rl_outcome o)
+{
+    switch (o) {
+    case RL_OK: return -1;
+    case RL_LOCKED: return API_E_LOCKED;
+    case RL_NOT_HELD: return API_E_NOT_HELD;
+    case RL_NO_QUORUM: return API_E_NO_QUORUM;
+    case RL_SHUTTING_DOWN: return API_E_SHUTTING_DOWN;
+    case RL_INTERNAL: break;
+    }
+    return API_E_INTERNAL;
+}
+
+static cJSON *error_object(enum api_err e, const char *message)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "error", api_errors[e].code);
+    cJSON_AddStringToObject(o, "message", message);
+    return o;
+}
+
+/* cJSON prints numbers with 15 significant digits, which would round a
+ * 16-digit fence: integers go in as raw text instead. */
+static void add_int(cJSON *o, const char *field, long long v)
+{
+    char buf[24];
+    snprintf(buf, sizeof buf, "%lld", v);
+    cJSON_AddRawToObject(o, field, buf);
+}
+
+static char *print_and_free(cJSON *o)
+{
+    if (!o)
+        return NULL;
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *api_error_json(enum api_err e, const char *message)
+{
+    return print_and_free(error_object(e, message));
+}
+
+static const char *outcome_message(const rl_request *req, const rl_result *res)
+{
+    switch (res->outcome) {
+    case RL_LOCKED:
+        return "the lock is held by another owner";
+    case RL_NOT_HELD:
+        return res->reason == RL_REASON_HELD_BY_OTHER
+                   ? "the token does not hold the lock: another owner holds it now"
+                   : "the token does not hold the lock: it expired or was released";
+    case RL_NO_QUORUM:
+        return "fewer than a majority of the Redis masters answered in time";
+    case RL_SHUTTING_DOWN:
+        return "the service is shutting down";
+    default:
+        return req->op == RL_ACQUIRE ? "the lock could not be acquired because of an internal error"
+                                     : "an internal error occurred";
+    }
+}
+
+char *api_result_json(const rl_request *req, const rl_result *res, int *status,
+                      long long *retry_after_s)
+{
+    *retry_after_s = 0;
+    int e = api_err_of_outcome(res->outcome);
+    if (e >= 0) {
+        *status = api_errors[e].status;
+        cJSON *o = error_object((enum api_err)e, outcome_message(req, res));
+        if (!o)
+            return NULL;
+        if (res->outcome == RL_LOCKED) {
+            add_int(o, "retry_after_ms", res->retry_after_ms);
+            long long s = (res->retry_after_ms + 999) / 1000;
+            *retry_after_s = s < 1 ? 1 : s;
+        } else if (res->outcome == RL_NOT_HELD) {
+            cJSON_AddStringToObject(o, "reason", res->reason == RL_REASON_HELD_BY_OTHER
+                                                     ? "held_by_other" : "expired");
+        } else if (res->outcome == RL_NO_QUORUM) {
+            add_int(o, "masters_ok", res->masters_ok);
+            add_int(o, "masters_total", res->masters_total);
+        }
+        return print_and_free(o);
+    }
+
+    switch (req->op) {
+    case RL_RELEASE:
+        *status = 204;
+        return NULL;
+    case RL_INSPECT: {
+        *status = 200;
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            return NULL;
+        cJSON_AddStringToObject(o, "name", req->name);
+        cJSON_AddBoolToObject(o, "held", res->held);
+        add_int(o, "validity_ms", res->held ? res->validity_ms : 0);
+        return print_and_free(o);
+    }
+    case RL_ACQUIRE:
+    case RL_EXTEND:
+        break;
+    }
+    *status = req->op == RL_ACQUIRE ? 201 : 200;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "name", req->name);
+    cJSON_AddStringToObject(o, "token", res->token);
+    add_int(o, "validity_ms", res->validity_ms);
+    add_int(o, "ttl_ms", res->ttl_ms);
+    add_int(o, "fence", res->fence);
+    return print_and_free(o);
+}

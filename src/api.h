@@ -1,0 +1,84 @@
+/* api.h - the HTTP contract without the HTTP server: routes, name rules,
+ * request-body parsing, the one table from outcomes to status codes, and the
+ * JSON bodies of answers.
+ *
+ * Pure (cJSON only, no sockets) so the unit tests hold every bad-input case of
+ * ../shared/API.md. Strings returned as char * are malloc'd; the caller frees.
+ */
+#ifndef RL_API_H
+#define RL_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "redlock.h"
+
+enum api_route { ROUTE_NOT_FOUND, ROUTE_LOCK, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS };
+
+/* Error kinds of the contract; api_errors[] maps each to status and code. */
+enum api_err {
+    API_E_BAD_NAME,
+    API_E_BAD_REQUEST,
+    API_E_UNAUTHORIZED,
+    API_E_NOT_FOUND,
+    API_E_METHOD,
+    API_E_TOO_LARGE,
+    API_E_LOCKED,
+    API_E_NOT_HELD,
+    API_E_NO_QUORUM,
+    API_E_INTERNAL,
+    API_E_SHUTTING_DOWN,
+    API_E_COUNT
+};
+
+struct api_err_entry {
+    int status;
+    const char *code;
+};
+extern const struct api_err_entry api_errors[API_E_COUNT];
+
+typedef struct api_limits {
+    long long default_ttl_ms;
+    long long max_ttl_ms;
+    long long max_wait_ms;
+} api_limits;
+
+/* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
+ * "/locks/" (not yet validated; never empty). */
+enum api_route api_route_of(const char *path, const char **name);
+
+/* The methods a route allows, for 405 and the Allow header. */
+const char *api_allowed_methods(enum api_route r);
+bool api_method_allowed(enum api_route r, const char *method);
+
+/* The lock operation of a method on /locks/{name}. */
+enum rl_op api_op_of(const char *method);
+
+/* 1 to RL_NAME_MAX bytes of A-Z a-z 0-9 . _ : - */
+bool api_name_valid(const char *name, size_t len);
+
+/* Parses the body of op into req (name not touched; token from the body only
+ * when *token_from_body). Empty or all-whitespace body means defaults.
+ * On error returns -1 with *err set and msg one sentence naming the field. */
+int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits *lim,
+                   rl_request *req, bool *token_from_body, enum api_err *err,
+                   char *msg, size_t msglen);
+
+/* Chooses the token: header, else query, else body (may be NULL or absent).
+ * Copies it to req->token. Returns 0, or -1 with msg when none is given or the
+ * chosen one is not a possible token. */
+int api_pick_token(const char *header, const char *query, bool have_body, rl_request *req,
+                   char *msg, size_t msglen);
+
+/* The status and error of an engine outcome (RL_OK has no error: returns -1). */
+int api_err_of_outcome(enum rl_outcome o);
+
+/* JSON of an error: {"error","message"} */
+char *api_error_json(enum api_err e, const char *message);
+
+/* Builds the answer to a finished lock operation: sets *status and returns
+ * the body (NULL for 204). For RL_LOCKED also sets *retry_after_s. */
+char *api_result_json(const rl_request *req, const rl_result *res, int *status,
+                      long long *retry_after_s);
+
+#endif

@@ -1,0 +1,352 @@
+/* conf.c - see conf.h. */
+#include "conf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
+                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_FLAG };
+
+struct opt {
+    const char *name;     /* flag without the leading dashes */
+    enum opt_kind kind;
+    long long min, max;   /* OPT_INT range; OPT_DOUBLE uses dmin/dmax */
+    double dmin, dmax;
+    const char *help;
+};
+
+static const struct opt opts[] = {
+    {"listen", OPT_ADDR, 0, 0, 0, 0, "ADDR:PORT to serve HTTP on (default " CONF_DEFAULT_LISTEN ")"},
+    {"masters", OPT_MASTERS, 0, 0, 0, 0,
+     "comma-separated host:port of the independent Redis masters (default the five local "
+     "masters of scripts/run.sh: 127.0.0.1:6381..6385)"},
+    {"key-prefix", OPT_STR, 0, CONF_MAX_KEY_PREFIX, 0, 0,
+     "prefix of every Redis key (default \"lock:\"; empty gives the bare lock name)"},
+    {"default-ttl-ms", OPT_INT, 1, INT32_MAX, 0, 0, "ttl_ms when a request gives none (default 30000)"},
+    {"max-ttl-ms", OPT_INT, 1, INT32_MAX, 0, 0, "largest ttl_ms accepted (default 3600000)"},
+    {"max-wait-ms", OPT_INT, 0, INT32_MAX, 0, 0, "largest wait_ms accepted (default 60000)"},
+    {"master-timeout-ms", OPT_INT, 1, 60000, 0, 0, "per-master reply deadline (default 50)"},
+    {"drift-factor", OPT_DOUBLE, 0, 0, 0.0, 0.5, "clock drift allowance as a fraction of ttl (default 0.01)"},
+    {"retry-delay-ms", OPT_INT, 1, 60000, 0, 0,
+     "base of the random delay between tries of a waiting acquire (default 100)"},
+    {"threads", OPT_INT, 1, 1024, 0, 0, "HTTP worker threads (default: the number of CPUs)"},
+    {"max-body-bytes", OPT_INT, 64, 16 * 1024 * 1024, 0, 0, "largest request body (default 16384)"},
+    {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
+     "file holding the bearer token every /locks call must send (default: no auth)"},
+    {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
+    {"log-level", OPT_LEVEL, 0, 0, 0, 0, "error, warn, info or debug (default info)"},
+    {"log-format", OPT_FORMAT, 0, 0, 0, 0, "json or text (default json)"},
+    {"help", OPT_FLAG, 0, 0, 0, 0, "print this help and exit"},
+    {"version", OPT_FLAG, 0, 0, 0, 0, "print the version and exit"},
+};
+#define NOPTS (sizeof opts / sizeof opts[0])
+
+static void env_name(const char *flag, char *out, size_t outlen)
+{
+    size_t o = (size_t)snprintf(out, outlen, "REDLOCKD_");
+    for (const char *p = flag; *p && o + 1 < outlen; p++)
+        out[o++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    out[o] = '\0';
+}
+
+void conf_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: redlockd [flags]\n"
+            "Serves distributed locks over HTTP, using the Redlock algorithm against N\n"
+            "independent Redis masters. Every flag can also be set by the environment\n"
+            "variable shown beside it; the flag wins.\n\n");
+    for (size_t i = 0; i < NOPTS; i++) {
+        char env[64];
+        env_name(opts[i].name, env, sizeof env);
+        if (opts[i].kind == OPT_FLAG)
+            fprintf(out, "  --%-20s %s\n", opts[i].name, opts[i].help);
+        else
+            fprintf(out, "  --%-20s %s\n  %-22s   env %s\n", opts[i].name, opts[i].help, "", env);
+    }
+}
+
+static int parse_addr(const char *s, conf_addr *a)
+{
+    const char *colon;
+    size_t hostlen;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':')
+            return -1;
+        hostlen = (size_t)(close - s - 1);
+        s++;
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -1;
+        hostlen = (size_t)(colon - s);
+    }
+    if (hostlen == 0 || hostlen >= sizeof a->host)
+        return -1;
+    memcpy(a->host, s, hostlen);
+    a->host[hostlen] = '\0';
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
+        return -1;
+    a->port = (int)port;
+    return 0;
+}
+
+static int parse_masters(const char *s, conf *c)
+{
+    char buf[4096];
+    if (strlen(s) >= sizeof buf)
+        return -1;
+    strcpy(buf, s);
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (n == CONF_MAX_MASTERS || parse_addr(tok, &c->masters[n]) < 0)
+            return -1;
+        n++;
+    }
+    if (n == 0)
+        return -1;
+    c->nmasters = n;
+    return 0;
+}
+
+static char *read_token_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--auth-token-file: cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char buf[CONF_MAX_AUTH_TOKEN + 2];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        buf[--n] = '\0';
+    char *start = buf;
+    while (isspace((unsigned char)*start))
+        start++;
+    size_t len = strlen(start);
+    if (len == 0 || len > CONF_MAX_AUTH_TOKEN) {
+        snprintf(err, errlen, "--auth-token-file: %s must hold 1 to %d bytes of token", path,
+                 CONF_MAX_AUTH_TOKEN);
+        return NULL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (!isgraph((unsigned char)start[i])) {
+            snprintf(err, errlen, "--auth-token-file: %s: the token must be one word of printable ASCII",
+                     path);
+            return NULL;
+        }
+    }
+    char *tok = strdup(start);
+    if (!tok)
+        snprintf(err, errlen, "--auth-token-file: out of memory");
+    return tok;
+}
+
+/* Applies one option's value. from names the source for error messages. */
+static int apply(conf *c, const struct opt *o, const char *val, const char *from,
+                 char *err, size_t errlen)
+{
+    char *end;
+    switch (o->kind) {
+    case OPT_ADDR:
+        if (parse_addr(val, &c->listen) < 0)
+            goto bad;
+        return 0;
+    case OPT_MASTERS:
+        if (parse_masters(val, c) < 0) {
+            snprintf(err, errlen, "%s: expected 1 to %d host:port entries separated by commas, got \"%s\"",
+                     from, CONF_MAX_MASTERS, val);
+            return -1;
+        }
+        return 0;
+    case OPT_STR:
+        if (strlen(val) > (size_t)o->max) {
+            snprintf(err, errlen, "%s: at most %lld bytes", from, o->max);
+            return -1;
+        }
+        strcpy(c->key_prefix, val);
+        return 0;
+    case OPT_INT: {
+        errno = 0;
+        long long v = strtoll(val, &end, 10);
+        if (errno || *end || end == val || v < o->min || v > o->max) {
+            snprintf(err, errlen, "%s: expected a whole number from %lld to %lld, got \"%s\"", from,
+                     o->min, o->max, val);
+            return -1;
+        }
+        if (!strcmp(o->name, "default-ttl-ms")) c->default_ttl_ms = v;
+        else if (!strcmp(o->name, "max-ttl-ms")) c->max_ttl_ms = v;
+        else if (!strcmp(o->name, "max-wait-ms")) c->max_wait_ms = v;
+        else if (!strcmp(o->name, "master-timeout-ms")) c->master_timeout_ms = v;
+        else if (!strcmp(o->name, "retry-delay-ms")) c->retry_delay_ms = v;
+        else if (!strcmp(o->name, "threads")) c->threads = (int)v;
+        else if (!strcmp(o->name, "max-body-bytes")) c->max_body_bytes = v;
+        return 0;
+    }
+    case OPT_DOUBLE: {
+        errno = 0;
+        double v = strtod(val, &end);
+        if (errno || *end || end == val || !isfinite(v) || v < o->dmin || v > o->dmax) {
+            snprintf(err, errlen, "%s: expected a number from %g to %g, got \"%s\"", from, o->dmin,
+                     o->dmax, val);
+            return -1;
+        }
+        c->drift_factor = v;
+        return 0;
+    }
+    case OPT_LEVEL:
+        if (!strcmp(val, "error")) c->log_level = LOG_LEVEL_ERROR;
+        else if (!strcmp(val, "warn")) c->log_level = LOG_LEVEL_WARN;
+        else if (!strcmp(val, "info")) c->log_level = LOG_LEVEL_INFO;
+        else if (!strcmp(val, "debug")) c->log_level = LOG_LEVEL_DEBUG;
+        else goto bad;
+        return 0;
+    case OPT_FORMAT:
+        if (!strcmp(val, "json")) c->log_format = LOG_FORMAT_JSON;
+        else if (!strcmp(val, "text")) c->log_format = LOG_FORMAT_TEXT;
+        else goto bad;
+        return 0;
+    case OPT_TOKEN_FILE:
+        free(c->auth_token);
+        c->auth_token = NULL;
+        if (val[0] == '\0')
+            return 0;   /* an empty setting turns auth off */
+        c->auth_token = read_token_file(val, err, errlen);
+        return c->auth_token ? 0 : -1;
+    case OPT_SECRET:
+        free(c->redis_password);
+        c->redis_password = val[0] ? strdup(val) : NULL;
+        if (val[0] && !c->redis_password) {
+            snprintf(err, errlen, "%s: out of memory", from);
+            return -1;
+        }
+        return 0;
+    case OPT_FLAG:
+        return 0;
+    }
+bad:
+    snprintf(err, errlen, "%s: invalid value \"%s\"", from, val);
+    return -1;
+}
+
+static const struct opt *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
+            return &opts[i];
+    return NULL;
+}
+
+enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
+                            char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    parse_addr(CONF_DEFAULT_LISTEN, &c->listen);
+    parse_masters(CONF_DEFAULT_MASTERS, c);
+    strcpy(c->key_prefix, CONF_DEFAULT_KEY_PREFIX);
+    c->default_ttl_ms = CONF_DEFAULT_TTL_MS;
+    c->max_ttl_ms = CONF_DEFAULT_MAX_TTL_MS;
+    c->max_wait_ms = CONF_DEFAULT_MAX_WAIT_MS;
+    c->master_timeout_ms = CONF_DEFAULT_MASTER_TIMEOUT_MS;
+    c->drift_factor = CONF_DEFAULT_DRIFT_FACTOR;
+    c->retry_delay_ms = CONF_DEFAULT_RETRY_DELAY_MS;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->threads = cpus > 0 ? (int)cpus : 2;
+    c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
+    c->log_level = LOG_LEVEL_INFO;
+    c->log_format = LOG_FORMAT_JSON;
+
+    for (size_t i = 0; env && i < NOPTS; i++) {
+        if (opts[i].kind == OPT_FLAG)
+            continue;
+        char name[64];
+        env_name(opts[i].name, name, sizeof name);
+        const char *val = env(name);
+        if (val && apply(c, &opts[i], val, name, err, errlen) < 0)
+            return CONF_ERROR;
+    }
+
+    enum conf_result result = CONF_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", arg);
+            return CONF_ERROR;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t namelen = eq ? (size_t)(eq - name) : strlen(name);
+        const struct opt *o = find_opt(name, namelen);
+        if (!o) {
+            snprintf(err, errlen, "unknown flag \"%.*s\" (see --help)", (int)(namelen + 2), arg);
+            return CONF_ERROR;
+        }
+        char from[64];
+        snprintf(from, sizeof from, "--%s", o->name);
+        if (o->kind == OPT_FLAG) {
+            if (eq) {
+                snprintf(err, errlen, "%s takes no value", from);
+                return CONF_ERROR;
+            }
+            if (result == CONF_OK)
+                result = !strcmp(o->name, "help") ? CONF_HELP : CONF_VERSION;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (!val) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "%s needs a value", from);
+                return CONF_ERROR;
+            }
+            val = argv[++i];
+        }
+        if (apply(c, o, val, from, err, errlen) < 0)
+            return CONF_ERROR;
+    }
+    if (result != CONF_OK)
+        return result;
+
+    if (c->default_ttl_ms > c->max_ttl_ms) {
+        snprintf(err, errlen, "--default-ttl-ms (%lld) is above --max-ttl-ms (%lld)",
+                 c->default_ttl_ms, c->max_ttl_ms);
+        return CONF_ERROR;
+    }
+    return CONF_OK;
+}
+
+void conf_free(conf *c)
+{
+    if (c->auth_token) {
+        explicit_bzero(c->auth_token, strlen(c->auth_token));
+        free(c->auth_token);
+    }
+    if (c->redis_password) {
+        explicit_bzero(c->redis_password, strlen(c->redis_password));
+        free(c->redis_password);
+    }
+    c->auth_token = c->redis_password = NULL;
+}
+
+void conf_masters_str(const conf *c, char *out, size_t outlen)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (int i = 0; i < c->nmasters && o < outlen; i++)
+        o += (size_t)snprintf(out + o, outlen - o, "%s%s:%d", i ? "," : "", c->masters[i].host,
+                              c->masters[i].port);
+}

@@ -1,0 +1,79 @@
+/* conf.h - configuration: defaults, command-line flags, REDLOCKD_* variables.
+ *
+ * Every flag --foo-bar may also be given as the environment variable
+ * REDLOCKD_FOO_BAR; the flag wins. conf_parse is pure apart from reading the
+ * auth token file, and takes the environment as a function so the unit tests
+ * can feed it. The conf owns its strings; conf_free releases them.
+ */
+#ifndef RL_CONF_H
+#define RL_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define CONF_DEFAULT_LISTEN "127.0.0.1:8080"
+#define CONF_DEFAULT_MASTERS \
+    "127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385"
+#define CONF_DEFAULT_KEY_PREFIX "lock:"
+#define CONF_DEFAULT_TTL_MS 30000
+#define CONF_DEFAULT_MAX_TTL_MS 3600000
+#define CONF_DEFAULT_MAX_WAIT_MS 60000
+#define CONF_DEFAULT_MASTER_TIMEOUT_MS 50
+#define CONF_DEFAULT_DRIFT_FACTOR 0.01
+#define CONF_DEFAULT_RETRY_DELAY_MS 100
+#define CONF_DEFAULT_MAX_BODY_BYTES 16384
+#define CONF_MAX_MASTERS 15
+#define CONF_MAX_KEY_PREFIX 100
+#define CONF_MAX_AUTH_TOKEN 4096
+
+enum conf_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
+enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
+
+typedef struct conf_addr {
+    char host[256];
+    int port;
+} conf_addr;
+
+typedef struct conf {
+    conf_addr listen;
+    int nmasters;
+    conf_addr masters[CONF_MAX_MASTERS];
+    char key_prefix[CONF_MAX_KEY_PREFIX + 1];
+    long long default_ttl_ms;
+    long long max_ttl_ms;
+    long long max_wait_ms;
+    long long master_timeout_ms;   /* per-master reply deadline */
+    double drift_factor;
+    long long retry_delay_ms;      /* base of the random retry delay */
+    int threads;                   /* HTTP worker threads; 0 before parse = CPUs */
+    long long max_body_bytes;
+    char *auth_token;              /* NULL: no auth; read from auth_token_file */
+    char *redis_password;          /* NULL: no AUTH to masters */
+    enum conf_log_level log_level;
+    enum conf_log_format log_format;
+} conf;
+
+enum conf_result {
+    CONF_OK = 0,
+    CONF_HELP = 1,     /* --help given: print conf_usage, exit 0 */
+    CONF_VERSION = 2,  /* --version given */
+    CONF_ERROR = -1,   /* err holds one line; exit 2 */
+};
+
+typedef const char *(*conf_getenv_fn)(const char *name);
+
+/* Fills c from defaults, then env, then argv. On CONF_ERROR err holds a
+ * one-line reason naming the flag. c must be conf_free'd on any result. */
+enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
+                            char *err, size_t errlen);
+
+void conf_free(conf *c);
+
+/* Writes the --help text: every flag, its variable and default. */
+void conf_usage(FILE *out);
+
+/* Masters as "host:port,host:port" for logs. */
+void conf_masters_str(const conf *c, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,437 @@
+/* http.c - see http.h. */
+#include "http.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <unistd.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "api.h"
+#include "log.h"
+
+#define HTTP_CONNECTION_LIMIT 8192
+#define HTTP_IDLE_TIMEOUT_S 60
+#define HTTP_CONNECTION_MEMORY 32768
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    const conf *cfg;
+    rl_engine *engine;
+    mpool *pool;
+    metrics *m;
+    api_limits limits;
+};
+
+typedef struct req_ctx {
+    http_server *s;
+    struct MHD_Connection *conn;
+    uint64_t start_us;
+    enum api_route route;
+    enum metrics_route mroute;
+    char *body;
+    size_t body_len;
+    bool too_large;
+    bool answered;            /* a response was queued */
+    bool submitted;           /* handed to the engine, connection suspended */
+    atomic_bool result_ready;
+    rl_request req;
+    rl_result res;
+} req_ctx;
+
+/* ---- answers ---- */
+
+static enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allow,
+                                 long long retry_after_s, bool json)
+{
+    struct MHD_Response *r;
+    if (body)
+        r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    else
+        r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    if (body)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                json ? "application/json" : "text/plain; version=0.0.4");
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    if (retry_after_s > 0) {
+        char v[24];
+        snprintf(v, sizeof v, "%lld", retry_after_s);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    ctx->answered = true;
+    metrics_request(ctx->s->m, ctx->mroute, status, mpool_now_us() - ctx->start_us);
+    return rc;
+}
+
+static enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
+                                  const char *allow)
+{
+    return send_body(ctx, api_errors[e].status, api_error_json(e, message), allow, 0, true);
+}
+
+/* ---- operational routes ---- */
+
+static enum MHD_Result serve_readyz(req_ctx *ctx)
+{
+    mpool *p = ctx->s->pool;
+    int n = mpool_size(p), up = 0;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
+    for (int i = 0; arr && i < n; i++) {
+        master_status st;
+        mpool_status(p, i, &st);
+        up += st.up;
+        cJSON *mo = cJSON_CreateObject();
+        if (!mo)
+            break;
+        cJSON_AddStringToObject(mo, "addr", st.addr);
+        cJSON_AddBoolToObject(mo, "up", st.up);
+        cJSON_AddItemToArray(arr, mo);
+    }
+    if (!arr) {
+        cJSON_Delete(o);
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    }
+    bool ready = up >= n / 2 + 1;
+    cJSON_AddStringToObject(o, "status", ready ? "ready" : "not_ready");
+    cJSON_AddNumberToObject(o, "masters_up", up);
+    cJSON_AddNumberToObject(o, "masters_total", n);
+    cJSON_AddNumberToObject(o, "quorum", n / 2 + 1);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
+}
+
+static enum MHD_Result serve_metrics(req_ctx *ctx)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc = metrics_render(ctx->s->m, &buf, &len, &cap);
+    mpool *p = ctx->s->pool;
+    int n = mpool_size(p);
+    static const char *const heads[] = {
+        "# HELP redlockd_master_up 1 while the master answers PING on its connection.\n"
+        "# TYPE redlockd_master_up gauge\n",
+        "# HELP redlockd_master_errors_total Connections to the master lost, refused or timed out.\n"
+        "# TYPE redlockd_master_errors_total counter\n",
+        "# HELP redlockd_master_reply_seconds Time from sending a command to its reply.\n"
+        "# TYPE redlockd_master_reply_seconds summary\n",
+    };
+    for (int h = 0; h < 3; h++) {
+        rc |= metrics_appendf(&buf, &len, &cap, "%s", heads[h]);
+        for (int i = 0; i < n; i++) {
+            master_status st;
+            mpool_status(p, i, &st);
+            if (h == 0)
+                rc |= metrics_appendf(&buf, &len, &cap, "redlockd_master_up{master=\"%s\"} %d\n",
+                                      st.addr, st.up ? 1 : 0);
+            else if (h == 1)
+                rc |= metrics_appendf(&buf, &len, &cap,
+                                      "redlockd_master_errors_total{master=\"%s\"} %llu\n", st.addr,
+                                      st.errors);
+            else
+                rc |= metrics_appendf(&buf, &len, &cap,
+                                      "redlockd_master_reply_seconds_sum{master=\"%s\"} %.6f\n"
+                                      "redlockd_master_reply_seconds_count{master=\"%s\"} %llu\n",
+                                      st.addr, (double)st.reply_us_sum / 1e6, st.addr, st.replies);
+        }
+    }
+    if (rc) {
+        free(buf);
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    }
+    return send_body(ctx, 200, buf, NULL, 0, false);
+}
+
+/* ---- lock routes ---- */
+
+static bool authorized(req_ctx *ctx)
+{
+    const char *want = ctx->s->cfg->auth_token;
+    if (!want)
+        return true;
+    const char *got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!got || strncmp(got, "Bearer ", 7) != 0)
+        return false;
+    got += 7;
+    size_t wl = strlen(want), gl = strlen(got);
+    /* Compare in time that depends on the secret's length only. */
+    unsigned char diff = (unsigned char)(wl != gl);
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
+    return diff == 0;
+}
+
+/* Engine callback, on the loop thread. */
+static void lock_done(void *arg, const rl_result *res)
+{
+    req_ctx *ctx = arg;
+    ctx->res = *res;
+    atomic_store(&ctx->result_ready, true);
+    MHD_resume_connection(ctx->conn);
+}
+
+static enum MHD_Result lock_answer(req_ctx *ctx)
+{
+    int status;
+    long long retry_after_s;
+    char *body = api_result_json(&ctx->req, &ctx->res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name)
+{
+    http_server *s = ctx->s;
+    if (!api_name_valid(name, strlen(name)))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the lock name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    enum rl_op op = api_op_of(method);
+    enum api_err err;
+    char msg[160];
+    bool token_in_body;
+    memset(&ctx->req, 0, sizeof ctx->req);
+    if (api_parse_body(op, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+                       &token_in_body, &err, msg, sizeof msg) < 0)
+        return send_error(ctx, err, msg, NULL);
+    snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
+    if (op == RL_EXTEND || op == RL_RELEASE) {
+        const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    }
+    ctx->mroute = op == RL_ACQUIRE  ? METRICS_ROUTE_ACQUIRE
+                  : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
+                  : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
+                                     : METRICS_ROUTE_INSPECT;
+    /* Suspend before submitting: the engine may answer (and resume) at once. */
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+    if (rl_submit(s->engine, &ctx->req, lock_done, ctx) < 0) {
+        ctx->res.outcome = RL_SHUTTING_DOWN;
+        atomic_store(&ctx->result_ready, true);
+        MHD_resume_connection(ctx->conn);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    http_server *s = cls;
+    req_ctx *ctx = *con_cls;
+    (void)version;
+
+    if (!ctx) {
+        ctx = calloc(1, sizeof *ctx);
+        if (!ctx)
+            return MHD_NO;
+        ctx->s = s;
+        ctx->conn = conn;
+        ctx->start_us = mpool_now_us();
+        const char *name;
+        ctx->route = api_route_of(url, &name);
+        ctx->mroute = ctx->route == ROUTE_HEALTHZ  ? METRICS_ROUTE_HEALTHZ
+                      : ctx->route == ROUTE_READYZ ? METRICS_ROUTE_READYZ
+                      : ctx->route == ROUTE_METRICS ? METRICS_ROUTE_METRICS
+                      : ctx->route == ROUTE_LOCK ? METRICS_ROUTE_INSPECT
+                                                 : METRICS_ROUTE_OTHER;
+        *con_cls = ctx;
+        /* Refuse a declared oversize body before reading it. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes)
+            return send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
+        return MHD_YES;
+    }
+
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (ctx->answered || ctx->too_large)
+            return MHD_YES;
+        if (ctx->body_len + n > (size_t)s->cfg->max_body_bytes) {
+            ctx->too_large = true;
+            free(ctx->body);
+            ctx->body = NULL;
+            return MHD_YES;
+        }
+        char *nb = realloc(ctx->body, ctx->body_len + n + 1);
+        if (!nb)
+            return MHD_NO;
+        memcpy(nb + ctx->body_len, upload_data, n);
+        ctx->body = nb;
+        ctx->body_len += n;
+        ctx->body[ctx->body_len] = '\0';
+        return MHD_YES;
+    }
+
+    if (ctx->answered)
+        return MHD_YES;
+    if (ctx->submitted)
+        return atomic_load(&ctx->result_ready) ? lock_answer(ctx) : MHD_YES;
+
+    const char *name;
+    enum api_route route = api_route_of(url, &name);
+    if (route == ROUTE_NOT_FOUND)
+        return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
+    if (!api_method_allowed(route, method))
+        return send_error(ctx, API_E_METHOD, "the method is not allowed on this path",
+                          api_allowed_methods(route));
+    if (ctx->too_large)
+        return send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
+    switch (route) {
+    case ROUTE_HEALTHZ:
+        return send_body(ctx, 200, strdup("{\"status\":\"ok\"}"), NULL, 0, true);
+    case ROUTE_READYZ:
+        return serve_readyz(ctx);
+    case ROUTE_METRICS:
+        return serve_metrics(ctx);
+    case ROUTE_LOCK:
+        if (!authorized(ctx))
+            return send_error(ctx, API_E_UNAUTHORIZED,
+                              "a valid Authorization: Bearer token is required", NULL);
+        return lock_dispatch(ctx, method, name);
+    case ROUTE_NOT_FOUND:
+        break;
+    }
+    return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    req_ctx *ctx = *con_cls;
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (!ctx)
+        return;
+    if (ctx->submitted)
+        metrics_inflight(ctx->s->m, -1);
+    free(ctx->body);
+    free(ctx);
+    *con_cls = NULL;
+}
+
+/* Percent-decodes in place. A decoded NUL becomes 0x7f so that it cannot cut
+ * a name short: it is then refused as a bad byte like any control byte. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2])) {
+            char hex[3] = {r[1], r[2], 0};
+            char v = (char)strtol(hex, NULL, 16);
+            *w++ = v ? v : 0x7f;
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_event(LOG_LEVEL_WARN, "http_error", "error", msg, NULL);
+}
+
+http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, char *err,
+                        size_t errlen)
+{
+    http_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cfg = cfg;
+    s->engine = e;
+    s->pool = pool;
+    s->m = m;
+    s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
+
+    char port[8];
+    snprintf(port, sizeof port, "%d", cfg->listen.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(cfg->listen.host, port, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, errlen, "--listen %s:%d: %s", cfg->listen.host, cfg->listen.port,
+                 gai_strerror(gai));
+        free(s);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, s,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, to catch every message */
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
+        /* A sidecar sees every caller from loopback: no per-IP cap. */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)0,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        snprintf(err, errlen, "--listen %s:%d: cannot listen there (in use or not a local address?)",
+                 cfg->listen.host, cfg->listen.port);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void http_quiesce(http_server *s)
+{
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+void http_stop(http_server *s)
+{
+    if (!s)
+        return;
+    MHD_stop_daemon(s->daemon);
+    free(s);
+}

@@ -1,0 +1,32 @@
+/* http.h - the HTTP layer: libmicrohttpd with its thread pool, routing,
+ * auth, body limits, and JSON answers.
+ *
+ * A lock request never blocks a worker thread: once its body is read, the
+ * connection is suspended and the request handed to the engine; the engine's
+ * callback stores the result and resumes the connection, and the worker that
+ * picks it up sends the answer. The server borrows the engine, pool and
+ * metrics; it owns its request contexts.
+ */
+#ifndef RL_HTTP_H
+#define RL_HTTP_H
+
+#include <stddef.h>
+
+#include "conf.h"
+#include "master.h"
+#include "metrics.h"
+#include "redlock.h"
+
+typedef struct http_server http_server;
+
+/* Binds cfg->listen and starts serving. NULL with err on failure. */
+http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, char *err,
+                        size_t errlen);
+
+/* Stops accepting new connections; open ones are still served. */
+void http_quiesce(http_server *s);
+
+/* Closes every connection and frees the server. Drain the engine first. */
+void http_stop(http_server *s);
+
+#endif

@@ -1,0 +1,835 @@
+/* master.c - see master.h. */
+#include "master.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "sha1.h"
+
+#define MASTER_PING_INTERVAL_US 1000000ULL
+#define MASTER_HANDSHAKE_TIMEOUT_US 1000000ULL
+#define MASTER_BACKOFF_MIN_US 100000ULL
+#define MASTER_BACKOFF_MAX_US 1000000ULL
+
+enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
+enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_HANDSHAKE_PING };
+
+struct mbatch {
+    struct mbatch *next;        /* deadline FIFO or ready list */
+    mpool_done_fn done;
+    void *arg;
+    uint64_t deadline_us;
+    int pending;                /* masters asked that have not answered */
+    int refs;                   /* records + uncompleted + FIFO membership */
+    bool completed;
+    const mscript *script;
+    int argc;                   /* EVALSHA sha nkeys args... */
+    const char **argv;
+    size_t *argvlen;
+    master_reply replies[MASTER_MAX];
+};
+
+struct mrecord {
+    struct mrecord *next;
+    enum rec_kind kind;
+    struct mbatch *batch;       /* REC_BATCH */
+    int slot;
+    uint64_t sent_us;
+    uint64_t deadline_us;
+};
+
+struct master {
+    int idx;
+    conf_addr addr;
+    char name[280];             /* host:port */
+    enum mstate state;
+    redisContext *ctx;
+    struct mrecord *head, *tail;
+    uint64_t next_connect_us;
+    uint64_t backoff_us;
+    uint64_t connect_deadline_us;
+    uint64_t next_ping_us;
+    bool want_write;
+    bool logged_down;           /* "down" logged since it was last up */
+    atomic_bool up;
+    atomic_ullong errors;
+    atomic_ullong replies;
+    atomic_ullong reply_us_sum;
+};
+
+struct timer {
+    uint64_t when_us;
+    uint64_t seq;               /* FIFO among equal times */
+    void (*fn)(void *);
+    void *arg;
+};
+
+struct job {
+    struct job *next;
+    void (*fn)(void *);
+    void *arg;
+};
+
+struct mpool {
+    int n;
+    uint64_t timeout_us;
+    char *password;
+    struct master masters[MASTER_MAX];
+
+    pthread_t thread;
+    bool started;
+    int wake_fd;
+
+    pthread_mutex_t jobs_lock;
+    struct job *jobs_head, *jobs_tail;
+    bool stopping;              /* under jobs_lock */
+
+    struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
+    struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
+
+    struct timer *timers;       /* min-heap */
+    size_t ntimers, timers_cap;
+    uint64_t timer_seq;
+};
+
+uint64_t mpool_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000ULL;
+}
+
+void mscript_init(mscript *s) { sha1_hex(s->body, strlen(s->body), s->sha); }
+
+/* ---- batches ---- */
+
+static void batch_unref(struct mbatch *b)
+{
+    if (--b->refs == 0) {
+        free(b->argv);
+        free(b);
+    }
+}
+
+static void batch_complete(struct mbatch *b)
+{
+    if (b->completed)
+        return;
+    b->completed = true;
+    if (b->done)
+        b->done(b->arg, b->replies);
+    batch_unref(b);
+}
+
+/* A master answered (or failed) for batch b. */
+static void batch_answer(struct mbatch *b, int slot, const master_reply *r)
+{
+    if (!b->completed) {
+        b->replies[slot] = *r;
+        if (--b->pending == 0)
+            batch_complete(b);
+    }
+    batch_unref(b);
+}
+
+static void convert_reply(const redisReply *rr, master_reply *out)
+{
+    memset(out, 0, offsetof(master_reply, str));
+    out->str[0] = '\0';
+    if (rr->type == REDIS_REPLY_ERROR) {
+        out->kind = MREPLY_ERROR;
+    } else {
+        out->kind = MREPLY_VALUE;
+    }
+    const redisReply *items = rr;
+    size_t n = 1;
+    const redisReply *const *elems = &items;
+    if (rr->type == REDIS_REPLY_ARRAY) {
+        elems = (const redisReply *const *)rr->element;
+        n = rr->elements;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = elems[i];
+        if (e->type == REDIS_REPLY_INTEGER && out->nints < MREPLY_MAX_INTS) {
+            out->ints[out->nints++] = e->integer;
+        } else if ((e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ||
+                    e->type == REDIS_REPLY_ERROR) && !out->has_str) {
+            size_t len = e->len < MREPLY_STR_MAX ? e->len : MREPLY_STR_MAX;
+            memcpy(out->str, e->str, len);
+            out->str[len] = '\0';
+            out->str_len = len;
+            out->has_str = true;
+        }
+    }
+}
+
+/* ---- connections ---- */
+
+static void master_push(struct master *m, struct mrecord *r)
+{
+    r->next = NULL;
+    if (m->tail)
+        m->tail->next = r;
+    else
+        m->head = r;
+    m->tail = r;
+    m->want_write = true;
+}
+
+static struct mrecord *master_pop(struct master *m)
+{
+    struct mrecord *r = m->head;
+    if (r) {
+        m->head = r->next;
+        if (!m->head)
+            m->tail = NULL;
+    }
+    return r;
+}
+
+/* Drops the connection: every pending command is answered as failed. */
+static void master_fail(mpool *p, struct master *m, const char *why, uint64_t now)
+{
+    bool was_up = m->state == M_UP;
+    if (m->ctx) {
+        redisFree(m->ctx);
+        m->ctx = NULL;
+    }
+    m->state = M_DOWN;
+    atomic_store(&m->up, false);
+    atomic_fetch_add(&m->errors, 1);
+    m->next_connect_us = now + m->backoff_us;
+    m->backoff_us = m->backoff_us * 2 > MASTER_BACKOFF_MAX_US ? MASTER_BACKOFF_MAX_US
+                                                              : m->backoff_us * 2;
+    m->want_write = false;
+    if (was_up || !m->logged_down) {
+        log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
+        m->logged_down = true;
+    }
+    master_reply failed = {.kind = MREPLY_FAIL};
+    struct mrecord *r;
+    while ((r = master_pop(m))) {
+        if (r->kind == REC_BATCH)
+            batch_answer(r->batch, r->slot, &failed);
+        free(r);
+    }
+    (void)p;
+}
+
+static int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
+                         int argc, const char **argv, const size_t *lens, uint64_t now,
+                         uint64_t deadline)
+{
+    struct mrecord *r = malloc(sizeof *r);
+    if (!r)
+        return -1;
+    if (redisAppendCommandArgv(m->ctx, argc, argv, lens) != REDIS_OK) {
+        free(r);
+        return -1;
+    }
+    r->kind = kind;
+    r->batch = b;
+    r->slot = slot;
+    r->sent_us = now;
+    r->deadline_us = deadline;
+    master_push(m, r);
+    return 0;
+}
+
+static void master_connect(mpool *p, struct master *m, uint64_t now)
+{
+    m->ctx = redisConnectNonBlock(m->addr.host, m->addr.port);
+    if (!m->ctx) {
+        master_fail(p, m, "out of memory", now);
+        return;
+    }
+    if (m->ctx->err) {
+        master_fail(p, m, m->ctx->errstr, now);
+        return;
+    }
+    m->state = M_CONNECTING;
+    m->connect_deadline_us = now + MASTER_HANDSHAKE_TIMEOUT_US;
+    m->want_write = true;
+}
+
+/* The TCP connect finished: authenticate and ping before any vote. */
+static void master_handshake(mpool *p, struct master *m, uint64_t now)
+{
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (getsockopt(m->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr) {
+        master_fail(p, m, strerror(soerr ? soerr : errno), now);
+        return;
+    }
+    m->state = M_HANDSHAKE;
+    uint64_t deadline = now + MASTER_HANDSHAKE_TIMEOUT_US;
+    if (p->password) {
+        const char *argv[] = {"AUTH", p->password};
+        size_t lens[] = {4, strlen(p->password)};
+        if (master_append(m, REC_AUTH, NULL, 0, 2, argv, lens, now, deadline) < 0)
+            goto oom;
+    }
+    const char *ping[] = {"PING"};
+    size_t plen[] = {4};
+    if (master_append(m, REC_HANDSHAKE_PING, NULL, 0, 1, ping, plen, now, deadline) < 0)
+        goto oom;
+    return;
+oom:
+    master_fail(p, m, "out of memory", now);
+}
+
+static void master_became_up(struct master *m, uint64_t now)
+{
+    m->state = M_UP;
+    m->backoff_us = MASTER_BACKOFF_MIN_US;
+    m->next_ping_us = now + MASTER_PING_INTERVAL_US;
+    atomic_store(&m->up, true);
+    m->logged_down = false;
+    log_event(LOG_LEVEL_INFO, "master_up", "addr", m->name, NULL);
+}
+
+/* One reply arrived for the record at the head of m's queue. Returns -1 when
+ * the connection was dropped. */
+static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t now)
+{
+    struct mrecord *r = master_pop(m);
+    if (!r) {
+        master_fail(p, m, "reply without a command", now);
+        return -1;
+    }
+    atomic_fetch_add(&m->replies, 1);
+    atomic_fetch_add(&m->reply_us_sum, now - r->sent_us);
+    int rc = 0;
+    switch (r->kind) {
+    case REC_BATCH: {
+        struct mbatch *b = r->batch;
+        if (rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8) && !b->completed) {
+            /* The master lost its script cache (restart, SCRIPT FLUSH): send
+             * the body with EVAL; the batch keeps its deadline. */
+            const char *argv0 = b->argv[0], *argv1 = b->argv[1];
+            size_t len0 = b->argvlen[0], len1 = b->argvlen[1];
+            b->argv[0] = "EVAL";
+            b->argvlen[0] = 4;
+            b->argv[1] = b->script->body;
+            b->argvlen[1] = strlen(b->script->body);
+            int app = master_append(m, REC_BATCH, b, r->slot, b->argc, b->argv, b->argvlen, now,
+                                    r->deadline_us);
+            b->argv[0] = argv0;
+            b->argv[1] = argv1;
+            b->argvlen[0] = len0;
+            b->argvlen[1] = len1;
+            if (app == 0) {
+                free(r);   /* the batch's reference moves to the new record */
+                return 0;
+            }
+        }
+        master_reply mr;
+        convert_reply(rr, &mr);
+        if (mr.kind == MREPLY_ERROR)
+            log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", b->script->name,
+                      "error", mr.str, NULL);
+        batch_answer(b, r->slot, &mr);
+        break;
+    }
+    case REC_PING:
+        break;
+    case REC_AUTH:
+        if (rr->type == REDIS_REPLY_ERROR) {
+            char why[160];
+            snprintf(why, sizeof why, "AUTH refused: %.120s", rr->str);
+            master_fail(p, m, why, now);
+            rc = -1;
+        }
+        break;
+    case REC_HANDSHAKE_PING:
+        if (rr->type == REDIS_REPLY_ERROR) {
+            char why[160];
+            snprintf(why, sizeof why, "PING refused: %.120s", rr->str);
+            master_fail(p, m, why, now);
+            rc = -1;
+        } else {
+            master_became_up(m, now);
+        }
+        break;
+    }
+    free(r);
+    return rc;
+}
+
+static void master_read(mpool *p, struct master *m, uint64_t now)
+{
+    if (redisBufferRead(m->ctx) != REDIS_OK) {
+        master_fail(p, m, m->ctx->errstr[0] ? m->ctx->errstr : "read error", now);
+        return;
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisGetReplyFromReader(m->ctx, &reply) != REDIS_OK) {
+            master_fail(p, m, "protocol error", now);
+            return;
+        }
+        if (!reply)
+            return;
+        int rc = master_dispatch(p, m, reply, now);
+        freeReplyObject(reply);
+        if (rc < 0 || !m->ctx)
+            return;
+    }
+}
+
+static void master_flush(mpool *p, struct master *m, uint64_t now)
+{
+    if (!m->ctx || m->state == M_CONNECTING || !m->want_write)
+        return;
+    int done = 0;
+    if (redisBufferWrite(m->ctx, &done) != REDIS_OK) {
+        master_fail(p, m, m->ctx->errstr[0] ? m->ctx->errstr : "write error", now);
+        return;
+    }
+    m->want_write = !done;
+}
+
+/* ---- the pool ---- */
+
+mpool *mpool_new(const mpool_config *cfg)
+{
+    if (cfg->nmasters < 1 || cfg->nmasters > MASTER_MAX)
+        return NULL;
+    mpool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = cfg->nmasters;
+    p->timeout_us = (uint64_t)cfg->timeout_ms * 1000ULL;
+    p->wake_fd = -1;
+    if (cfg->password && !(p->password = strdup(cfg->password))) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        m->idx = i;
+        m->addr = cfg->masters[i];
+        snprintf(m->name, sizeof m->name, "%s:%d", m->addr.host, m->addr.port);
+        m->backoff_us = MASTER_BACKOFF_MIN_US;
+    }
+    pthread_mutex_init(&p->jobs_lock, NULL);
+    return p;
+}
+
+int mpool_size(const mpool *p) { return p->n; }
+
+void mpool_status(mpool *p, int i, master_status *out)
+{
+    struct master *m = &p->masters[i];
+    snprintf(out->addr, sizeof out->addr, "%s", m->name);
+    out->up = atomic_load(&m->up);
+    out->errors = atomic_load(&m->errors);
+    out->replies = atomic_load(&m->replies);
+    out->reply_us_sum = atomic_load(&m->reply_us_sum);
+}
+
+int mpool_up_count(mpool *p)
+{
+    int up = 0;
+    for (int i = 0; i < p->n; i++)
+        up += atomic_load(&p->masters[i].up);
+    return up;
+}
+
+int mpool_post(mpool *p, void (*fn)(void *), void *arg)
+{
+    struct job *j = malloc(sizeof *j);
+    if (!j)
+        return -1;
+    j->next = NULL;
+    j->fn = fn;
+    j->arg = arg;
+    pthread_mutex_lock(&p->jobs_lock);
+    if (p->stopping) {
+        pthread_mutex_unlock(&p->jobs_lock);
+        free(j);
+        return -1;
+    }
+    bool was_empty = p->jobs_head == NULL;
+    if (p->jobs_tail)
+        p->jobs_tail->next = j;
+    else
+        p->jobs_head = j;
+    p->jobs_tail = j;
+    pthread_mutex_unlock(&p->jobs_lock);
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t ignored = write(p->wake_fd, &one, sizeof one);
+        (void)ignored;
+    }
+    return 0;
+}
+
+void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                const char *const *args, const size_t *lens, mpool_done_fn done, void *arg)
+{
+    uint64_t now = mpool_now_us();
+    int argc = nargs + 3;
+    /* One allocation holds argv, the lengths, the key count and a copy of
+     * every argument: NOSCRIPT may need them again after this call. */
+    size_t bytes = 0;
+    for (int i = 0; i < nargs; i++)
+        bytes += lens[i];
+    struct mbatch *b = calloc(1, sizeof *b);
+    const char **argv =
+        b ? malloc((size_t)argc * (sizeof *argv + sizeof(size_t)) + 24 + bytes) : NULL;
+    if (!argv) {
+        /* No memory: every master counts as failed. */
+        free(b);
+        master_reply replies[MASTER_MAX] = {0};
+        for (int i = 0; i < p->n; i++)
+            replies[i].kind = (mask >> i & 1u) ? MREPLY_FAIL : MREPLY_NONE;
+        if (done)
+            done(arg, replies);
+        return;
+    }
+    size_t *argvlen = (size_t *)(argv + argc);
+    char *nkeys_str = (char *)(argvlen + argc);
+    char *copy = nkeys_str + 24;
+    snprintf(nkeys_str, 24, "%d", nkeys);
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = s->sha;
+    argvlen[1] = 40;
+    argv[2] = nkeys_str;
+    argvlen[2] = strlen(nkeys_str);
+    for (int i = 0; i < nargs; i++) {
+        memcpy(copy, args[i], lens[i]);
+        argv[3 + i] = copy;
+        argvlen[3 + i] = lens[i];
+        copy += lens[i];
+    }
+    b->done = done;
+    b->arg = arg;
+    b->script = s;
+    b->argc = argc;
+    b->argv = argv;
+    b->argvlen = argvlen;
+    b->deadline_us = now + p->timeout_us;
+    b->refs = 2;   /* uncompleted + FIFO */
+
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (!(mask >> i & 1u)) {
+            b->replies[i].kind = MREPLY_NONE;
+            continue;
+        }
+        if (m->state != M_UP ||
+            master_append(m, REC_BATCH, b, i, argc, argv, argvlen, now, b->deadline_us) < 0) {
+            b->replies[i].kind = MREPLY_FAIL;
+            continue;
+        }
+        b->replies[i].kind = MREPLY_FAIL;   /* until it answers */
+        b->pending++;
+        b->refs++;
+    }
+    if (b->pending == 0) {
+        b->next = p->ready;
+        p->ready = b;
+        b->refs--;   /* never joins the FIFO */
+        return;
+    }
+    b->next = NULL;
+    if (p->fifo_tail)
+        p->fifo_tail->next = b;
+    else
+        p->fifo_head = b;
+    p->fifo_tail = b;
+}
+
+/* ---- timers: a binary min-heap by (when, seq) ---- */
+
+static bool timer_before(const struct timer *a, const struct timer *b)
+{
+    return a->when_us < b->when_us || (a->when_us == b->when_us && a->seq < b->seq);
+}
+
+int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg)
+{
+    if (p->ntimers == p->timers_cap) {
+        size_t cap = p->timers_cap ? p->timers_cap * 2 : 64;
+        struct timer *t = realloc(p->timers, cap * sizeof *t);
+        if (!t)
+            return -1;
+        p->timers = t;
+        p->timers_cap = cap;
+    }
+    size_t i = p->ntimers++;
+    struct timer t = {mpool_now_us() + delay_us, p->timer_seq++, fn, arg};
+    while (i > 0 && timer_before(&t, &p->timers[(i - 1) / 2])) {
+        p->timers[i] = p->timers[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    p->timers[i] = t;
+    return 0;
+}
+
+static struct timer timer_pop(mpool *p)
+{
+    struct timer top = p->timers[0];
+    struct timer last = p->timers[--p->ntimers];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= p->ntimers)
+            break;
+        if (c + 1 < p->ntimers && timer_before(&p->timers[c + 1], &p->timers[c]))
+            c++;
+        if (!timer_before(&p->timers[c], &last))
+            break;
+        p->timers[i] = p->timers[c];
+        i = c;
+    }
+    if (p->ntimers)
+        p->timers[i] = last;
+    return top;
+}
+
+/* ---- the loop ---- */
+
+static void run_jobs(mpool *p)
+{
+    uint64_t drained;
+    ssize_t ignored = read(p->wake_fd, &drained, sizeof drained);
+    (void)ignored;
+    pthread_mutex_lock(&p->jobs_lock);
+    struct job *j = p->jobs_head;
+    p->jobs_head = p->jobs_tail = NULL;
+    pthread_mutex_unlock(&p->jobs_lock);
+    while (j) {
+        struct job *next = j->next;
+        j->fn(j->arg);
+        free(j);
+        j = next;
+    }
+}
+
+static void run_ready(mpool *p)
+{
+    while (p->ready) {
+        struct mbatch *b = p->ready;
+        p->ready = b->next;
+        batch_complete(b);
+    }
+}
+
+static void check_deadlines(mpool *p, uint64_t now)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (m->state == M_CONNECTING && now >= m->connect_deadline_us)
+            master_fail(p, m, "connect timed out", now);
+        else if (m->head && now >= m->head->deadline_us)
+            master_fail(p, m, "reply timed out", now);
+    }
+    /* Masters that failed answered their batches above; what is left at the
+     * head of the FIFO past its deadline completes with the answers it has. */
+    while (p->fifo_head && now >= p->fifo_head->deadline_us) {
+        struct mbatch *b = p->fifo_head;
+        p->fifo_head = b->next;
+        if (!p->fifo_head)
+            p->fifo_tail = NULL;
+        batch_complete(b);   /* unanswered slots stay MREPLY_FAIL */
+        batch_unref(b);
+    }
+}
+
+static void run_timers(mpool *p, uint64_t now)
+{
+    while (p->ntimers && p->timers[0].when_us <= now) {
+        struct timer t = timer_pop(p);
+        t.fn(t.arg);
+    }
+}
+
+static void housekeeping(mpool *p, uint64_t now)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (m->state == M_DOWN && now >= m->next_connect_us) {
+            master_connect(p, m, now);
+        } else if (m->state == M_UP && now >= m->next_ping_us) {
+            const char *ping[] = {"PING"};
+            size_t plen[] = {4};
+            m->next_ping_us = now + MASTER_PING_INTERVAL_US;
+            if (master_append(m, REC_PING, NULL, 0, 1, ping, plen, now, now + p->timeout_us) < 0)
+                master_fail(p, m, "out of memory", now);
+        }
+    }
+}
+
+static uint64_t next_wakeup(mpool *p, uint64_t now)
+{
+    uint64_t t = now + MASTER_PING_INTERVAL_US;
+#define EARLIER(x) do { if ((x) < t) t = (x); } while (0)
+    if (p->fifo_head)
+        EARLIER(p->fifo_head->deadline_us);
+    if (p->ntimers)
+        EARLIER(p->timers[0].when_us);
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (m->state == M_DOWN)
+            EARLIER(m->next_connect_us);
+        else if (m->state == M_CONNECTING)
+            EARLIER(m->connect_deadline_us);
+        else if (m->state == M_UP)
+            EARLIER(m->next_ping_us);
+        if (m->head)
+            EARLIER(m->head->deadline_us);
+    }
+#undef EARLIER
+    return t;
+}
+
+static bool is_stopping(mpool *p)
+{
+    pthread_mutex_lock(&p->jobs_lock);
+    bool s = p->stopping;
+    pthread_mutex_unlock(&p->jobs_lock);
+    return s;
+}
+
+static void *loop_main(void *arg)
+{
+    mpool *p = arg;
+    struct pollfd fds[MASTER_MAX + 1];
+    int who[MASTER_MAX + 1];
+    uint64_t now = mpool_now_us();
+    housekeeping(p, now);
+    for (;;) {
+        for (int i = 0; i < p->n; i++)
+            master_flush(p, &p->masters[i], now);
+
+        int nfds = 0;
+        fds[nfds].fd = p->wake_fd;
+        fds[nfds].events = POLLIN;
+        who[nfds++] = -1;
+        for (int i = 0; i < p->n; i++) {
+            struct master *m = &p->masters[i];
+            if (!m->ctx)
+                continue;
+            fds[nfds].fd = m->ctx->fd;
+            fds[nfds].events = m->state == M_CONNECTING ? POLLOUT
+                                                        : (short)(POLLIN | (m->want_write ? POLLOUT : 0));
+            who[nfds++] = i;
+        }
+        uint64_t wake = next_wakeup(p, now);
+        now = mpool_now_us();
+        uint64_t wait_us = wake > now ? wake - now : 0;
+        struct timespec ts = {(time_t)(wait_us / 1000000ULL), (long)(wait_us % 1000000ULL) * 1000L};
+        int rc = ppoll(fds, (nfds_t)nfds, &ts, NULL);
+        if (rc < 0 && errno != EINTR) {
+            log_event(LOG_LEVEL_ERROR, "loop_poll_failed", "error", strerror(errno), NULL);
+            usleep(1000);
+        }
+        now = mpool_now_us();
+
+        for (int k = 0; rc > 0 && k < nfds; k++) {
+            if (!fds[k].revents)
+                continue;
+            if (who[k] < 0)
+                continue;
+            struct master *m = &p->masters[who[k]];
+            if (!m->ctx || m->ctx->fd != fds[k].fd)
+                continue;
+            if (m->state == M_CONNECTING) {
+                master_handshake(p, m, now);
+                continue;
+            }
+            if (fds[k].revents & (POLLIN | POLLERR | POLLHUP))
+                master_read(p, m, now);
+            if (m->ctx && (fds[k].revents & POLLOUT))
+                master_flush(p, m, now);
+        }
+        if (rc > 0 && fds[0].revents)
+            run_jobs(p);
+        run_ready(p);
+        check_deadlines(p, now);
+        run_timers(p, now);
+        housekeeping(p, now);
+        run_ready(p);
+        if (is_stopping(p))
+            break;
+    }
+    /* Stopping: whatever is pending answers as failed. */
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (m->ctx || m->head) {
+            m->state = M_DOWN;        /* not "was up": no master_down line */
+            m->logged_down = true;
+            master_fail(p, m, "stopping", now);
+        }
+    }
+    check_deadlines(p, UINT64_MAX);
+    run_ready(p);
+    return NULL;
+}
+
+int mpool_start(mpool *p)
+{
+    p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (p->wake_fd < 0)
+        return -1;
+    if (pthread_create(&p->thread, NULL, loop_main, p) != 0) {
+        close(p->wake_fd);
+        p->wake_fd = -1;
+        return -1;
+    }
+    p->started = true;
+    return 0;
+}
+
+void mpool_stop(mpool *p)
+{
+    if (!p->started)
+        return;
+    pthread_mutex_lock(&p->jobs_lock);
+    p->stopping = true;
+    pthread_mutex_unlock(&p->jobs_lock);
+    uint64_t one = 1;
+    ssize_t ignored = write(p->wake_fd, &one, sizeof one);
+    (void)ignored;
+    pthread_join(p->thread, NULL);
+    p->started = false;
+    /* Jobs posted before the stop flag was seen are dropped unrun. */
+    struct job *j = p->jobs_head;
+    while (j) {
+        struct job *next = j->next;
+        free(j);
+        j = next;
+    }
+    p->jobs_head = p->jobs_tail = NULL;
+    p->ntimers = 0;
+}
+
+void mpool_free(mpool *p)
+{
+    if (!p)
+        return;
+    mpool_stop(p);
+    if (p->wake_fd >= 0)
+        close(p->wake_fd);
+    free(p->timers);
+    if (p->password) {
+        explicit_bzero(p->password, strlen(p->password));
+        free(p->password);
+    }
+    pthread_mutex_destroy(&p->jobs_lock);
+    free(p);
+}

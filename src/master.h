@@ -1,0 +1,114 @@
+/* master.h - the master layer: one connection per Redis master, all owned by
+ * one event-loop thread.
+ *
+ * The pool's thread runs a poll() loop over the masters' sockets. Work reaches
+ * it through mpool_post (any thread); everything else here is called on the
+ * loop thread only, from posted jobs, batch callbacks or timers.
+ *
+ * A batch sends one Lua script (EVALSHA, falling back to EVAL on NOSCRIPT) to a
+ * set of masters at once: commands are appended to each connection's buffer
+ * and every buffer is flushed before any reply is read, so the masters work in
+ * parallel, and commands of concurrent batches share one write per master
+ * (pipelining). The batch completes when every master asked has answered or
+ * when its deadline (now + timeout) passes, whichever is first; a master that
+ * misses a deadline has its connection dropped, every command pending on it
+ * answered as failed, and is reconnected in the background with backoff.
+ * A master is used for votes only once it has answered PING on the new
+ * connection, and is pinged every second while idle.
+ *
+ * Replies never leave this layer as redisReply: they are converted to
+ * master_reply (integers and at most one string) before any callback sees them.
+ */
+#ifndef RL_MASTER_H
+#define RL_MASTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "token.h"
+
+#define MASTER_MAX CONF_MAX_MASTERS
+#define MREPLY_MAX_INTS 4
+#define MREPLY_STR_MAX TOKEN_MAX_LEN
+
+enum mreply_kind {
+    MREPLY_NONE = 0,  /* the master was not asked */
+    MREPLY_FAIL,      /* no answer in time, connection down or lost */
+    MREPLY_ERROR,     /* the master answered with an error (str holds it) */
+    MREPLY_VALUE,     /* an answer: ints[] and str */
+};
+
+typedef struct master_reply {
+    enum mreply_kind kind;
+    int nints;                       /* integers of the reply, in order */
+    long long ints[MREPLY_MAX_INTS];
+    bool has_str;                    /* the first string of the reply */
+    size_t str_len;
+    char str[MREPLY_STR_MAX + 1];
+} master_reply;
+
+/* A Lua script and the SHA-1 EVALSHA names it by. */
+typedef struct mscript {
+    const char *name;   /* for logs */
+    const char *body;
+    char sha[41];
+} mscript;
+
+/* Computes s->sha from s->body. */
+void mscript_init(mscript *s);
+
+typedef struct mpool mpool;
+
+typedef struct mpool_config {
+    int nmasters;
+    const conf_addr *masters;
+    long long timeout_ms;       /* per-command reply deadline */
+    const char *password;       /* AUTH on every connection; NULL for none */
+} mpool_config;
+
+typedef struct master_status {
+    char addr[280];
+    bool up;                    /* answered PING on its current connection */
+    unsigned long long errors;  /* connections lost or refused, timeouts */
+    unsigned long long replies; /* replies received */
+    unsigned long long reply_us_sum; /* total latency of those replies */
+} master_status;
+
+/* Creates the pool (copies cfg); connects only once started. NULL on OOM. */
+mpool *mpool_new(const mpool_config *cfg);
+/* Starts the loop thread. Returns 0 or -1. */
+int mpool_start(mpool *p);
+/* Stops the loop thread: pending batches answer as failed, timers are dropped. */
+void mpool_stop(mpool *p);
+void mpool_free(mpool *p);
+
+/* Any thread: runs fn(arg) on the loop thread soon, in posting order.
+ * Returns 0, or -1 on OOM or after stop (fn is then never run). */
+int mpool_post(mpool *p, void (*fn)(void *), void *arg);
+
+/* Any thread: a snapshot of master i. */
+void mpool_status(mpool *p, int i, master_status *out);
+int mpool_size(const mpool *p);
+int mpool_up_count(mpool *p);
+
+/* CLOCK_MONOTONIC in microseconds. */
+uint64_t mpool_now_us(void);
+
+/* ---- loop thread only ---- */
+
+/* replies[0..mpool_size) valid during the call only. */
+typedef void (*mpool_done_fn)(void *arg, const master_reply *replies);
+
+/* Runs script s with keys args[0..nkeys) and arguments args[nkeys..nargs) on
+ * every master whose bit is set in mask. done (may be NULL: fire and forget)
+ * is called exactly once; only when memory runs out is it called before
+ * mpool_eval returns, so callers make mpool_eval their last use of arg. */
+void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                const char *const *args, const size_t *lens, mpool_done_fn done, void *arg);
+
+/* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM. */
+int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg);
+
+#endif

@@ -1,0 +1,104 @@
+/* quorum.c - see quorum.h. */
+#include "quorum.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int quorum_of(int n) { return n / 2 + 1; }
+
+enum quorum_outcome quorum_decide(int n, int yes, int answered)
+{
+    int q = quorum_of(n);
+    if (yes >= q)
+        return QUORUM_GRANTED;
+    if (answered >= q)
+        return QUORUM_REFUSED;
+    return QUORUM_NO_QUORUM;
+}
+
+double quorum_drift_ms(long long ttl_ms, double drift_factor)
+{
+    return (double)ttl_ms * drift_factor + 2.0;
+}
+
+long long quorum_validity_ms(long long ttl_ms, long long elapsed_us, double drift_factor)
+{
+    double v = (double)ttl_ms - (double)elapsed_us / 1000.0 - quorum_drift_ms(ttl_ms, drift_factor);
+    return (long long)floor(v);
+}
+
+long long quorum_fence(int n, const long long *counters, uint32_t yes_mask,
+                       uint32_t *raise_mask, int *at_fence)
+{
+    long long f = 0;
+    for (int i = 0; i < n; i++)
+        if ((yes_mask >> i & 1u) && counters[i] > f)
+            f = counters[i];
+    uint32_t raise = 0;
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(yes_mask >> i & 1u))
+            continue;
+        if (counters[i] == f)
+            at++;
+        else
+            raise |= 1u << i;
+    }
+    *raise_mask = raise;
+    *at_fence = at;
+    return f;
+}
+
+long long quorum_fence_of_holders(const long long *fences, int n)
+{
+    long long best = 0;
+    int best_count = 0;
+    for (int i = 0; i < n; i++) {
+        int count = 0;
+        for (int j = 0; j < n; j++)
+            count += fences[j] == fences[i];
+        if (count > best_count || (count == best_count && fences[i] > best)) {
+            best = fences[i];
+            best_count = count;
+        }
+    }
+    return best;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+long long quorum_retry_after_ms(int n, long long *held_pttl, int nheld, int nfree,
+                                long long no_expiry_ms)
+{
+    int need = quorum_of(n) - nfree;
+    if (need <= 0 || nheld == 0)
+        return 0;
+    for (int i = 0; i < nheld; i++)
+        if (held_pttl[i] < 0)
+            held_pttl[i] = no_expiry_ms;
+    qsort(held_pttl, (size_t)nheld, sizeof *held_pttl, cmp_ll);
+    /* A majority is free once `need` of the held keys have expired. Masters
+     * that did not answer may never be free; then the last known one counts. */
+    return held_pttl[need <= nheld ? need - 1 : nheld - 1];
+}
+
+long long quorum_kth_largest(long long *v, int n, int k)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_ll);
+    return v[n - k];
+}
+
+long long quorum_retry_delay_ms(long long base_ms, double r, long long retry_after_ms,
+                                long long wait_left_ms)
+{
+    long long d = (long long)((double)base_ms * (0.5 + r));
+    if (retry_after_ms > 0 && retry_after_ms + 1 < d)
+        d = retry_after_ms + 1;
+    if (d > wait_left_ms)
+        d = wait_left_ms;
+    return d < 0 ? 0 : d;
+}

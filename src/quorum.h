@@ -1,0 +1,69 @@
+/* quorum.h - the pure arithmetic of Redlock: majorities, validity, drift,
+ * fencing, retry timing.
+ *
+ * Nothing here does I/O or allocates; the engine (redlock.c) feeds it the
+ * votes it collected from the masters and acts on the answers. Every rule a
+ * safety argument rests on lives here so that the unit tests can pin it down.
+ */
+#ifndef RL_QUORUM_H
+#define RL_QUORUM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum quorum_outcome {
+    QUORUM_GRANTED,   /* a majority said yes */
+    QUORUM_REFUSED,   /* a majority answered, but fewer than a majority said yes */
+    QUORUM_NO_QUORUM, /* fewer than a majority answered in time */
+};
+
+/* N/2 + 1: the smallest majority of n masters. */
+int quorum_of(int n);
+
+/* Classifies one round of votes: yes answers, and all answers (yes or no). */
+enum quorum_outcome quorum_decide(int n, int yes, int answered);
+
+/* The clock-drift allowance of the Redlock paper: ttl * drift_factor + 2 ms. */
+double quorum_drift_ms(long long ttl_ms, double drift_factor);
+
+/* validity = ttl - elapsed - drift, rounded down to whole milliseconds.
+ * elapsed_us runs from before the first write to after the last reply that
+ * decided the outcome. May be zero or negative: then there is no lock. */
+long long quorum_validity_ms(long long ttl_ms, long long elapsed_us, double drift_factor);
+
+/* The fence rule. counters[i] is master i's fence counter after the grant's
+ * increment, meaningful where bit i of yes_mask is set. Returns the fence F to
+ * hand out (the highest counter among the yes votes) and sets *raise_mask to
+ * the yes masters whose counter is below F, *at_fence to how many yes masters
+ * already hold F. The grant may be answered only once a majority holds a
+ * counter >= F (at_fence plus raises that succeeded): every later majority then
+ * meets a master whose next increment exceeds F, so fences strictly increase
+ * even when successive grants reach different majorities. */
+long long quorum_fence(int n, const long long *counters, uint32_t yes_mask,
+                       uint32_t *raise_mask, int *at_fence);
+
+/* The fence an extension reports: the value most masters holding the token
+ * agree on (ties to the larger). In a clean grant every holder agrees; a
+ * master that applied a late SET may disagree and is outvoted. 0 if n == 0. */
+long long quorum_fence_of_holders(const long long *fences, int n);
+
+/* How long until a majority could be free, from a refused acquire:
+ * held_pttl[0..nheld) are the remaining ms of the other holder's key on the
+ * masters that refused (a key without expiry counts as no_expiry_ms), nfree
+ * the masters that answered free. Sorts held_pttl. 0 when a majority is free
+ * already (a split vote). */
+long long quorum_retry_after_ms(int n, long long *held_pttl, int nheld, int nfree,
+                                long long no_expiry_ms);
+
+/* The k-th largest of v[0..n) (k from 1); sorts v. Used to read "the lowest
+ * remaining TTL among the best majority". Requires 1 <= k <= n. */
+long long quorum_kth_largest(long long *v, int n, int k);
+
+/* Delay before the next try of a waiting acquire: base * (0.5 + r) with
+ * r in [0,1) to desynchronise contenders, shortened to just past the holder's
+ * remaining time when that is known and sooner, and never past the end of the
+ * wait. Result >= 0. */
+long long quorum_retry_delay_ms(long long base_ms, double r, long long retry_after_ms,
+                                long long wait_left_ms);
+
+#endif

@@ -1,0 +1,549 @@
+/* redlock.c - see redlock.h.
+ *
+ * Each operation is an rl_task driven by master batch callbacks and timers, all
+ * on the master pool's loop thread. The steps quote the Redlock algorithm:
+ *   1. take the start time;
+ *   2. try to set the key on all N masters with a short per-master timeout;
+ *   3. the lock is acquired when a majority said yes and the time left
+ *      (validity) is positive;
+ *   4. validity = ttl - elapsed - drift;
+ *   5. on failure, release on every master, even those that seemed to fail.
+ */
+#include "redlock.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "master.h"
+#include "metrics.h"
+#include "quorum.h"
+#include "scripts.h"
+
+#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_HOLDER_SUFFIX)
+
+struct rl_engine {
+    mpool *pool;
+    metrics *m;
+    rl_config cfg;
+    char key_prefix[CONF_MAX_KEY_PREFIX + 1];
+    int n;
+    uint64_t rng;                /* xorshift state, loop thread only */
+
+    pthread_mutex_t lock;        /* guards inflight and cond */
+    pthread_cond_t idle;
+    int inflight;                /* submitted and not yet answered */
+    atomic_bool draining;
+
+    struct rl_task *waiting;       /* acquires sleeping before a retry; loop thread */
+};
+
+typedef struct rl_task {
+    rl_engine *e;
+    rl_request req;
+    rl_done_fn done;
+    void *arg;
+    rl_result res;
+    bool answered;
+    bool sleeping;               /* a retry timer is armed */
+    struct rl_task *wprev, *wnext; /* in e->waiting while sleeping */
+
+    char key[RL_KEY_MAX];
+    char fence_key[RL_KEY_MAX];
+    char holder_key[RL_KEY_MAX];
+    char ttl_str[24];
+    uint64_t start_us;           /* step 1 of the current attempt */
+    uint64_t wait_deadline_us;
+    uint32_t yes_mask;           /* acquire: masters that granted this attempt */
+    uint32_t release_mask;       /* acquire: masters to clean after a failure */
+    int at_fence;
+} rl_task;
+
+/* ---- helpers ---- */
+
+static double rng_next(rl_engine *e)
+{
+    uint64_t x = e->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    e->rng = x;
+    return (double)(x >> 11) / 9007199254740992.0;
+}
+
+static uint32_t all_mask(const rl_engine *e) { return e->n >= 32 ? ~0u : (1u << e->n) - 1u; }
+
+static void op_free(rl_task *op) { free(op); }
+
+static void count_outcome(rl_task *op)
+{
+    metrics *m = op->e->m;
+    switch (op->res.outcome) {
+    case RL_OK:
+        if (op->req.op == RL_ACQUIRE) metrics_count(m, METRICS_GRANTS);
+        else if (op->req.op == RL_EXTEND) metrics_count(m, METRICS_EXTENSIONS);
+        else if (op->req.op == RL_RELEASE) metrics_count(m, METRICS_RELEASES);
+        break;
+    case RL_LOCKED: metrics_count(m, METRICS_CONFLICTS); break;
+    case RL_NOT_HELD: metrics_count(m, METRICS_NOT_HELD); break;
+    case RL_NO_QUORUM: metrics_count(m, METRICS_NO_QUORUM); break;
+    default: break;
+    }
+}
+
+/* Reports op->res to the caller, once. The op is freed unless a timer still
+ * points at it (it is freed when that fires). */
+static void op_answer(rl_task *op)
+{
+    rl_engine *e = op->e;
+    if (!op->answered) {
+        op->answered = true;
+        op->res.masters_total = e->n;
+        count_outcome(op);
+        op->done(op->arg, &op->res);
+        pthread_mutex_lock(&e->lock);
+        if (--e->inflight == 0)
+            pthread_cond_broadcast(&e->idle);
+        pthread_mutex_unlock(&e->lock);
+    }
+    if (!op->sleeping)
+        op_free(op);
+}
+
+static void op_no_quorum(rl_task *op, int answered)
+{
+    op->res.outcome = RL_NO_QUORUM;
+    op->res.masters_ok = answered;
+    op_answer(op);
+}
+
+static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                 const char *const *args, mpool_done_fn done)
+{
+    size_t lens[8];
+    for (int i = 0; i < nargs; i++)
+        lens[i] = strlen(args[i]);
+    mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
+}
+
+/* ---- acquire ---- */
+
+static void acquire_attempt(rl_task *op);
+
+static void waiting_remove(rl_task *op)
+{
+    rl_engine *e = op->e;
+    if (op->wprev)
+        op->wprev->wnext = op->wnext;
+    else
+        e->waiting = op->wnext;
+    if (op->wnext)
+        op->wnext->wprev = op->wprev;
+    op->wprev = op->wnext = NULL;
+}
+
+static void acquire_wake(void *arg)
+{
+    rl_task *op = arg;
+    op->sleeping = false;
+    if (op->answered) {          /* answered while asleep by a drain */
+        op_free(op);
+        return;
+    }
+    waiting_remove(op);
+    metrics_count(op->e->m, METRICS_ACQUIRE_RETRIES);
+    acquire_attempt(op);
+}
+
+/* The attempt failed with a majority answering: retry within wait_ms, else
+ * answer 409 locked. */
+static void acquire_refused(rl_task *op)
+{
+    rl_engine *e = op->e;
+    op->res.outcome = RL_LOCKED;
+    uint64_t now = mpool_now_us();
+    if (now >= op->wait_deadline_us || atomic_load(&e->draining)) {
+        op_answer(op);
+        return;
+    }
+    long long left_ms = (long long)((op->wait_deadline_us - now + 999) / 1000);
+    long long delay_ms = quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e),
+                                               op->res.retry_after_ms, left_ms);
+    if (mpool_after(e->pool, (uint64_t)delay_ms * 1000ULL, acquire_wake, op) < 0) {
+        op_answer(op);
+        return;
+    }
+    op->sleeping = true;
+    op->wprev = NULL;
+    op->wnext = e->waiting;
+    if (e->waiting)
+        e->waiting->wprev = op;
+    e->waiting = op;
+}
+
+/* Step 5 done (or not needed): answer or retry as the attempt decided. */
+static void acquire_after_release(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    (void)replies;
+    if (op->res.outcome == RL_NO_QUORUM)
+        op_answer(op);
+    else
+        acquire_refused(op);
+}
+
+/* Step 5: release on every master that may hold our token, then go on. */
+static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
+{
+    op->res.outcome = why;
+    if (!mask) {
+        acquire_after_release(op, NULL);
+        return;
+    }
+    const char *args[] = {op->key, op->holder_key, op->res.token};
+    eval(op, &script_release, mask, 2, 3, args, acquire_after_release);
+}
+
+static void acquire_grant(rl_task *op)
+{
+    rl_engine *e = op->e;
+    long long elapsed_us = (long long)(mpool_now_us() - op->start_us);
+    long long validity = quorum_validity_ms(op->req.ttl_ms, elapsed_us, e->cfg.drift_factor);
+    if (validity <= 0) {
+        /* Step 3: a majority without validity left is no lock. */
+        metrics_count(e->m, METRICS_VALIDITY_EXHAUSTED);
+        op->res.retry_after_ms = 0;
+        acquire_fail(op, RL_LOCKED, all_mask(e));
+        return;
+    }
+    op->res.outcome = RL_OK;
+    op->res.validity_ms = validity;
+    op->res.ttl_ms = op->req.ttl_ms;
+    op_answer(op);
+}
+
+static void acquire_raised(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int ok = op->at_fence;
+    for (int i = 0; i < e->n; i++)
+        if (replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1 && replies[i].ints[0] == 1)
+            ok++;
+    if (ok >= quorum_of(e->n)) {
+        acquire_grant(op);
+        return;
+    }
+    /* The fence could not be made safe on a majority: no grant. */
+    op->res.masters_ok = ok;
+    acquire_fail(op, RL_NO_QUORUM, all_mask(e));
+}
+
+static void acquire_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    long long counters[MASTER_MAX] = {0};
+    long long held_pttl[MASTER_MAX];
+    int yes = 0, no = 0;
+    uint32_t yes_mask = 0, no_mask = 0;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (r->kind != MREPLY_VALUE || r->nints < 2)
+            continue;
+        if (r->ints[0] == 1) {
+            counters[i] = r->ints[1];
+            yes_mask |= 1u << i;
+            yes++;
+        } else {
+            held_pttl[no++] = r->ints[1];
+            no_mask |= 1u << i;
+        }
+    }
+    op->yes_mask = yes_mask;
+    /* Masters that answered "held" cannot hold our token; all others might. */
+    uint32_t maybe_ours = all_mask(e) & ~no_mask;
+
+    switch (quorum_decide(e->n, yes, yes + no)) {
+    case QUORUM_GRANTED: {
+        uint32_t raise_mask;
+        op->res.fence = quorum_fence(e->n, counters, yes_mask, &raise_mask, &op->at_fence);
+        if (!raise_mask) {
+            acquire_grant(op);
+            return;
+        }
+        /* The counters differ: raise them to the fence on the yes masters
+         * before answering, so every later majority exceeds it. */
+        metrics_count(e->m, METRICS_FENCE_RAISES);
+        char fence[24];
+        snprintf(fence, sizeof fence, "%lld", op->res.fence);
+        const char *args[] = {op->key, op->fence_key, op->holder_key, op->res.token, fence};
+        eval(op, &script_raise, raise_mask, 3, 5, args, acquire_raised);
+        return;
+    }
+    case QUORUM_REFUSED:
+        op->res.retry_after_ms =
+            quorum_retry_after_ms(e->n, held_pttl, no, yes, e->cfg.max_ttl_ms);
+        acquire_fail(op, RL_LOCKED, maybe_ours);
+        return;
+    case QUORUM_NO_QUORUM:
+        op->res.masters_ok = yes + no;
+        acquire_fail(op, RL_NO_QUORUM, maybe_ours);
+        return;
+    }
+}
+
+static void acquire_attempt(rl_task *op)
+{
+    op->start_us = mpool_now_us();   /* step 1 */
+    const char *args[] = {op->key, op->fence_key, op->holder_key, op->res.token, op->ttl_str};
+    eval(op, &script_acquire, all_mask(op->e), 3, 5, args, acquire_voted);   /* step 2 */
+}
+
+/* ---- extend ---- */
+
+static void extend_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    long long fences[MASTER_MAX];
+    int yes = 0, answered = 0;
+    bool other = false;
+    uint32_t yes_mask = 0;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (r->kind != MREPLY_VALUE || r->nints < 1)
+            continue;
+        answered++;
+        if (r->ints[0] == 1) {
+            fences[yes++] = r->nints >= 2 ? r->ints[1] : 0;
+            yes_mask |= 1u << i;
+        } else if (r->ints[0] == -1) {
+            other = true;
+        }
+    }
+    enum quorum_outcome q = quorum_decide(e->n, yes, answered);
+    if (q == QUORUM_NO_QUORUM) {
+        op_no_quorum(op, answered);
+        return;
+    }
+    long long validity = quorum_validity_ms(op->req.ttl_ms, (long long)(mpool_now_us() - op->start_us),
+                                            e->cfg.drift_factor);
+    if (q == QUORUM_GRANTED && validity > 0) {
+        op->res.outcome = RL_OK;
+        op->res.fence = quorum_fence_of_holders(fences, yes);
+        op->res.validity_ms = validity;
+        op->res.ttl_ms = op->req.ttl_ms;
+        snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token);
+        op_answer(op);
+        return;
+    }
+    /* Not held on a majority (or too slow to leave validity): the lock is
+     * lost. Free what we still hold so the next owner need not wait. */
+    op->res.outcome = RL_NOT_HELD;
+    op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
+    if (yes_mask) {
+        const char *args[] = {op->key, op->holder_key, op->req.token};
+        size_t lens[3] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
+        mpool_eval(e->pool, &script_release, yes_mask, 2, 3, args, lens, NULL, NULL);
+    }
+    op_answer(op);
+}
+
+/* ---- release ---- */
+
+static void release_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int deleted = 0, answered = 0;
+    bool other = false;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (r->kind != MREPLY_VALUE || r->nints < 1)
+            continue;
+        answered++;
+        deleted += r->ints[0] == 1;
+        other |= r->ints[0] == -1;
+    }
+    if (deleted > 0) {
+        op->res.outcome = RL_OK;
+    } else if (answered >= quorum_of(e->n)) {
+        op->res.outcome = RL_NOT_HELD;
+        op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
+    } else {
+        op_no_quorum(op, answered);
+        return;
+    }
+    op_answer(op);
+}
+
+/* ---- inspect ---- */
+
+static void inspect_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int q = quorum_of(e->n);
+    int answered = 0;
+    for (int i = 0; i < e->n; i++)
+        answered += replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1;
+    if (answered < q) {
+        op_no_quorum(op, answered);
+        return;
+    }
+    op->res.outcome = RL_OK;
+    op->res.held = false;
+    /* Group the masters by the token they hold; a holder needs a majority. */
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *a = &replies[i];
+        if (a->kind != MREPLY_VALUE || a->nints < 1 || !a->has_str)
+            continue;
+        long long pttls[MASTER_MAX];
+        int agree = 0;
+        for (int j = 0; j < e->n; j++) {
+            const master_reply *b = &replies[j];
+            if (b->kind == MREPLY_VALUE && b->nints >= 1 && b->has_str &&
+                b->str_len == a->str_len && !memcmp(a->str, b->str, a->str_len))
+                pttls[agree++] = b->ints[0] < 0 ? e->cfg.max_ttl_ms : b->ints[0];
+        }
+        if (agree < q)
+            continue;
+        long long remaining = quorum_kth_largest(pttls, agree, q);
+        long long validity = quorum_validity_ms(remaining, (long long)(mpool_now_us() - op->start_us),
+                                                e->cfg.drift_factor);
+        if (validity > 0) {
+            op->res.held = true;
+            op->res.validity_ms = validity;
+        }
+        break;
+    }
+    op_answer(op);
+}
+
+/* ---- entry ---- */
+
+static void op_start(void *arg)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
+    snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
+    snprintf(op->holder_key, sizeof op->holder_key, "%.*s%s", n, op->key, SCRIPT_HOLDER_SUFFIX);
+    snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
+    op->start_us = mpool_now_us();
+
+    switch (op->req.op) {
+    case RL_ACQUIRE:
+        if (token_new(op->res.token) < 0) {
+            op->res.outcome = RL_INTERNAL;
+            op_answer(op);
+            return;
+        }
+        op->wait_deadline_us = op->start_us + (uint64_t)op->req.wait_ms * 1000ULL;
+        acquire_attempt(op);
+        return;
+    case RL_EXTEND: {
+        const char *args[] = {op->key, op->holder_key, op->req.token, op->ttl_str};
+        eval(op, &script_extend, all_mask(e), 2, 4, args, extend_voted);
+        return;
+    }
+    case RL_RELEASE: {
+        const char *args[] = {op->key, op->holder_key, op->req.token};
+        eval(op, &script_release, all_mask(e), 2, 3, args, release_voted);
+        return;
+    }
+    case RL_INSPECT: {
+        const char *args[] = {op->key};
+        eval(op, &script_inspect, all_mask(e), 1, 1, args, inspect_voted);
+        return;
+    }
+    }
+}
+
+rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
+{
+    rl_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->pool = pool;
+    e->m = m;
+    e->cfg = *cfg;
+    snprintf(e->key_prefix, sizeof e->key_prefix, "%s", cfg->key_prefix);
+    e->cfg.key_prefix = e->key_prefix;
+    e->n = mpool_size(pool);
+    if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng || e->rng == 0)
+        e->rng = 0x9E3779B97F4A7C15ULL ^ mpool_now_us();
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->idle, NULL);
+    scripts_init();
+    return e;
+}
+
+int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
+{
+    if (atomic_load(&e->draining))
+        return -1;
+    rl_task *op = calloc(1, sizeof *op);
+    if (!op)
+        return -1;
+    op->e = e;
+    op->req = *req;
+    op->done = done;
+    op->arg = arg;
+    pthread_mutex_lock(&e->lock);
+    e->inflight++;
+    pthread_mutex_unlock(&e->lock);
+    if (mpool_post(e->pool, op_start, op) < 0) {
+        pthread_mutex_lock(&e->lock);
+        if (--e->inflight == 0)
+            pthread_cond_broadcast(&e->idle);
+        pthread_mutex_unlock(&e->lock);
+        free(op);
+        return -1;
+    }
+    return 0;
+}
+
+/* On the loop thread: every sleeping acquire answers with its last outcome. */
+static void drain_waiting(void *arg)
+{
+    rl_engine *e = arg;
+    while (e->waiting) {
+        rl_task *op = e->waiting;
+        waiting_remove(op);
+        op_answer(op);   /* stays allocated until its timer fires */
+    }
+}
+
+int rl_engine_drain(rl_engine *e, long long timeout_ms)
+{
+    atomic_store(&e->draining, true);
+    mpool_post(e->pool, drain_waiting, e);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&e->lock);
+    while (e->inflight > 0)
+        if (pthread_cond_timedwait(&e->idle, &e->lock, &until) != 0)
+            break;
+    int left = e->inflight;
+    pthread_mutex_unlock(&e->lock);
+    return left;
+}
+
+void rl_engine_free(rl_engine *e)
+{
+    if (!e)
+        return;
+    pthread_cond_destroy(&e->idle);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}

@@ -1,0 +1,89 @@
+/* redlock.h - the Redlock engine: acquire, extend, release and inspect a lock
+ * by majority vote of N independent masters.
+ *
+ * The engine runs every lock operation as a small state machine on the master
+ * layer's event-loop thread: a request is submitted from any thread, the
+ * engine fans its commands out through master.h, decides on the votes with
+ * quorum.h, waits out retry delays on the loop's timers, and reports the
+ * outcome exactly once through the caller's callback (on the loop thread).
+ * Nothing here blocks, so a request that waits for a held lock holds no thread.
+ *
+ * This header includes neither HTTP nor Redis headers: the HTTP layer depends
+ * on it, it depends on the master layer, never the other way round.
+ */
+#ifndef RL_REDLOCK_H
+#define RL_REDLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "token.h"
+
+#define RL_NAME_MAX 200
+
+enum rl_op { RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT };
+
+enum rl_outcome {
+    RL_OK,          /* granted / extended / released / inspected */
+    RL_LOCKED,      /* acquire: a majority answered, the name is held (or a split vote) */
+    RL_NOT_HELD,    /* extend/release: the token does not hold the lock */
+    RL_NO_QUORUM,   /* fewer than a majority of masters answered in time */
+    RL_INTERNAL,    /* out of memory, no randomness: never a safety question */
+    RL_SHUTTING_DOWN, /* the service is stopping and takes no new work */
+};
+
+enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
+
+typedef struct rl_request {
+    enum rl_op op;
+    char name[RL_NAME_MAX + 1];
+    char token[TOKEN_MAX_LEN + 1];  /* extend/release */
+    long long ttl_ms;               /* acquire/extend */
+    long long wait_ms;              /* acquire */
+} rl_request;
+
+typedef struct rl_result {
+    enum rl_outcome outcome;
+    enum rl_reason reason;            /* with RL_NOT_HELD */
+    char token[TOKEN_MAX_LEN + 1];    /* acquire/extend */
+    long long validity_ms;            /* time the caller may rely on the lock from the answer */
+    long long ttl_ms;
+    long long fence;
+    long long retry_after_ms;         /* with RL_LOCKED */
+    bool held;                        /* inspect */
+    int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */
+    int masters_total;
+} rl_result;
+
+/* Called exactly once per submitted request, on the engine's thread. res is
+ * valid only during the call. */
+typedef void (*rl_done_fn)(void *arg, const rl_result *res);
+
+typedef struct rl_engine rl_engine;
+struct mpool;
+struct metrics;
+
+typedef struct rl_config {
+    const char *key_prefix;
+    double drift_factor;
+    long long retry_delay_ms;
+    long long max_ttl_ms;      /* for a key found without expiry */
+} rl_config;
+
+/* Creates an engine over a started master pool (not owned). cfg is copied. */
+rl_engine *rl_engine_new(const rl_config *cfg, struct mpool *pool, struct metrics *m);
+
+/* Queues req (copied) and returns at once; done(arg, result) follows on the
+ * engine's thread. Returns 0, or -1 when the engine is stopping (done is then
+ * never called). Safe from any thread. */
+int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg);
+
+/* Stops taking requests and makes every waiting acquire answer now with its
+ * last outcome. Returns once no request is in flight, or after timeout_ms.
+ * Returns the number still in flight (0 on a clean drain). */
+int rl_engine_drain(rl_engine *e, long long timeout_ms);
+
+/* Frees the engine; call after rl_engine_drain and before stopping the pool. */
+void rl_engine_free(rl_engine *e);
+
+#endif

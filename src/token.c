@@ -1,0 +1,61 @@
+/* token.c - see token.h. */
+#include "token.h"
+
+#include <errno.h>
+#include <sys/random.h>
+
+size_t token_encode(const unsigned char *raw, size_t len, char *out)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t o = 0;
+    size_t i = 0;
+    for (; i + 3 <= len; i += 3) {
+        unsigned v = (unsigned)raw[i] << 16 | (unsigned)raw[i + 1] << 8 | raw[i + 2];
+        out[o++] = alphabet[(v >> 18) & 63];
+        out[o++] = alphabet[(v >> 12) & 63];
+        out[o++] = alphabet[(v >> 6) & 63];
+        out[o++] = alphabet[v & 63];
+    }
+    if (len - i == 1) {
+        unsigned v = (unsigned)raw[i] << 16;
+        out[o++] = alphabet[(v >> 18) & 63];
+        out[o++] = alphabet[(v >> 12) & 63];
+    } else if (len - i == 2) {
+        unsigned v = (unsigned)raw[i] << 16 | (unsigned)raw[i + 1] << 8;
+        out[o++] = alphabet[(v >> 18) & 63];
+        out[o++] = alphabet[(v >> 12) & 63];
+        out[o++] = alphabet[(v >> 6) & 63];
+    }
+    out[o] = '\0';
+    return o;
+}
+
+int token_new(char out[TOKEN_TEXT_LEN + 1])
+{
+    unsigned char raw[TOKEN_RANDOM_BYTES];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    token_encode(raw, sizeof raw, out);
+    return 0;
+}
+
+bool token_valid(const char *s, size_t len)
+{
+    if (len == 0 || len > TOKEN_MAX_LEN)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x21 || c > 0x7e || c == '"' || c == '\\')
+            return false;
+    }
+    return true;
+}
