@@ -118,7 +118,12 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
     if (op == RL_INSPECT || len == 0 || all_space(body, len))
         return 0;
 
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (root && !all_space(end, len - (size_t)(end - body))) {
+        cJSON_Delete(root);   /* trailing bytes after the value */
+        root = NULL;
+    }
     if (!root) {
         snprintf(msg, msglen, "the body is not valid JSON");
         return -1;

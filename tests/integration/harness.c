@@ -1,0 +1,387 @@
+/* harness.c - see harness.h. */
+#include "harness.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void die(const char *what)
+{
+    fprintf(stderr, "harness: %s: %s\n", what, strerror(errno));
+    abort();
+}
+
+uint64_t h_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000ULL;
+}
+
+int h_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        die("free port");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static pid_t spawn(char *const argv[], const char *log_path)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static bool redis_ping(int port)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", port, tv);
+    bool ok = false;
+    if (ctx && !ctx->err) {
+        redisSetTimeout(ctx, tv);
+        redisReply *r = redisCommand(ctx, "PING");
+        /* Up is up: a password-protected master answers NOAUTH. */
+        ok = r && (r->type == REDIS_REPLY_STATUS ||
+                   (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOAUTH", 6)));
+        if (r)
+            freeReplyObject(r);
+    }
+    if (ctx)
+        redisFree(ctx);
+    return ok;
+}
+
+static void master_spawn(h_cluster *c, int i)
+{
+    h_master *m = &c->m[i];
+    char port[16], log[300];
+    snprintf(port, sizeof port, "%d", m->port);
+    snprintf(log, sizeof log, "%s/redis.log", m->dir);
+    char *argv[40];
+    int a = 0;
+    argv[a++] = "redis-server";
+    argv[a++] = "--port";
+    argv[a++] = port;
+    argv[a++] = "--bind";
+    argv[a++] = "127.0.0.1";
+    argv[a++] = "--dir";
+    argv[a++] = m->dir;
+    argv[a++] = "--save";
+    argv[a++] = "";
+    argv[a++] = "--appendonly";
+    argv[a++] = "no";
+    char extra[512];
+    if (c->extra_redis) {
+        snprintf(extra, sizeof extra, "%s", c->extra_redis);
+        char *save = NULL;
+        for (char *t = strtok_r(extra, " ", &save); t && a < 38; t = strtok_r(NULL, " ", &save))
+            argv[a++] = t;
+    }
+    argv[a] = NULL;
+    m->pid = spawn(argv, log);
+    for (int tries = 0; tries < 200; tries++) {
+        if (redis_ping(m->port))
+            return;
+        usleep(10000);
+    }
+    fprintf(stderr, "harness: redis-server on %d did not start\n", m->port);
+    abort();
+}
+
+h_cluster *h_cluster_start(int n, const char *extra_redis)
+{
+    h_cluster *c = calloc(1, sizeof *c);
+    c->n = n;
+    c->extra_redis = extra_redis;
+    snprintf(c->dir, sizeof c->dir, "/tmp/redlockd-it-XXXXXX");
+    if (!mkdtemp(c->dir))
+        die("mkdtemp");
+    for (int i = 0; i < n; i++) {
+        c->m[i].port = h_free_port();
+        snprintf(c->m[i].dir, sizeof c->m[i].dir, "%s/m%d", c->dir, i);
+        mkdir(c->m[i].dir, 0755);
+        master_spawn(c, i);
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return c;
+}
+
+void h_daemon_start(h_cluster *c, ...)
+{
+    const char *bin = getenv("REDLOCKD_BIN");
+    if (!bin)
+        bin = "redlockd";
+    c->http_port = h_free_port();
+    snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", c->http_port);
+    snprintf(c->log, sizeof c->log, "%s/redlockd.log", c->dir);
+    char listen[64], masters[512] = "";
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", c->http_port);
+    size_t o = 0;
+    for (int i = 0; i < c->n; i++)
+        o += (size_t)snprintf(masters + o, sizeof masters - o, "%s127.0.0.1:%d", i ? "," : "",
+                              c->m[i].port);
+    char *argv[64];
+    int a = 0;
+    argv[a++] = (char *)bin;
+    argv[a++] = "--listen";
+    argv[a++] = listen;
+    argv[a++] = "--masters";
+    argv[a++] = masters;
+    argv[a++] = "--log-format";
+    argv[a++] = "text";
+    va_list ap;
+    va_start(ap, c);
+    const char *arg;
+    while ((arg = va_arg(ap, const char *)) && a < 62)
+        argv[a++] = (char *)arg;
+    va_end(ap);
+    argv[a] = NULL;
+    c->daemon = spawn(argv, c->log);
+    if (!h_wait_status(c, "/healthz", 200, 5000)) {
+        fprintf(stderr, "harness: redlockd did not start (log %s)\n", c->log);
+        abort();
+    }
+    /* Ready once a majority answered PING; with all masters up wait for all. */
+    h_wait_status(c, "/readyz", 200, 5000);
+    for (int tries = 0; tries < 300; tries++) {
+        h_resp r = h_http(c, "GET", "/readyz", NULL, NULL);
+        bool all = r.json && h_int(&r, "masters_up") == c->n;
+        h_resp_free(&r);
+        if (all)
+            break;
+        usleep(10000);
+    }
+}
+
+int h_daemon_stop(h_cluster *c)
+{
+    if (c->daemon <= 0)
+        return -1;
+    kill(c->daemon, SIGTERM);
+    int st = 0;
+    for (int i = 0; i < 1500; i++) {
+        pid_t r = waitpid(c->daemon, &st, WNOHANG);
+        if (r == c->daemon) {
+            c->daemon = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        usleep(10000);
+    }
+    kill(c->daemon, SIGKILL);
+    waitpid(c->daemon, &st, 0);
+    c->daemon = 0;
+    return -1;
+}
+
+void h_master_pause(h_cluster *c, int i) { kill(c->m[i].pid, SIGSTOP); }
+void h_master_resume(h_cluster *c, int i) { kill(c->m[i].pid, SIGCONT); }
+
+void h_master_kill(h_cluster *c, int i)
+{
+    if (c->m[i].pid <= 0)
+        return;
+    kill(c->m[i].pid, SIGKILL);
+    waitpid(c->m[i].pid, NULL, 0);
+    c->m[i].pid = 0;
+}
+
+void h_master_restart(h_cluster *c, int i)
+{
+    h_master_kill(c, i);
+    master_spawn(c, i);
+}
+
+void h_cluster_free(h_cluster *c)
+{
+    if (!c)
+        return;
+    if (c->daemon > 0) {
+        kill(c->daemon, SIGKILL);
+        waitpid(c->daemon, NULL, 0);
+    }
+    for (int i = 0; i < c->n; i++) {
+        if (c->m[i].pid > 0) {
+            kill(c->m[i].pid, SIGCONT);
+            h_master_kill(c, i);
+        }
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "harness: could not remove %s\n", c->dir);
+    free(c);
+}
+
+redisReply *h_redis(h_cluster *c, int i, const char *fmt, ...)
+{
+    struct timeval tv = {1, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", c->m[i].port, tv);
+    if (!ctx || ctx->err) {
+        if (ctx)
+            redisFree(ctx);
+        return NULL;
+    }
+    redisSetTimeout(ctx, tv);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+    redisFree(ctx);
+    return r;
+}
+
+struct sink {
+    char *buf;
+    size_t len;
+};
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct sink *s = arg;
+    size_t add = size * n;
+    s->buf = realloc(s->buf, s->len + add + 1);
+    memcpy(s->buf + s->len, p, add);
+    s->len += add;
+    s->buf[s->len] = '\0';
+    return add;
+}
+
+static void grab_header(const char *line, size_t len, const char *name, char *out, size_t outlen)
+{
+    size_t nl = strlen(name);
+    if (len > nl + 1 && !strncasecmp(line, name, nl) && line[nl] == ':') {
+        const char *v = line + nl + 1;
+        while (*v == ' ')
+            v++;
+        size_t vl = len - (size_t)(v - line);
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n'))
+            vl--;
+        if (vl >= outlen)
+            vl = outlen - 1;
+        memcpy(out, v, vl);
+        out[vl] = '\0';
+    }
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    h_resp *r = arg;
+    size_t len = size * n;
+    grab_header(p, len, "Retry-After", r->retry_after, sizeof r->retry_after);
+    grab_header(p, len, "Allow", r->allow, sizeof r->allow);
+    grab_header(p, len, "Content-Type", r->content_type, sizeof r->content_type);
+    return len;
+}
+
+h_resp h_http(h_cluster *c, const char *method, const char *path, const char *body, ...)
+{
+    h_resp r;
+    memset(&r, 0, sizeof r);
+    CURL *h = curl_easy_init();
+    char url[2048];
+    snprintf(url, sizeof url, "%s%s", c->base, path);
+    struct sink s = {NULL, 0};
+    struct curl_slist *hdrs = NULL;
+    va_list ap;
+    va_start(ap, body);
+    const char *line;
+    while ((line = va_arg(ap, const char *)))
+        hdrs = curl_slist_append(hdrs, line);
+    va_end(ap);
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 20000L);
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    uint64_t t0 = h_now_us();
+    CURLcode rc = curl_easy_perform(h);
+    r.seconds = (double)(h_now_us() - t0) / 1e6;
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    else
+        r.status = -1;
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    r.body = s.buf ? s.buf : strdup("");
+    r.json = cJSON_Parse(r.body);
+    return r;
+}
+
+void h_resp_free(h_resp *r)
+{
+    free(r->body);
+    cJSON_Delete(r->json);
+    r->body = NULL;
+    r->json = NULL;
+}
+
+const char *h_str(const h_resp *r, const char *field)
+{
+    const cJSON *v = r->json ? cJSON_GetObjectItemCaseSensitive(r->json, field) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+long long h_int(const h_resp *r, const char *field)
+{
+    const cJSON *v = r->json ? cJSON_GetObjectItemCaseSensitive(r->json, field) : NULL;
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -999999;
+}
+
+bool h_has(const h_resp *r, const char *field)
+{
+    return r->json && cJSON_GetObjectItemCaseSensitive(r->json, field) != NULL;
+}
+
+bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000ULL;
+    do {
+        h_resp r = h_http(c, "GET", path, NULL, NULL);
+        long got = r.status;
+        h_resp_free(&r);
+        if (got == want)
+            return true;
+        usleep(20000);
+    } while (h_now_us() < until);
+    return false;
+}

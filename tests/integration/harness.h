@@ -1,0 +1,78 @@
+/* harness.h - integration-test fixtures: real redis-server masters on free
+ * loopback ports, the real redlockd binary, and an HTTP client (libcurl).
+ *
+ * Every process started here dies with the test (PR_SET_PDEATHSIG) and is
+ * stopped by cluster_free; data lives in a fresh temporary folder.
+ */
+#ifndef RL_HARNESS_H
+#define RL_HARNESS_H
+
+#include <cjson/cJSON.h>
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define H_MAX_MASTERS 7
+
+typedef struct h_master {
+    int port;
+    pid_t pid;
+    char dir[320];
+} h_master;
+
+typedef struct h_cluster {
+    int n;
+    h_master m[H_MAX_MASTERS];
+    char dir[256];
+    pid_t daemon;
+    int http_port;
+    char base[64];            /* http://127.0.0.1:PORT */
+    char log[300];            /* the daemon's stderr */
+    const char *extra_redis;  /* extra redis-server arguments, space separated */
+} h_cluster;
+
+typedef struct h_resp {
+    long status;
+    char *body;
+    cJSON *json;              /* NULL if the body is not JSON */
+    char retry_after[32];
+    char allow[128];
+    char content_type[128];
+    double seconds;
+} h_resp;
+
+int h_free_port(void);
+uint64_t h_now_us(void);
+
+/* Starts n masters (no persistence unless extra_redis says so). */
+h_cluster *h_cluster_start(int n, const char *extra_redis);
+/* Starts redlockd against the cluster with extra flags (NULL-terminated) and
+ * waits until it is ready. */
+void h_daemon_start(h_cluster *c, ...) __attribute__((sentinel));
+/* Sends SIGTERM and returns the exit status (or -1). */
+int h_daemon_stop(h_cluster *c);
+void h_cluster_free(h_cluster *c);
+
+void h_master_pause(h_cluster *c, int i);    /* SIGSTOP */
+void h_master_resume(h_cluster *c, int i);   /* SIGCONT */
+void h_master_kill(h_cluster *c, int i);     /* SIGKILL and reap */
+void h_master_restart(h_cluster *c, int i);  /* start again on the same port */
+
+/* A command on master i; NULL on error. Free with freeReplyObject. */
+redisReply *h_redis(h_cluster *c, int i, const char *fmt, ...);
+
+/* HTTP to the daemon: method, path, body (NULL none), then header lines,
+ * NULL-terminated. */
+h_resp h_http(h_cluster *c, const char *method, const char *path, const char *body, ...)
+    __attribute__((sentinel));
+void h_resp_free(h_resp *r);
+
+const char *h_str(const h_resp *r, const char *field);
+long long h_int(const h_resp *r, const char *field);
+bool h_has(const h_resp *r, const char *field);
+
+/* Waits up to timeout_ms for GET path to answer want; returns true if it did. */
+bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms);
+
+#endif

@@ -1,0 +1,187 @@
+/* Integration: masters paused (SIGSTOP), killed and restarted empty. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static h_cluster *C;
+
+static void teardown(void) { h_cluster_free(C); }
+
+static void setup(void)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+}
+
+TestSuite(faults, .init = setup, .fini = teardown, .timeout = 90);
+
+static void release(const char *name, const h_resp *grant)
+{
+    char path[200], hdr[200];
+    snprintf(path, sizeof path, "/locks/%s", name);
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(grant, "token"));
+    h_resp r = h_http(C, "DELETE", path, NULL, hdr, NULL);
+    cr_assert_eq(r.status, 204, "release %s: %ld %s", name, r.status, r.body);
+    h_resp_free(&r);
+}
+
+Test(faults, two_of_five_paused_still_grant)
+{
+    h_master_pause(C, 0);
+    h_master_pause(C, 3);
+    for (int i = 0; i < 5; i++) {
+        h_resp a = h_http(C, "POST", "/locks/two-down", NULL, NULL);
+        cr_assert_eq(a.status, 201, "try %d: %s", i, a.body);
+        cr_assert_lt(a.seconds, 1.0);
+        cr_assert_gt(h_int(&a, "validity_ms"), 29000);
+        release("two-down", &a);
+        h_resp_free(&a);
+    }
+    h_master_resume(C, 0);
+    h_master_resume(C, 3);
+}
+
+Test(faults, three_of_five_paused_answer_503_fast_and_recover)
+{
+    h_resp held = h_http(C, "POST", "/locks/held-before", NULL, NULL);
+    cr_assert_eq(held.status, 201);
+    h_master_pause(C, 1);
+    h_master_pause(C, 2);
+    h_master_pause(C, 4);
+    for (int i = 0; i < 5; i++) {
+        h_resp a = h_http(C, "POST", "/locks/three-down", NULL, NULL);
+        cr_assert_eq(a.status, 503, "try %d: %ld %s", i, a.status, a.body);
+        cr_assert_str_eq(h_str(&a, "error"), "no_quorum");
+        cr_assert_leq(h_int(&a, "masters_ok"), 2);
+        cr_assert_eq(h_int(&a, "masters_total"), 5);
+        cr_assert_lt(a.seconds, 1.0, "took %.3f s", a.seconds);
+        h_resp_free(&a);
+    }
+    h_resp g = h_http(C, "GET", "/locks/held-before", NULL, NULL);
+    cr_assert_eq(g.status, 503);
+    h_resp_free(&g);
+    h_resp ext = h_http(C, "PATCH", "/locks/held-before", NULL, "Lock-Token: whatever", NULL);
+    cr_assert_eq(ext.status, 503);
+    h_resp_free(&ext);
+    cr_assert(h_wait_status(C, "/readyz", 503, 3000), "/readyz stays 200 with 3 of 5 paused");
+    h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
+    cr_assert_eq(h_int(&rz, "masters_up"), 2);
+    h_resp_free(&rz);
+
+    h_master_resume(C, 1);
+    h_master_resume(C, 2);
+    h_master_resume(C, 4);
+    cr_assert(h_wait_status(C, "/readyz", 200, 5000), "not ready again after SIGCONT");
+    uint64_t until = h_now_us() + 5000000;
+    long status = 0;
+    while (h_now_us() < until) {
+        h_resp a = h_http(C, "POST", "/locks/after-recovery", NULL, NULL);
+        status = a.status;
+        h_resp_free(&a);
+        if (status == 201)
+            break;
+        usleep(50000);
+    }
+    cr_assert_eq(status, 201, "no grant after recovery");
+    release("held-before", &held);
+    h_resp_free(&held);
+}
+
+Test(faults, killed_majority_answers_503)
+{
+    h_master_kill(C, 0);
+    h_master_kill(C, 1);
+    h_master_kill(C, 2);
+    h_resp a = h_http(C, "POST", "/locks/dead", NULL, NULL);
+    cr_assert_eq(a.status, 503);
+    cr_assert_lt(a.seconds, 1.0);
+    h_resp_free(&a);
+    h_resp r = h_http(C, "DELETE", "/locks/dead", NULL, "Lock-Token: abc", NULL);
+    cr_assert_eq(r.status, 503);
+    h_resp_free(&r);
+}
+
+Test(faults, master_restarted_empty_still_works)
+{
+    h_master_restart(C, 0);   /* no persistence: data and script cache gone */
+    uint64_t until = h_now_us() + 5000000;
+    bool all_up = false;
+    while (!all_up && h_now_us() < until) {
+        h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
+        all_up = h_int(&rz, "masters_up") == 5;
+        h_resp_free(&rz);
+        usleep(20000);
+    }
+    cr_assert(all_up, "the restarted master never came back");
+    h_resp a = h_http(C, "POST", "/locks/after-restart", NULL, NULL);
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    /* The restarted master took part: EVALSHA fell back to EVAL. */
+    redisReply *v = h_redis(C, 0, "GET lock:after-restart");
+    cr_assert_eq(v->type, REDIS_REPLY_STRING);
+    cr_assert_str_eq(v->str, h_str(&a, "token"));
+    freeReplyObject(v);
+    release("after-restart", &a);
+    h_resp_free(&a);
+
+    /* Script caches flushed everywhere while running. */
+    for (int i = 0; i < 5; i++)
+        freeReplyObject(h_redis(C, i, "SCRIPT FLUSH"));
+    a = h_http(C, "POST", "/locks/after-flush", NULL, NULL);
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    for (int i = 0; i < 5; i++) {
+        v = h_redis(C, i, "GET lock:after-flush");
+        cr_assert_eq(v->type, REDIS_REPLY_STRING, "master %d missed the grant", i);
+        freeReplyObject(v);
+    }
+    for (int i = 0; i < 5; i++)
+        freeReplyObject(h_redis(C, i, "SCRIPT FLUSH"));
+    char hdr[200];
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&a, "token"));
+    h_resp e = h_http(C, "PATCH", "/locks/after-flush", NULL, hdr, NULL);
+    cr_assert_eq(e.status, 200, "%s", e.body);
+    h_resp_free(&e);
+    release("after-flush", &a);
+    h_resp_free(&a);
+}
+
+Test(faults, paused_master_costs_at_most_its_timeout)
+{
+    h_master_pause(C, 2);
+    double worst = 0;
+    for (int i = 0; i < 10; i++) {
+        h_resp a = h_http(C, "POST", "/locks/slow-one", NULL, NULL);
+        cr_assert_eq(a.status, 201);
+        if (a.seconds > worst)
+            worst = a.seconds;
+        /* 50 ms deadline: validity lost at most that much plus drift */
+        cr_assert_gt(h_int(&a, "validity_ms"), 30000 - 302 - 50 - 30);
+        release("slow-one", &a);
+        h_resp_free(&a);
+    }
+    h_master_resume(C, 2);
+    cr_assert_lt(worst, 0.5, "worst acquire took %.3f s with one master paused", worst);
+}
+
+/* Masters with a password: AUTH on every connection. */
+TestSuite(faults_auth, .fini = teardown, .timeout = 60);
+
+Test(faults_auth, redis_password)
+{
+    C = h_cluster_start(3, "--requirepass hunter2");
+    h_daemon_start(C, "--redis-password", "hunter2", NULL);
+    h_resp a = h_http(C, "POST", "/locks/authd", NULL, NULL);
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    h_resp_free(&a);
+    cr_assert_eq(h_daemon_stop(C), 0);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "grep -q hunter2 %s", C->log);
+    cr_assert_neq(system(cmd), 0, "the Redis password appears in the log");
+
+    h_daemon_start(C, "--redis-password", "wrong", NULL);
+    a = h_http(C, "POST", "/locks/authd2", NULL, NULL);
+    cr_assert_eq(a.status, 503, "wrong password must not count as a vote: %s", a.body);
+    h_resp_free(&a);
+}

@@ -1,0 +1,302 @@
+/* Integration: protocol errors, auth, operations endpoints, prefix, flags. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static h_cluster *C;
+
+static void setup(void) { C = h_cluster_start(5, NULL); }
+static void teardown(void) { h_cluster_free(C); }
+
+TestSuite(protocol, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(protocol, paths_methods_and_bodies)
+{
+    h_daemon_start(C, "--max-body-bytes", "1024", NULL);
+    const char *notfound[] = {"/locks", "/locks/", "/nope", "/healthz/x", "/"};
+    for (size_t i = 0; i < sizeof notfound / sizeof notfound[0]; i++) {
+        h_resp r = h_http(C, "GET", notfound[i], NULL, NULL);
+        cr_assert_eq(r.status, 404, "%s -> %ld", notfound[i], r.status);
+        cr_assert_str_eq(h_str(&r, "error"), "not_found");
+        cr_assert_not_null(h_str(&r, "message"));
+        h_resp_free(&r);
+    }
+    h_resp r = h_http(C, "PUT", "/locks/x", NULL, NULL);
+    cr_assert_eq(r.status, 405);
+    cr_assert_str_eq(h_str(&r, "error"), "method_not_allowed");
+    cr_assert_str_eq(r.allow, "GET, POST, PATCH, DELETE");
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/healthz", NULL, NULL);
+    cr_assert_eq(r.status, 405);
+    cr_assert_str_eq(r.allow, "GET, HEAD");
+    h_resp_free(&r);
+
+    char big[2048];
+    memset(big, ' ', sizeof big - 1);
+    big[0] = '{';
+    big[sizeof big - 2] = '}';
+    big[sizeof big - 1] = '\0';
+    r = h_http(C, "POST", "/locks/big", big, NULL);
+    cr_assert_eq(r.status, 413);
+    cr_assert_str_eq(h_str(&r, "error"), "too_large");
+    h_resp_free(&r);
+    /* chunked upload without Content-Length is cut off as well */
+    r = h_http(C, "POST", "/locks/big", big, "Transfer-Encoding: chunked", NULL);
+    cr_assert_eq(r.status, 413);
+    h_resp_free(&r);
+
+    r = h_http(C, "POST", "/locks/j", "{\"ttl_ms\":", NULL);
+    cr_assert_eq(r.status, 400);
+    cr_assert_str_eq(h_str(&r, "error"), "bad_request");
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/j", "{\"wait_ms\":\"10\"}", NULL);
+    cr_assert_eq(r.status, 400);
+    cr_assert(strstr(h_str(&r, "message"), "wait_ms"));
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/j", "{\"ttl_ms\":3600001}", NULL);
+    cr_assert_eq(r.status, 400);
+    cr_assert(strstr(h_str(&r, "message"), "ttl_ms"));
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/j", "{\"ttl_ms\":1000,\"unknown\":{\"a\":1}}", NULL);
+    cr_assert_eq(r.status, 201, "unknown fields are ignored: %s", r.body);
+    h_resp_free(&r);
+
+    /* nothing of the refused requests reached the masters */
+    redisReply *k = h_redis(C, 0, "KEYS lock:big*");
+    cr_assert_eq(k->elements, 0);
+    freeReplyObject(k);
+}
+
+Test(protocol, names_are_checked_after_decoding)
+{
+    h_daemon_start(C, NULL);
+    char longname[260] = "/locks/";
+    memset(longname + 7, 'a', 201);
+    longname[208] = '\0';
+    const char *bad[] = {"/locks/a%2Fb", "/locks/a/b", "/locks/a%20b", "/locks/a%00b",
+                         "/locks/%C3%A9", "/locks/a%0Ab", "/locks/a*b", longname};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h_resp r = h_http(C, "POST", bad[i], NULL, NULL);
+        cr_assert_eq(r.status, 400, "%s -> %ld %s", bad[i], r.status, r.body);
+        cr_assert_str_eq(h_str(&r, "error"), "bad_name");
+        h_resp_free(&r);
+    }
+    redisReply *k = h_redis(C, 0, "DBSIZE");
+    cr_assert_eq(k->integer, 0, "a bad name wrote something");
+    freeReplyObject(k);
+    h_resp r = h_http(C, "POST", "/locks/%41b", NULL, NULL);
+    cr_assert_eq(r.status, 201);
+    cr_assert_str_eq(h_str(&r, "name"), "Ab", "%41 is A");
+    h_resp_free(&r);
+    longname[207] = '\0';   /* exactly 200 */
+    r = h_http(C, "POST", longname, NULL, NULL);
+    cr_assert_eq(r.status, 201);
+    h_resp_free(&r);
+}
+
+Test(protocol, key_prefix_default_and_empty)
+{
+    h_daemon_start(C, NULL);
+    h_resp r = h_http(C, "POST", "/locks/res.1", NULL, NULL);
+    cr_assert_eq(r.status, 201);
+    redisReply *v = h_redis(C, 2, "GET lock:res.1");
+    cr_assert_eq(v->type, REDIS_REPLY_STRING);
+    cr_assert_str_eq(v->str, h_str(&r, "token"));
+    freeReplyObject(v);
+    h_resp_free(&r);
+    cr_assert_eq(h_daemon_stop(C), 0);
+
+    h_daemon_start(C, "--key-prefix", "", NULL);
+    r = h_http(C, "POST", "/locks/res.2", NULL, NULL);
+    cr_assert_eq(r.status, 201);
+    for (int i = 0; i < 5; i++) {
+        v = h_redis(C, i, "GET res.2");
+        cr_assert_eq(v->type, REDIS_REPLY_STRING, "the bare name is the key");
+        cr_assert_str_eq(v->str, h_str(&r, "token"));
+        freeReplyObject(v);
+    }
+    h_resp_free(&r);
+    /* A lock set by another Redlock client on the bare name excludes us. */
+    for (int i = 0; i < 5; i++)
+        freeReplyObject(h_redis(C, i, "SET other-client theirs PX 10000"));
+    r = h_http(C, "POST", "/locks/other-client", NULL, NULL);
+    cr_assert_eq(r.status, 409);
+    h_resp_free(&r);
+}
+
+Test(protocol, auth_on)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/token", C->dir);
+    FILE *f = fopen(path, "w");
+    fputs("s3cret\n", f);
+    fclose(f);
+    h_daemon_start(C, "--auth-token-file", path, NULL);
+    h_resp r = h_http(C, "POST", "/locks/a", NULL, NULL);
+    cr_assert_eq(r.status, 401);
+    cr_assert_str_eq(h_str(&r, "error"), "unauthorized");
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/a", NULL, "Authorization: Bearer wrong", NULL);
+    cr_assert_eq(r.status, 401);
+    h_resp_free(&r);
+    r = h_http(C, "GET", "/locks/a", NULL, "Authorization: Basic s3cret", NULL);
+    cr_assert_eq(r.status, 401);
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/a", NULL, "Authorization: Bearer s3cret", NULL);
+    cr_assert_eq(r.status, 201);
+    h_resp_free(&r);
+    const char *open_paths[] = {"/healthz", "/readyz", "/metrics"};
+    for (int i = 0; i < 3; i++) {
+        r = h_http(C, "GET", open_paths[i], NULL, NULL);
+        cr_assert_eq(r.status, 200, "%s", open_paths[i]);
+        h_resp_free(&r);
+    }
+    /* the secret never reaches the log */
+    cr_assert_eq(h_daemon_stop(C), 0);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "grep -q s3cret %s", C->log);
+    cr_assert_neq(system(cmd), 0, "the auth token appears in the log");
+}
+
+Test(protocol, auth_off_by_default)
+{
+    h_daemon_start(C, NULL);
+    h_resp r = h_http(C, "POST", "/locks/a", NULL, NULL);
+    cr_assert_eq(r.status, 201);
+    h_resp_free(&r);
+}
+
+static long long metric(const char *text, const char *line_prefix)
+{
+    const char *p = strstr(text, line_prefix);
+    return p ? atoll(p + strlen(line_prefix)) : -1;
+}
+
+Test(protocol, health_ready_and_metrics_move)
+{
+    h_daemon_start(C, NULL);
+    h_resp r = h_http(C, "GET", "/healthz", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cr_assert_str_eq(h_str(&r, "status"), "ok");
+    h_resp_free(&r);
+    r = h_http(C, "HEAD", "/healthz", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    h_resp_free(&r);
+    r = h_http(C, "GET", "/readyz", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cJSON *masters = cJSON_GetObjectItem(r.json, "masters");
+    cr_assert_eq(cJSON_GetArraySize(masters), 5);
+    cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetArrayItem(masters, 0), "addr"));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(masters, 0), "up")));
+    h_resp_free(&r);
+
+    h_resp m0 = h_http(C, "GET", "/metrics", NULL, NULL);
+    cr_assert_eq(m0.status, 200);
+    cr_assert(strstr(m0.content_type, "text/plain"));
+    long long grants0 = metric(m0.body, "\nredlockd_grants_total ");
+    cr_assert_eq(grants0, 0);
+    h_resp a = h_http(C, "POST", "/locks/m", NULL, NULL);
+    h_resp b = h_http(C, "POST", "/locks/m", NULL, NULL);
+    h_resp m1 = h_http(C, "GET", "/metrics", NULL, NULL);
+    cr_assert_eq(metric(m1.body, "\nredlockd_grants_total "), 1);
+    cr_assert_eq(metric(m1.body, "\nredlockd_conflicts_total "), 1);
+    cr_assert_eq(metric(m1.body, "redlockd_http_requests_total{route=\"acquire\",status=\"201\"} "), 1);
+    cr_assert_eq(metric(m1.body, "redlockd_http_requests_total{route=\"acquire\",status=\"409\"} "), 1);
+    cr_assert_eq(metric(m1.body, "redlockd_request_duration_seconds_count{operation=\"acquire\"} "), 2);
+    cr_assert(strstr(m1.body, "redlockd_master_up{master=\"127.0.0.1:"));
+    cr_assert_null(strstr(m1.body, h_str(&a, "token")), "metrics must not carry tokens");
+    cr_assert_null(strstr(m1.body, "\"m\""), "metrics must not carry lock names");
+    h_resp_free(&m0);
+    h_resp_free(&m1);
+    h_resp_free(&a);
+    h_resp_free(&b);
+}
+
+struct waiter {
+    h_cluster *c;
+    long status;
+    uint64_t done_us;
+};
+
+static void *wait_for_held(void *arg)
+{
+    struct waiter *w = arg;
+    h_resp r = h_http(w->c, "POST", "/locks/hot", "{\"wait_ms\":3000}", NULL);
+    w->status = r.status;
+    w->done_us = h_now_us();
+    h_resp_free(&r);
+    return NULL;
+}
+
+Test(protocol, fifty_waiters_do_not_hold_workers, .timeout = 60)
+{
+    h_daemon_start(C, "--threads", "2", NULL);
+    h_resp a = h_http(C, "POST", "/locks/hot", "{\"ttl_ms\":20000}", NULL);
+    cr_assert_eq(a.status, 201);
+    h_resp_free(&a);
+    pthread_t t[50];
+    struct waiter w[50];
+    for (int i = 0; i < 50; i++) {
+        w[i].c = C;
+        pthread_create(&t[i], NULL, wait_for_held, &w[i]);
+    }
+    usleep(300000);   /* all 50 are waiting now */
+    /* Other names are served at once although 50 requests wait on 2 workers. */
+    uint64_t others_done = 0;
+    for (int i = 0; i < 20; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/locks/other-%d", i);
+        h_resp r = h_http(C, "POST", path, NULL, NULL);
+        cr_assert_eq(r.status, 201);
+        h_resp_free(&r);
+    }
+    others_done = h_now_us();
+    for (int i = 0; i < 50; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(w[i].status, 409, "the holder kept the lock for 20 s");
+        cr_assert_gt(w[i].done_us, others_done,
+                     "waiter %d answered before the 20 other acquires finished", i);
+    }
+}
+
+Test(protocol, sigterm_exits_zero)
+{
+    h_daemon_start(C, NULL);
+    h_resp a = h_http(C, "POST", "/locks/x", NULL, NULL);
+    cr_assert_eq(a.status, 201);
+    h_resp_free(&a);
+    cr_assert_eq(h_daemon_stop(C), 0);
+}
+
+static int run_cmd(const char *args, char *out, size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", getenv("REDLOCKD_BIN"), args);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WEXITSTATUS(st);
+}
+
+Test(protocol, bad_flags_exit_2_with_one_line)
+{
+    char out[8192];
+    const char *bad[] = {"--nope", "--listen nowhere", "--masters ''", "--default-ttl-ms -1",
+                         "--drift-factor x", "--log-level shout"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(run_cmd(bad[i], out, sizeof out), 2, "%s", bad[i]);
+        char *nl = strchr(out, '\n');
+        cr_assert(nl && nl[1] == '\0', "more than one line for %s: %s", bad[i], out);
+    }
+    cr_assert_eq(run_cmd("--help", out, sizeof out), 0);
+    cr_assert(strstr(out, "--master-timeout-ms") && strstr(out, "REDLOCKD_KEY_PREFIX"));
+    cr_assert_eq(run_cmd("--version", out, sizeof out), 0);
+    cr_assert(strstr(out, "redlockd "));
+}

@@ -1,0 +1,286 @@
+/* Unit tests of the HTTP contract's pure parts: names, routes, bodies,
+ * tokens, the error table and answer bodies. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "api.h"
+
+static const api_limits lim = {30000, 3600000, 60000};
+
+Test(name, accepts_the_allowed_alphabet)
+{
+    cr_assert(api_name_valid("orders", 6));
+    cr_assert(api_name_valid("A-z_0.9:x", 9));
+    char longest[RL_NAME_MAX];
+    memset(longest, 'a', sizeof longest);
+    cr_assert(api_name_valid(longest, sizeof longest));
+}
+
+Test(name, refuses_everything_else)
+{
+    char too_long[RL_NAME_MAX + 1];
+    memset(too_long, 'a', sizeof too_long);
+    cr_assert_not(api_name_valid(too_long, sizeof too_long));
+    cr_assert_not(api_name_valid("", 0));
+    const char *bad[] = {"a/b", "a b", "a%2Fb", "caf\xc3\xa9", "a\tb", "a\x7f", "a#b", "a?b",
+                         "a+b", "a*b", "ä"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_not(api_name_valid(bad[i], strlen(bad[i])), "accepted %s", bad[i]);
+    cr_assert_not(api_name_valid("a\0b", 3));
+}
+
+Test(route, maps_paths)
+{
+    const char *name;
+    cr_assert_eq(api_route_of("/locks/orders", &name), ROUTE_LOCK);
+    cr_assert_str_eq(name, "orders");
+    cr_assert_eq(api_route_of("/locks/a/b", &name), ROUTE_LOCK);
+    cr_assert_str_eq(name, "a/b");   /* refused later as bad_name */
+    cr_assert_eq(api_route_of("/locks", &name), ROUTE_NOT_FOUND);
+    cr_assert_eq(api_route_of("/locks/", &name), ROUTE_NOT_FOUND);
+    cr_assert_eq(api_route_of("/lock/x", &name), ROUTE_NOT_FOUND);
+    cr_assert_eq(api_route_of("/healthz", &name), ROUTE_HEALTHZ);
+    cr_assert_eq(api_route_of("/readyz", &name), ROUTE_READYZ);
+    cr_assert_eq(api_route_of("/metrics", &name), ROUTE_METRICS);
+    cr_assert_eq(api_route_of("/healthz/", &name), ROUTE_NOT_FOUND);
+}
+
+Test(route, methods)
+{
+    cr_assert(api_method_allowed(ROUTE_LOCK, "PATCH"));
+    cr_assert_not(api_method_allowed(ROUTE_LOCK, "PUT"));
+    cr_assert_not(api_method_allowed(ROUTE_HEALTHZ, "POST"));
+    cr_assert_str_eq(api_allowed_methods(ROUTE_LOCK), "GET, POST, PATCH, DELETE");
+    cr_assert_eq(api_op_of("POST"), RL_ACQUIRE);
+    cr_assert_eq(api_op_of("PATCH"), RL_EXTEND);
+    cr_assert_eq(api_op_of("DELETE"), RL_RELEASE);
+    cr_assert_eq(api_op_of("GET"), RL_INSPECT);
+}
+
+static int parse(enum rl_op op, const char *body, rl_request *req, char *msg)
+{
+    bool tb;
+    enum api_err err;
+    memset(req, 0, sizeof *req);
+    return api_parse_body(op, body, strlen(body), &lim, req, &tb, &err, msg, 160);
+}
+
+Test(body, empty_means_defaults)
+{
+    rl_request req;
+    char msg[160];
+    cr_assert_eq(parse(RL_ACQUIRE, "", &req, msg), 0);
+    cr_assert_eq(req.ttl_ms, 30000);
+    cr_assert_eq(req.wait_ms, 0);
+    cr_assert_eq(parse(RL_ACQUIRE, " \n\t", &req, msg), 0);
+    cr_assert_eq(parse(RL_ACQUIRE, "{}", &req, msg), 0);
+    cr_assert_eq(req.ttl_ms, 30000);
+}
+
+Test(body, reads_fields_and_ignores_unknown)
+{
+    rl_request req;
+    char msg[160];
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"ttl_ms\":5000,\"wait_ms\":250,\"x\":[1]}", &req, msg), 0);
+    cr_assert_eq(req.ttl_ms, 5000);
+    cr_assert_eq(req.wait_ms, 250);
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"ttl_ms\":3600000,\"wait_ms\":60000}", &req, msg), 0);
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"ttl_ms\":1,\"wait_ms\":0}", &req, msg), 0);
+}
+
+Test(body, refuses_bad_input_naming_the_field)
+{
+    struct {
+        enum rl_op op;
+        const char *body;
+        const char *field;
+    } cases[] = {
+        {RL_ACQUIRE, "{", "JSON"},
+        {RL_ACQUIRE, "{\"ttl_ms\":}", "JSON"},
+        {RL_ACQUIRE, "[1]", "object"},
+        {RL_ACQUIRE, "\"x\"", "object"},
+        {RL_ACQUIRE, "null", "object"},
+        {RL_ACQUIRE, "{\"ttl_ms\":\"5000\"}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":1.5}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":0}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":-1}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":3600001}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":1e300}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":true}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"ttl_ms\":null}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"wait_ms\":-5}", "wait_ms"},
+        {RL_ACQUIRE, "{\"wait_ms\":60001}", "wait_ms"},
+        {RL_ACQUIRE, "{\"wait_ms\":\"10\"}", "wait_ms"},
+        {RL_EXTEND, "{\"ttl_ms\":99999999}", "ttl_ms"},
+        {RL_EXTEND, "{\"token\":5}", "token"},
+        {RL_RELEASE, "{\"token\":[\"a\"]}", "token"},
+        {RL_ACQUIRE, "{\"ttl_ms\":1000} trailing", "JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rl_request req;
+        char msg[160] = "";
+        cr_assert_eq(parse(cases[i].op, cases[i].body, &req, msg), -1, "accepted %s",
+                     cases[i].body);
+        cr_assert(strstr(msg, cases[i].field), "message \"%s\" for %s does not name %s", msg,
+                  cases[i].body, cases[i].field);
+    }
+}
+
+Test(body, extend_ttl_defaults)
+{
+    rl_request req;
+    char msg[160];
+    cr_assert_eq(parse(RL_EXTEND, "{\"token\":\"abc\"}", &req, msg), 0);
+    cr_assert_eq(req.ttl_ms, 30000);
+    cr_assert_str_eq(req.token, "abc");
+}
+
+Test(token, header_wins_over_query_over_body)
+{
+    rl_request req = {0};
+    char msg[160];
+    strcpy(req.token, "body");
+    cr_assert_eq(api_pick_token("hdr", "query", true, &req, msg, sizeof msg), 0);
+    cr_assert_str_eq(req.token, "hdr");
+    strcpy(req.token, "body");
+    cr_assert_eq(api_pick_token(NULL, "query", true, &req, msg, sizeof msg), 0);
+    cr_assert_str_eq(req.token, "query");
+    strcpy(req.token, "body");
+    cr_assert_eq(api_pick_token(NULL, NULL, true, &req, msg, sizeof msg), 0);
+    cr_assert_str_eq(req.token, "body");
+}
+
+Test(token, missing_or_malformed_is_refused)
+{
+    rl_request req = {0};
+    char msg[160];
+    cr_assert_eq(api_pick_token(NULL, NULL, false, &req, msg, sizeof msg), -1);
+    cr_assert(strstr(msg, "token"));
+    cr_assert_eq(api_pick_token("has space", NULL, false, &req, msg, sizeof msg), -1);
+    cr_assert_eq(api_pick_token("", NULL, false, &req, msg, sizeof msg), -1);
+    cr_assert_eq(api_pick_token(NULL, "quo\"te", false, &req, msg, sizeof msg), -1);
+}
+
+Test(errors, table_maps_outcomes_to_statuses)
+{
+    struct {
+        enum rl_outcome o;
+        int status;
+        const char *code;
+    } rows[] = {
+        {RL_LOCKED, 409, "locked"},
+        {RL_NOT_HELD, 409, "not_held"},
+        {RL_NO_QUORUM, 503, "no_quorum"},
+        {RL_INTERNAL, 500, "internal"},
+        {RL_SHUTTING_DOWN, 503, "shutting_down"},
+    };
+    cr_assert_eq(api_err_of_outcome(RL_OK), -1);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int e = api_err_of_outcome(rows[i].o);
+        cr_assert_eq(api_errors[e].status, rows[i].status);
+        cr_assert_str_eq(api_errors[e].code, rows[i].code);
+    }
+    cr_assert_eq(api_errors[API_E_BAD_NAME].status, 400);
+    cr_assert_str_eq(api_errors[API_E_BAD_NAME].code, "bad_name");
+    cr_assert_eq(api_errors[API_E_TOO_LARGE].status, 413);
+    cr_assert_eq(api_errors[API_E_METHOD].status, 405);
+    cr_assert_eq(api_errors[API_E_UNAUTHORIZED].status, 401);
+    cr_assert_eq(api_errors[API_E_NOT_FOUND].status, 404);
+    for (int i = 0; i < API_E_COUNT; i++)
+        cr_assert_not_null(api_errors[i].code, "error %d has no row", i);
+}
+
+static cJSON *answer(rl_request *req, rl_result *res, int *status, long long *ra)
+{
+    char *s = api_result_json(req, res, status, ra);
+    if (!s)
+        return NULL;
+    cJSON *j = cJSON_Parse(s);
+    cr_assert_not_null(j, "not JSON: %s", s);
+    free(s);
+    return j;
+}
+
+Test(answers, grant_carries_exact_53_bit_fence)
+{
+    rl_request req = {.op = RL_ACQUIRE};
+    strcpy(req.name, "orders");
+    rl_result res = {.outcome = RL_OK, .validity_ms = 29690, .ttl_ms = 30000,
+                     .fence = 9007199254740991LL};
+    strcpy(res.token, "tok");
+    int status;
+    long long ra;
+    char *s = api_result_json(&req, &res, &status, &ra);
+    cr_assert_eq(status, 201);
+    cr_assert(strstr(s, "\"fence\":9007199254740991"), "%s", s);
+    cr_assert(strstr(s, "\"validity_ms\":29690"), "%s", s);
+    cr_assert(strstr(s, "\"name\":\"orders\""), "%s", s);
+    free(s);
+    req.op = RL_EXTEND;
+    s = api_result_json(&req, &res, &status, &ra);
+    cr_assert_eq(status, 200);
+    free(s);
+}
+
+Test(answers, locked_has_retry_after_rounded_up)
+{
+    rl_request req = {.op = RL_ACQUIRE};
+    rl_result res = {.outcome = RL_LOCKED, .retry_after_ms = 1001};
+    int status;
+    long long ra;
+    cJSON *j = answer(&req, &res, &status, &ra);
+    cr_assert_eq(status, 409);
+    cr_assert_eq(ra, 2);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "error")->valuestring, "locked");
+    cr_assert_eq(cJSON_GetObjectItem(j, "retry_after_ms")->valuedouble, 1001);
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(j, "message")));
+    cJSON_Delete(j);
+    res.retry_after_ms = 0;
+    j = answer(&req, &res, &status, &ra);
+    cr_assert_eq(ra, 1, "Retry-After is at least 1");
+    cJSON_Delete(j);
+}
+
+Test(answers, not_held_reasons_and_no_quorum_counts)
+{
+    rl_request req = {.op = RL_RELEASE};
+    rl_result res = {.outcome = RL_NOT_HELD, .reason = RL_REASON_HELD_BY_OTHER};
+    int status;
+    long long ra;
+    cJSON *j = answer(&req, &res, &status, &ra);
+    cr_assert_eq(status, 409);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "reason")->valuestring, "held_by_other");
+    cJSON_Delete(j);
+    res.reason = RL_REASON_EXPIRED;
+    j = answer(&req, &res, &status, &ra);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "reason")->valuestring, "expired");
+    cJSON_Delete(j);
+    res = (rl_result){.outcome = RL_NO_QUORUM, .masters_ok = 2, .masters_total = 5};
+    j = answer(&req, &res, &status, &ra);
+    cr_assert_eq(status, 503);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "error")->valuestring, "no_quorum");
+    cr_assert_eq(cJSON_GetObjectItem(j, "masters_ok")->valueint, 2);
+    cr_assert_eq(cJSON_GetObjectItem(j, "masters_total")->valueint, 5);
+    cJSON_Delete(j);
+}
+
+Test(answers, release_is_204_without_body_and_inspect_hides_token)
+{
+    rl_request req = {.op = RL_RELEASE};
+    rl_result res = {.outcome = RL_OK};
+    strcpy(res.token, "secret-token");
+    int status;
+    long long ra;
+    cr_assert_null(api_result_json(&req, &res, &status, &ra));
+    cr_assert_eq(status, 204);
+    req.op = RL_INSPECT;
+    strcpy(req.name, "n");
+    res.held = true;
+    res.validity_ms = 10;
+    char *s = api_result_json(&req, &res, &status, &ra);
+    cr_assert_eq(status, 200);
+    cr_assert_null(strstr(s, "secret-token"));
+    cr_assert(strstr(s, "\"held\":true"));
+    free(s);
+}

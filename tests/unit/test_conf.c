@@ -1,0 +1,175 @@
+/* Unit tests of configuration: defaults, flags, environment, errors. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf.h"
+
+static const char *env_keys[8];
+static const char *env_vals[8];
+static int env_n;
+
+static const char *fake_env(const char *name)
+{
+    for (int i = 0; i < env_n; i++)
+        if (!strcmp(env_keys[i], name))
+            return env_vals[i];
+    return NULL;
+}
+
+static void setenv_fake(const char *k, const char *v)
+{
+    env_keys[env_n] = k;
+    env_vals[env_n++] = v;
+}
+
+static enum conf_result run(conf *c, char *err, int argc, char **argv)
+{
+    return conf_parse(c, argc, argv, fake_env, err, 256);
+}
+
+Test(conf, defaults)
+{
+    conf c;
+    char err[256];
+    char *argv[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
+    cr_assert_str_eq(c.listen.host, "127.0.0.1");
+    cr_assert_eq(c.listen.port, 8080);
+    cr_assert_eq(c.nmasters, 5);
+    cr_assert_eq(c.masters[4].port, 6385);
+    cr_assert_str_eq(c.key_prefix, "lock:");
+    cr_assert_eq(c.default_ttl_ms, 30000);
+    cr_assert_eq(c.max_ttl_ms, 3600000);
+    cr_assert_eq(c.max_wait_ms, 60000);
+    cr_assert_eq(c.master_timeout_ms, 50);
+    cr_assert_float_eq(c.drift_factor, 0.01, 1e-12);
+    cr_assert_eq(c.max_body_bytes, 16384);
+    cr_assert_null(c.auth_token);
+    cr_assert_null(c.redis_password);
+    conf_free(&c);
+}
+
+Test(conf, flags_both_forms_and_env_with_flag_winning)
+{
+    conf c;
+    char err[256];
+    env_n = 0;
+    setenv_fake("REDLOCKD_KEY_PREFIX", "env:");
+    setenv_fake("REDLOCKD_MASTER_TIMEOUT_MS", "80");
+    setenv_fake("REDLOCKD_LISTEN", "0.0.0.0:9000");
+    char *argv[] = {"redlockd", "--key-prefix=", "--masters", "10.0.0.1:7000,[::1]:7001,h:1",
+                    "--drift-factor", "0.02"};
+    cr_assert_eq(run(&c, err, 6, argv), CONF_OK, "%s", err);
+    cr_assert_str_eq(c.key_prefix, "", "flag (empty) wins over env");
+    cr_assert_eq(c.master_timeout_ms, 80, "env applies where no flag");
+    cr_assert_eq(c.listen.port, 9000);
+    cr_assert_eq(c.nmasters, 3);
+    cr_assert_str_eq(c.masters[1].host, "::1");
+    cr_assert_eq(c.masters[1].port, 7001);
+    cr_assert_float_eq(c.drift_factor, 0.02, 1e-12);
+    conf_free(&c);
+    env_n = 0;
+}
+
+Test(conf, bad_values_are_one_line_naming_the_flag)
+{
+    const char *cases[][2] = {
+        {"--listen", "nope"},
+        {"--listen", "1.2.3.4:99999"},
+        {"--masters", ""},
+        {"--masters", "a:1,b"},
+        {"--default-ttl-ms", "abc"},
+        {"--default-ttl-ms", "0"},
+        {"--max-wait-ms", "-1"},
+        {"--drift-factor", "2"},
+        {"--threads", "0"},
+        {"--log-level", "loud"},
+        {"--log-format", "xml"},
+        {"--auth-token-file", "/nonexistent/token"},
+        {"--max-body-bytes", "12x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conf c;
+        char err[256] = "";
+        char *argv[] = {"redlockd", (char *)cases[i][0], (char *)cases[i][1]};
+        cr_assert_eq(run(&c, err, 3, argv), CONF_ERROR, "accepted %s %s", cases[i][0], cases[i][1]);
+        cr_assert(strstr(err, cases[i][0]), "\"%s\" does not name %s", err, cases[i][0]);
+        cr_assert_null(strchr(err, '\n'));
+        conf_free(&c);
+    }
+}
+
+Test(conf, unknown_missing_and_cross_checks)
+{
+    conf c;
+    char err[256];
+    char *a1[] = {"redlockd", "--nope"};
+    cr_assert_eq(run(&c, err, 2, a1), CONF_ERROR);
+    cr_assert(strstr(err, "--nope"));
+    conf_free(&c);
+    char *a2[] = {"redlockd", "--listen"};
+    cr_assert_eq(run(&c, err, 2, a2), CONF_ERROR);
+    cr_assert(strstr(err, "needs a value"));
+    conf_free(&c);
+    char *a3[] = {"redlockd", "--default-ttl-ms", "5000", "--max-ttl-ms", "1000"};
+    cr_assert_eq(run(&c, err, 5, a3), CONF_ERROR);
+    cr_assert(strstr(err, "--max-ttl-ms"));
+    conf_free(&c);
+    char *a4[] = {"redlockd", "stray"};
+    cr_assert_eq(run(&c, err, 2, a4), CONF_ERROR);
+    conf_free(&c);
+    env_n = 0;
+    setenv_fake("REDLOCKD_DEFAULT_TTL_MS", "x");
+    char *a5[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, a5), CONF_ERROR);
+    cr_assert(strstr(err, "REDLOCKD_DEFAULT_TTL_MS"), "%s", err);
+    conf_free(&c);
+    env_n = 0;
+}
+
+Test(conf, help_and_version)
+{
+    conf c;
+    char err[256];
+    char *a1[] = {"redlockd", "--help"};
+    cr_assert_eq(run(&c, err, 2, a1), CONF_HELP);
+    conf_free(&c);
+    char *a2[] = {"redlockd", "--version"};
+    cr_assert_eq(run(&c, err, 2, a2), CONF_VERSION);
+    conf_free(&c);
+}
+
+Test(conf, auth_token_file_is_trimmed)
+{
+    char path[] = "/tmp/redlockd-test-tokenXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "  s3cret-token\n", 15), 15);
+    close(fd);
+    conf c;
+    char err[256];
+    char *argv[] = {"redlockd", "--auth-token-file", path};
+    cr_assert_eq(run(&c, err, 3, argv), CONF_OK, "%s", err);
+    cr_assert_str_eq(c.auth_token, "s3cret-token");
+    conf_free(&c);
+    unlink(path);
+}
+
+Test(conf, usage_lists_every_flag_and_variable)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    conf_usage(f);
+    fclose(f);
+    const char *flags[] = {"--listen", "--masters", "--key-prefix", "--default-ttl-ms",
+                           "--max-ttl-ms", "--max-wait-ms", "--master-timeout-ms",
+                           "--drift-factor", "--retry-delay-ms", "--threads", "--max-body-bytes",
+                           "--auth-token-file", "--redis-password", "--log-level", "--log-format",
+                           "--help", "--version", "REDLOCKD_MASTER_TIMEOUT_MS"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        cr_assert(strstr(buf, flags[i]), "help lacks %s", flags[i]);
+    free(buf);
+}

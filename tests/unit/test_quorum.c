@@ -1,0 +1,173 @@
+/* Unit tests of the Redlock arithmetic: majorities, validity, drift, the
+ * fence rule, retry timing. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "quorum.h"
+
+Test(quorum, majorities)
+{
+    cr_assert_eq(quorum_of(1), 1);
+    cr_assert_eq(quorum_of(3), 2);
+    cr_assert_eq(quorum_of(4), 3);
+    cr_assert_eq(quorum_of(5), 3);
+    cr_assert_eq(quorum_of(7), 4);
+}
+
+Test(quorum, decisions)
+{
+    cr_assert_eq(quorum_decide(5, 3, 3), QUORUM_GRANTED);
+    cr_assert_eq(quorum_decide(5, 5, 5), QUORUM_GRANTED);
+    cr_assert_eq(quorum_decide(5, 2, 5), QUORUM_REFUSED, "split vote: a majority answered");
+    cr_assert_eq(quorum_decide(5, 0, 3), QUORUM_REFUSED);
+    cr_assert_eq(quorum_decide(5, 2, 2), QUORUM_NO_QUORUM, "3 masters silent");
+    cr_assert_eq(quorum_decide(5, 0, 0), QUORUM_NO_QUORUM);
+    cr_assert_eq(quorum_decide(4, 2, 4), QUORUM_REFUSED, "2 of 4 is no majority");
+}
+
+Test(validity, ttl_minus_elapsed_minus_drift)
+{
+    /* 30000 - 5 ms - (300 + 2) */
+    cr_assert_eq(quorum_validity_ms(30000, 5000, 0.01), 29693);
+    cr_assert_eq(quorum_validity_ms(30000, 0, 0.01), 29698);
+    /* rounds down: 1000 - 0.5 - 12 = 987.5 */
+    cr_assert_eq(quorum_validity_ms(1000, 500, 0.01), 987);
+    cr_assert_eq(quorum_validity_ms(1000, 0, 0.0), 998);
+    cr_assert_float_eq(quorum_drift_ms(30000, 0.01), 302.0, 1e-9);
+}
+
+Test(validity, exhausted_is_not_positive)
+{
+    cr_assert_leq(quorum_validity_ms(100, 98000, 0.01), 0);
+    cr_assert_leq(quorum_validity_ms(2, 0, 0.01), 0, "ttl 2 leaves nothing after the 2 ms");
+    cr_assert_eq(quorum_validity_ms(3, 0, 0.0), 1);
+}
+
+/* Five simulated masters' fence counters, driven the way the acquire script
+ * and the raise step drive them. */
+struct sim {
+    long long c[5];
+};
+
+static long long sim_grant(struct sim *s, uint32_t majority, bool apply_rule)
+{
+    long long after[5] = {0};
+    for (int i = 0; i < 5; i++)
+        if (majority >> i & 1u)
+            after[i] = ++s->c[i];   /* INCR on each master that said yes */
+    uint32_t raise;
+    int at;
+    long long f = quorum_fence(5, after, majority, &raise, &at);
+    if (apply_rule)
+        for (int i = 0; i < 5; i++)
+            if (raise >> i & 1u && s->c[i] < f)
+                s->c[i] = f;        /* the raise script */
+    return f;
+}
+
+Test(fence, plain_max_fails_the_counter_example)
+{
+    /* Counters 4,4,8,4,4: grant one on {A,B,C} answers 5,5,9 -> 9; grant two on
+     * {A,B,D} answers 6,6,5... The issue's example: a plain max of INCRs can go
+     * backwards when majorities differ. */
+    struct sim s = {{4, 4, 8, 4, 4}};
+    long long f1 = sim_grant(&s, 0x07, false);   /* A B C: 5,5,9 */
+    cr_assert_eq(f1, 9);
+    struct sim t = {{5, 5, 9, 5, 5}};
+    long long f2 = sim_grant(&t, 0x1a, false);   /* B D E: 6,6,6 */
+    cr_assert_eq(f2, 6);
+    cr_assert_lt(f2, f1, "without the rule the fence goes backwards: 9 then 6");
+}
+
+Test(fence, raising_a_majority_keeps_fences_increasing)
+{
+    struct sim s = {{4, 4, 8, 4, 4}};
+    long long f1 = sim_grant(&s, 0x07, true);    /* A B C: 5,5,9 -> raise A,B to 9 */
+    cr_assert_eq(f1, 9);
+    cr_assert_eq(s.c[0], 9);
+    cr_assert_eq(s.c[1], 9);
+    long long f2 = sim_grant(&s, 0x1a, true);    /* B D E: 10,5,5 */
+    cr_assert_gt(f2, f1);
+}
+
+Test(fence, every_sequence_of_majorities_increases)
+{
+    /* Every majority of 5 masters, in a long pseudo-random sequence. */
+    uint32_t majorities[32];
+    int nm = 0;
+    for (uint32_t m = 0; m < 32; m++)
+        if (__builtin_popcount(m) >= 3)
+            majorities[nm++] = m;
+    struct sim s = {{3, 900, 7, 1, 50}};   /* seeded unevenly, like clocks */
+    uint64_t x = 88172645463325252ULL;
+    long long last = 0;
+    for (int i = 0; i < 5000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        long long f = sim_grant(&s, majorities[x % (uint64_t)nm], true);
+        cr_assert_gt(f, last, "grant %d: fence %lld after %lld", i, f, last);
+        last = f;
+    }
+}
+
+Test(fence, reports_raise_set)
+{
+    long long counters[5] = {7, 9, 0, 9, 3};
+    uint32_t raise;
+    int at;
+    long long f = quorum_fence(5, counters, 0x1b /* 0,1,3,4 */, &raise, &at);
+    cr_assert_eq(f, 9);
+    cr_assert_eq(at, 2);
+    cr_assert_eq(raise, 0x11, "masters 0 and 4 are below the fence");
+    f = quorum_fence(5, (long long[]){5, 5, 5, 0, 0}, 0x07, &raise, &at);
+    cr_assert_eq(f, 5);
+    cr_assert_eq(raise, 0, "agreeing counters need no raise");
+    cr_assert_eq(at, 3);
+}
+
+Test(fence, extension_reports_the_holders_agreed_fence)
+{
+    cr_assert_eq(quorum_fence_of_holders((long long[]){42, 42, 42}, 3), 42);
+    cr_assert_eq(quorum_fence_of_holders((long long[]){42, 99, 42}, 3), 42,
+                 "a stray late SET is outvoted");
+    cr_assert_eq(quorum_fence_of_holders((long long[]){41, 42}, 2), 42);
+    cr_assert_eq(quorum_fence_of_holders(NULL, 0), 0);
+}
+
+Test(retry_after, time_until_a_majority_is_free)
+{
+    long long held[] = {900, 1000, 1100, 1200, 1300};
+    cr_assert_eq(quorum_retry_after_ms(5, held, 5, 0, 3600000), 1100,
+                 "three of five must expire: the third soonest");
+    long long held2[] = {500, 100, 300};
+    cr_assert_eq(quorum_retry_after_ms(5, held2, 3, 2, 3600000), 100,
+                 "two free already: one more");
+    long long held3[] = {500, 700};
+    cr_assert_eq(quorum_retry_after_ms(5, held3, 2, 3, 3600000), 0, "split vote: free now");
+    long long held4[] = {-1, -1, -1};
+    cr_assert_eq(quorum_retry_after_ms(5, held4, 3, 0, 3600000), 3600000,
+                 "keys without expiry count as the longest ttl");
+    long long held5[] = {400, 800};
+    cr_assert_eq(quorum_retry_after_ms(5, held5, 2, 0, 3600000), 800,
+                 "silent masters: the last known");
+}
+
+Test(inspect, kth_largest_is_lowest_of_best_majority)
+{
+    long long v[] = {10, 50, 40, 30, 20};
+    cr_assert_eq(quorum_kth_largest(v, 5, 3), 30);
+    long long w[] = {7};
+    cr_assert_eq(quorum_kth_largest(w, 1, 1), 7);
+}
+
+Test(retry_delay, random_bounded_and_shortened)
+{
+    cr_assert_eq(quorum_retry_delay_ms(100, 0.0, 0, 10000), 50);
+    cr_assert_eq(quorum_retry_delay_ms(100, 0.999, 0, 10000), 149);
+    cr_assert_eq(quorum_retry_delay_ms(100, 0.5, 20, 10000), 21,
+                 "the holder expires sooner than the random delay");
+    cr_assert_eq(quorum_retry_delay_ms(100, 0.5, 500, 10000), 100);
+    cr_assert_eq(quorum_retry_delay_ms(100, 0.5, 0, 30), 30, "never past the wait");
+    cr_assert_eq(quorum_retry_delay_ms(100, 0.5, 0, -5), 0);
+}
