@@ -83,7 +83,11 @@ int main(int argc, char **argv)
     log_init(cfg.log_level, cfg.log_format);
     raise_fd_limit();
 
-    /* Signals are taken by sigwait in this thread only. */
+    /* Signals are taken by sigwait in this thread only. A shell that starts
+     * us in the background may have set SIGINT to ignored, and an ignored
+     * signal is discarded before sigwait sees it: restore the default. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);

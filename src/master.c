@@ -199,8 +199,10 @@ static struct mrecord *master_pop(struct master *m)
 }
 
 /* Drops the connection: every pending command is answered as failed. */
-static void master_fail(mpool *p, struct master *m, const char *why, uint64_t now)
+static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
 {
+    char why[160];   /* why_in may point into the context freed below */
+    snprintf(why, sizeof why, "%s", why_in);
     bool was_up = m->state == M_UP;
     if (m->ctx) {
         redisFree(m->ctx);

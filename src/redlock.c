@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "log.h"
 #include "master.h"
 #include "metrics.h"
 #include "quorum.h"
@@ -38,6 +39,8 @@ struct rl_engine {
     atomic_bool draining;
 
     struct rl_task *waiting;       /* acquires sleeping before a retry; loop thread */
+    uint64_t next_quorum_log_us;   /* loop thread */
+    unsigned long long quorum_log_suppressed;
 };
 
 typedef struct rl_task {
@@ -77,6 +80,25 @@ static uint32_t all_mask(const rl_engine *e) { return e->n >= 32 ? ~0u : (1u << 
 
 static void op_free(rl_task *op) { free(op); }
 
+/* One log line per second at most while quorum is lost, with how many
+ * answers were cut short in between. Loop thread only. */
+static void log_no_quorum(rl_engine *e, int answered)
+{
+    uint64_t now = mpool_now_us();
+    if (now < e->next_quorum_log_us) {
+        e->quorum_log_suppressed++;
+        return;
+    }
+    char ok[16], total[16], more[24];
+    snprintf(ok, sizeof ok, "%d", answered);
+    snprintf(total, sizeof total, "%d", e->n);
+    snprintf(more, sizeof more, "%llu", e->quorum_log_suppressed);
+    log_event(LOG_LEVEL_WARN, "no_quorum", "masters_ok", ok, "masters_total", total,
+              "suppressed_since_last", more, NULL);
+    e->quorum_log_suppressed = 0;
+    e->next_quorum_log_us = now + 1000000;
+}
+
 static void count_outcome(rl_task *op)
 {
     metrics *m = op->e->m;
@@ -88,7 +110,10 @@ static void count_outcome(rl_task *op)
         break;
     case RL_LOCKED: metrics_count(m, METRICS_CONFLICTS); break;
     case RL_NOT_HELD: metrics_count(m, METRICS_NOT_HELD); break;
-    case RL_NO_QUORUM: metrics_count(m, METRICS_NO_QUORUM); break;
+    case RL_NO_QUORUM:
+        metrics_count(m, METRICS_NO_QUORUM);
+        log_no_quorum(op->e, op->res.masters_ok);
+        break;
     default: break;
     }
 }

@@ -43,13 +43,19 @@ int h_free_port(void)
     return ntohs(a.sin_port);
 }
 
-static pid_t spawn(char *const argv[], const char *log_path)
+static pid_t spawn(char *const argv[], const char *log_path, bool is_daemon)
 {
     pid_t pid = fork();
     if (pid < 0)
         die("fork");
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (is_daemon) {
+            /* In a sanitizer build the daemon reports leaks at exit, into its
+             * log, where h_check_log finds them. */
+            setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=99", 1);
+            setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1:exitcode=99", 1);
+        }
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -107,7 +113,7 @@ static void master_spawn(h_cluster *c, int i)
             argv[a++] = t;
     }
     argv[a] = NULL;
-    m->pid = spawn(argv, log);
+    m->pid = spawn(argv, log, false);
     for (int tries = 0; tries < 200; tries++) {
         if (redis_ping(m->port))
             return;
@@ -165,7 +171,7 @@ void h_daemon_start(h_cluster *c, ...)
         argv[a++] = (char *)arg;
     va_end(ap);
     argv[a] = NULL;
-    c->daemon = spawn(argv, c->log);
+    c->daemon = spawn(argv, c->log, true);
     if (!h_wait_status(c, "/healthz", 200, 5000)) {
         fprintf(stderr, "harness: redlockd did not start (log %s)\n", c->log);
         abort();
@@ -182,6 +188,29 @@ void h_daemon_start(h_cluster *c, ...)
     }
 }
 
+/* Fails the test (abort) when the daemon's log holds a sanitizer report. */
+static void h_check_log(h_cluster *c)
+{
+    FILE *f = fopen(c->log, "r");
+    if (!f)
+        return;
+    char line[1024];
+    bool bad = false;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "ERROR: LeakSanitizer") ||
+            strstr(line, "runtime error:"))
+            bad = true;
+    if (bad) {
+        rewind(f);
+        fprintf(stderr, "harness: sanitizer report in %s:\n", c->log);
+        while (fgets(line, sizeof line, f))
+            fputs(line, stderr);
+    }
+    fclose(f);
+    if (bad)
+        abort();
+}
+
 int h_daemon_stop(h_cluster *c)
 {
     if (c->daemon <= 0)
@@ -192,6 +221,7 @@ int h_daemon_stop(h_cluster *c)
         pid_t r = waitpid(c->daemon, &st, WNOHANG);
         if (r == c->daemon) {
             c->daemon = 0;
+            h_check_log(c);
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         }
         usleep(10000);
@@ -224,15 +254,23 @@ void h_cluster_free(h_cluster *c)
 {
     if (!c)
         return;
-    if (c->daemon > 0) {
-        kill(c->daemon, SIGKILL);
-        waitpid(c->daemon, NULL, 0);
-    }
-    for (int i = 0; i < c->n; i++) {
-        if (c->m[i].pid > 0) {
+    for (int i = 0; i < c->n; i++)
+        if (c->m[i].pid > 0)
             kill(c->m[i].pid, SIGCONT);
-            h_master_kill(c, i);
+    /* A clean stop lets a sanitizer build report leaks; the log is checked. */
+    if (c->daemon > 0) {
+        int st = h_daemon_stop(c);
+        if (st != 0) {
+            fprintf(stderr, "harness: redlockd exited with %d on SIGTERM (log %s)\n", st, c->log);
+            abort();
         }
+    }
+    for (int i = 0; i < c->n; i++)
+        h_master_kill(c, i);
+    if (getenv("H_KEEP")) {
+        fprintf(stderr, "harness: kept %s\n", c->dir);
+        free(c);
+        return;
     }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);

@@ -1,0 +1,20 @@
+# scripts/deps.sh - sourced by run.sh and test.sh: installs the Debian
+# packages redlockd needs to build, test and run, if any is missing.
+REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
+libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl"
+
+install_deps() {
+    local missing=()
+    for p in $REDLOCKD_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}" >&2
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; return 1; }
+        sudo="sudo"
+    fi
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds redlockd with warnings as
+# errors, and runs the unit and integration suites twice, once plain and once
+# under AddressSanitizer + UndefinedBehaviorSanitizer. The tests start their
+# own redis-server masters on free loopback ports and stop them again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/deps.sh
+install_deps
+
+run_suites() {   # build-dir, meson setup options...
+    local dir=$1; shift
+    [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
+    ninja -C "$dir"
+    meson test -C "$dir" --suite unit --suite integration --print-errorlogs
+}
+
+echo "== plain build"
+run_suites build
+echo "== sanitizer build (address, undefined)"
+run_suites build-asan -Db_sanitize=address,undefined -Db_lundef=false
+echo "all suites passed"
