@@ -253,16 +253,27 @@ static void acquire_raised(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
-    int ok = op->at_fence;
-    for (int i = 0; i < e->n; i++)
-        if (replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1 && replies[i].ints[0] == 1)
-            ok++;
+    int ok = op->at_fence, answered = op->at_fence;
+    for (int i = 0; i < e->n; i++) {
+        if (replies[i].kind != MREPLY_VALUE || replies[i].nints < 1)
+            continue;
+        answered++;
+        ok += replies[i].ints[0] == 1;
+    }
     if (ok >= quorum_of(e->n)) {
         acquire_grant(op);
         return;
     }
+    if (answered >= quorum_of(e->n)) {
+        /* The masters answered but our key had already expired on some:
+         * no validity left, as in step 3. */
+        metrics_count(e->m, METRICS_VALIDITY_EXHAUSTED);
+        op->res.retry_after_ms = 0;
+        acquire_fail(op, RL_LOCKED, all_mask(e));
+        return;
+    }
     /* The fence could not be made safe on a majority: no grant. */
-    op->res.masters_ok = ok;
+    op->res.masters_ok = answered;
     acquire_fail(op, RL_NO_QUORUM, all_mask(e));
 }
 
