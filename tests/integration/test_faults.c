@@ -185,3 +185,54 @@ Test(faults_auth, redis_password)
     cr_assert_eq(a.status, 503, "wrong password must not count as a vote: %s", a.body);
     h_resp_free(&a);
 }
+
+static void wait_masters_up(int want)
+{
+    uint64_t until = h_now_us() + 8000000;
+    long long up = -1;
+    while (h_now_us() < until) {
+        h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
+        up = h_int(&rz, "masters_up");
+        h_resp_free(&rz);
+        if (up == want)
+            return;
+        usleep(20000);
+    }
+    cr_assert_fail("masters_up stayed %lld, wanted %d", up, want);
+}
+
+static long long grant_and_release(const char *name)
+{
+    h_resp a = h_http(C, "POST", "/locks/fence-majorities", NULL, NULL);
+    cr_assert_eq(a.status, 201, "%s: %s", name, a.body);
+    long long f = h_int(&a, "fence");
+    release("fence-majorities", &a);
+    h_resp_free(&a);
+    return f;
+}
+
+/* The issue's counter-example with real masters: grant one reaches majority
+ * {0,1,2} where master 2's counter is far ahead; grant two reaches {1,3,4}.
+ * A plain maximum of increments would go backwards. */
+Test(faults, fence_increases_across_different_majorities)
+{
+    long long f0 = grant_and_release("warm-up");   /* all five seeded and equal */
+    freeReplyObject(h_redis(C, 2, "INCRBY lock:fence-majorities#fence 1000"));
+
+    h_master_pause(C, 3);
+    h_master_pause(C, 4);
+    wait_masters_up(3);
+    long long f1 = grant_and_release("majority 0,1,2");
+    cr_assert_gt(f1, f0);
+
+    h_master_resume(C, 3);
+    h_master_resume(C, 4);
+    wait_masters_up(5);
+    h_master_pause(C, 0);
+    h_master_pause(C, 2);
+    wait_masters_up(3);
+    long long f2 = grant_and_release("majority 1,3,4");
+    cr_assert_gt(f2, f1, "fence went backwards across majorities: %lld then %lld", f1, f2);
+    h_master_resume(C, 0);
+    h_master_resume(C, 2);
+}
