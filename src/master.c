@@ -347,20 +347,14 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
     case REC_PING:
         break;
     case REC_AUTH:
-        if (rr->type == REDIS_REPLY_ERROR) {
-            char why[160];
-            snprintf(why, sizeof why, "AUTH refused: %.120s", rr->str);
-            master_fail(p, m, why, now);
-            rc = -1;
-        }
-        break;
     case REC_HANDSHAKE_PING:
         if (rr->type == REDIS_REPLY_ERROR) {
             char why[160];
-            snprintf(why, sizeof why, "PING refused: %.120s", rr->str);
+            snprintf(why, sizeof why, "%s refused: %.120s",
+                     r->kind == REC_AUTH ? "AUTH" : "PING", rr->str);
             master_fail(p, m, why, now);
             rc = -1;
-        } else {
+        } else if (r->kind == REC_HANDSHAKE_PING) {
             master_became_up(m, now);
         }
         break;

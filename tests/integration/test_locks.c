@@ -35,6 +35,15 @@ static h_resp with_token(const char *method, const char *name, const char *token
     return h_http(C, method, path, body, hdr, NULL);
 }
 
+/* Acquires name with body and copies the token out (64 bytes). */
+static void acquire_token(const char *name, const char *body, char *token)
+{
+    h_resp r = acquire(name, body);
+    cr_assert_eq(r.status, 201, "%s: %s", name, r.body);
+    snprintf(token, 64, "%s", h_str(&r, "token"));
+    h_resp_free(&r);
+}
+
 /* The value of key on master i, or "" when absent. */
 static void master_get(int i, const char *key, char *out, size_t outlen)
 {
@@ -147,11 +156,9 @@ Test(locks, release_token_from_header_query_or_body)
 
 Test(locks, wrong_and_expired_tokens_say_why)
 {
-    h_resp r = acquire("w", "{\"ttl_ms\":300}");
     char token[64];
-    snprintf(token, sizeof token, "%s", h_str(&r, "token"));
-    h_resp_free(&r);
-    r = with_token("DELETE", "w", "someone-else", NULL);
+    acquire_token("w", "{\"ttl_ms\":300}", token);
+    h_resp r = with_token("DELETE", "w", "someone-else", NULL);
     cr_assert_eq(r.status, 409);
     cr_assert_str_eq(h_str(&r, "error"), "not_held");
     cr_assert_str_eq(h_str(&r, "reason"), "held_by_other");
@@ -286,10 +293,8 @@ Test(locks, wait_times_out_with_409)
 
 Test(locks, release_wakes_a_waiter_before_its_wait_ends)
 {
-    h_resp a = acquire("handoff", "{\"ttl_ms\":30000}");
     char token[64];
-    snprintf(token, sizeof token, "%s", h_str(&a, "token"));
-    h_resp_free(&a);
+    acquire_token("handoff", "{\"ttl_ms\":30000}", token);
     pid_t pid = fork();
     if (pid == 0) {
         usleep(300000);
@@ -357,11 +362,8 @@ Test(locks, tiny_ttl_is_never_granted_without_validity)
 
 Test(locks, extend_without_token_and_bad_input_change_nothing)
 {
-    h_resp a = acquire("keep", NULL);
-    cr_assert_eq(a.status, 201);
     char token[64];
-    snprintf(token, sizeof token, "%s", h_str(&a, "token"));
-    h_resp_free(&a);
+    acquire_token("keep", NULL, token);
     const char *bad[] = {"{\"ttl_ms\":0}", "{\"ttl_ms\":\"100\"}", "{\"ttl_ms\":1.5}", "{", "[]",
                          "{\"token\":7}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
