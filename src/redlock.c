@@ -231,16 +231,22 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
     eval(op, &script_release, mask, 2, 3, args, acquire_after_release);
 }
 
+/* Step 3: a majority won without validity left is no lock. Release it on
+ * every master and answer (or retry) as refused. */
+static void acquire_lapsed(rl_task *op)
+{
+    metrics_count(op->e->m, METRICS_VALIDITY_EXHAUSTED);
+    op->res.retry_after_ms = 0;
+    acquire_fail(op, RL_LOCKED, all_mask(op->e));
+}
+
 static void acquire_grant(rl_task *op)
 {
     rl_engine *e = op->e;
     long long elapsed_us = (long long)(mpool_now_us() - op->start_us);
     long long validity = quorum_validity_ms(op->req.ttl_ms, elapsed_us, e->cfg.drift_factor);
     if (validity <= 0) {
-        /* Step 3: a majority without validity left is no lock. */
-        metrics_count(e->m, METRICS_VALIDITY_EXHAUSTED);
-        op->res.retry_after_ms = 0;
-        acquire_fail(op, RL_LOCKED, all_mask(e));
+        acquire_lapsed(op);
         return;
     }
     op->res.outcome = RL_OK;
@@ -265,11 +271,8 @@ static void acquire_raised(void *arg, const master_reply *replies)
         return;
     }
     if (answered >= quorum_of(e->n)) {
-        /* The masters answered but our key had already expired on some:
-         * no validity left, as in step 3. */
-        metrics_count(e->m, METRICS_VALIDITY_EXHAUSTED);
-        op->res.retry_after_ms = 0;
-        acquire_fail(op, RL_LOCKED, all_mask(e));
+        /* The masters answered but our key had already expired on some. */
+        acquire_lapsed(op);
         return;
     }
     /* The fence could not be made safe on a majority: no grant. */
