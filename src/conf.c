@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
-                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_FLAG };
+                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_FLAG };
 
 struct opt {
     const char *name;     /* flag without the leading dashes */
@@ -39,6 +39,9 @@ static const struct opt opts[] = {
     {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token every /locks call must send (default: no auth)"},
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
+    {"quarantine", OPT_ONOFF, 0, 0, 0, 0,
+     "on or off: keep a master seen to restart out of every vote until it has been up for "
+     "--max-ttl-ms plus drift (default on; off only with appendfsync always, see README)"},
     {"log-level", OPT_LEVEL, 0, 0, 0, 0, "error, warn, info or debug (default info)"},
     {"log-format", OPT_FORMAT, 0, 0, 0, 0, "json or text (default json)"},
     {"help", OPT_FLAG, 0, 0, 0, 0, "print this help and exit"},
@@ -236,6 +239,11 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
             return -1;
         }
         return 0;
+    case OPT_ONOFF:
+        if (!strcmp(val, "on") || !strcmp(val, "true") || !strcmp(val, "1")) c->quarantine = true;
+        else if (!strcmp(val, "off") || !strcmp(val, "false") || !strcmp(val, "0")) c->quarantine = false;
+        else goto bad;
+        return 0;
     case OPT_FLAG:
         return 0;
     }
@@ -268,6 +276,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = cpus > 0 ? (int)cpus : 2;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
+    c->quarantine = true;
     c->log_level = LOG_LEVEL_INFO;
     c->log_format = LOG_FORMAT_JSON;
 

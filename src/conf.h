@@ -50,6 +50,7 @@ typedef struct conf {
     long long max_body_bytes;
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *redis_password;          /* NULL: no AUTH to masters */
+    bool quarantine;               /* restart quarantine (quarantine.h) */
     enum conf_log_level log_level;
     enum conf_log_format log_format;
 } conf;

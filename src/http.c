@@ -90,27 +90,33 @@ static enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *mess
 static enum MHD_Result serve_readyz(req_ctx *ctx)
 {
     mpool *p = ctx->s->pool;
-    int n = mpool_size(p), up = 0;
+    int n = mpool_size(p), up = 0, voting = 0;
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
     for (int i = 0; arr && i < n; i++) {
         master_status st;
         mpool_status(p, i, &st);
         up += st.up;
+        voting += st.up && !st.quarantined;
         cJSON *mo = cJSON_CreateObject();
         if (!mo)
             break;
         cJSON_AddStringToObject(mo, "addr", st.addr);
         cJSON_AddBoolToObject(mo, "up", st.up);
+        cJSON_AddBoolToObject(mo, "quarantined", st.quarantined);
+        if (st.quarantined)
+            cJSON_AddNumberToObject(mo, "quarantine_left_ms", (double)st.quarantine_left_ms);
         cJSON_AddItemToArray(arr, mo);
     }
     if (!arr) {
         cJSON_Delete(o);
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     }
-    bool ready = up >= n / 2 + 1;
+    /* Ready when a majority can vote: quarantined masters answer but do not count. */
+    bool ready = voting >= n / 2 + 1;
     cJSON_AddStringToObject(o, "status", ready ? "ready" : "not_ready");
     cJSON_AddNumberToObject(o, "masters_up", up);
+    cJSON_AddNumberToObject(o, "masters_voting", voting);
     cJSON_AddNumberToObject(o, "masters_total", n);
     cJSON_AddNumberToObject(o, "quorum", n / 2 + 1);
     char *body = cJSON_PrintUnformatted(o);
@@ -132,8 +138,12 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
         "# TYPE redlockd_master_errors_total counter\n",
         "# HELP redlockd_master_reply_seconds Time from sending a command to its reply.\n"
         "# TYPE redlockd_master_reply_seconds summary\n",
+        "# HELP redlockd_master_quarantined 1 while the master is in restart quarantine (its votes do not count).\n"
+        "# TYPE redlockd_master_quarantined gauge\n",
+        "# HELP redlockd_master_restarts_total Restarts of the master seen (its run_id changed).\n"
+        "# TYPE redlockd_master_restarts_total counter\n",
     };
-    for (int h = 0; h < 3; h++) {
+    for (int h = 0; h < 5; h++) {
         rc |= metrics_appendf(&buf, &len, &cap, "%s", heads[h]);
         for (int i = 0; i < n; i++) {
             master_status st;
@@ -145,6 +155,14 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
                 rc |= metrics_appendf(&buf, &len, &cap,
                                       "redlockd_master_errors_total{master=\"%s\"} %llu\n", st.addr,
                                       st.errors);
+            else if (h == 3)
+                rc |= metrics_appendf(&buf, &len, &cap,
+                                      "redlockd_master_quarantined{master=\"%s\"} %d\n", st.addr,
+                                      st.quarantined ? 1 : 0);
+            else if (h == 4)
+                rc |= metrics_appendf(&buf, &len, &cap,
+                                      "redlockd_master_restarts_total{master=\"%s\"} %llu\n",
+                                      st.addr, st.restarts);
             else
                 rc |= metrics_appendf(&buf, &len, &cap,
                                       "redlockd_master_reply_seconds_sum{master=\"%s\"} %.6f\n"

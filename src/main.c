@@ -13,6 +13,7 @@
 #include "log.h"
 #include "master.h"
 #include "metrics.h"
+#include "quorum.h"
 #include "redlock.h"
 
 #define SHUTDOWN_DRAIN_MS 10000
@@ -50,7 +51,8 @@ static void log_config(const conf *c)
               "master_timeout_ms", timeout, "drift_factor", drift, "retry_delay_ms", retry,
               "threads", threads, "max_body_bytes", body,
               "auth", c->auth_token ? "on" : "off",
-              "redis_auth", c->redis_password ? "on" : "off", NULL);
+              "redis_auth", c->redis_password ? "on" : "off",
+              "quarantine", c->quarantine ? "on" : "off", NULL);
     if (c->nmasters < 3)
         log_event(LOG_LEVEL_WARN, "config_few_masters", "nmasters", n, "why",
                   "with fewer than 3 masters one failure stops all locking; use 5", NULL);
@@ -97,7 +99,13 @@ int main(int argc, char **argv)
 
     log_config(&cfg);
     metrics *m = metrics_new();
-    mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password};
+    /* A restarted master sits out the longest TTL plus its drift: every lock
+     * it may have lost has expired by then. */
+    uint64_t quarantine_us =
+        cfg.quarantine ? (uint64_t)((double)cfg.max_ttl_ms + quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
+                       : 0;
+    mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
+                       quarantine_us};
     mpool *pool = m ? mpool_new(&pc) : NULL;
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms};
     rl_engine *engine = pool ? rl_engine_new(&rc, pool, m) : NULL;

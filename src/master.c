@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "quarantine.h"
 #include "sha1.h"
 
 #define MASTER_PING_INTERVAL_US 1000000ULL
@@ -23,7 +24,7 @@
 #define MASTER_BACKOFF_MAX_US 1000000ULL
 
 enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
-enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_HANDSHAKE_PING };
+enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_HANDSHAKE_PING };
 
 struct mbatch {
     struct mbatch *next;        /* deadline FIFO or ready list */
@@ -62,7 +63,12 @@ struct master {
     uint64_t next_ping_us;
     bool want_write;
     bool logged_down;           /* "down" logged since it was last up */
+    char run_id[QUARANTINE_RUN_ID_LEN + 1]; /* from INFO server; "" until known */
+    bool quarantined;           /* loop thread's copy of the flag below */
     atomic_bool up;
+    atomic_bool quarantined_pub;
+    atomic_ullong quarantine_until_us;
+    atomic_ullong restarts;
     atomic_ullong errors;
     atomic_ullong replies;
     atomic_ullong reply_us_sum;
@@ -84,8 +90,10 @@ struct job {
 struct mpool {
     int n;
     uint64_t timeout_us;
+    uint64_t quarantine_us;     /* 0: off */
     char *password;
     struct master masters[MASTER_MAX];
+    quarantine_view qv[MASTER_MAX];   /* loop thread */
 
     pthread_t thread;
     bool started;
@@ -282,6 +290,10 @@ static void master_handshake(mpool *p, struct master *m, uint64_t now)
         if (master_append(m, REC_AUTH, NULL, 0, 2, argv, lens, now, deadline) < 0)
             goto oom;
     }
+    const char *info[] = {"INFO", "server"};
+    size_t ilen[] = {4, 6};
+    if (master_append(m, REC_INFO, NULL, 0, 2, info, ilen, now, deadline) < 0)
+        goto oom;
     const char *ping[] = {"PING"};
     size_t plen[] = {4};
     if (master_append(m, REC_HANDSHAKE_PING, NULL, 0, 1, ping, plen, now, deadline) < 0)
@@ -299,6 +311,65 @@ static void master_became_up(struct master *m, uint64_t now)
     atomic_store(&m->up, true);
     m->logged_down = false;
     log_event(LOG_LEVEL_INFO, "master_up", "addr", m->name, NULL);
+}
+
+/* Recomputes every master's quarantine and logs each change. Loop thread. */
+static void quarantine_refresh(mpool *p, uint64_t now)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        uint64_t until = quarantine_until(p->qv, p->n, i, now, p->quarantine_us);
+        bool q = until != 0;
+        atomic_store(&m->quarantine_until_us, until);
+        if (q == m->quarantined)
+            continue;
+        m->quarantined = q;
+        atomic_store(&m->quarantined_pub, q);
+        if (q) {
+            char left[24];
+            snprintf(left, sizeof left, "%llu", (unsigned long long)((until - now) / 1000ULL));
+            log_event(LOG_LEVEL_WARN, "master_quarantined", "addr", m->name, "reason",
+                      p->qv[i].restarted ? "restarted" : "younger than the other masters",
+                      "left_ms", left, NULL);
+        } else {
+            log_event(LOG_LEVEL_INFO, "master_quarantine_over", "addr", m->name, NULL);
+        }
+    }
+}
+
+/* INFO server answered on a new connection: learn run_id and uptime. Returns
+ * -1 when the connection was dropped. */
+static int master_info(mpool *p, struct master *m, const redisReply *rr, uint64_t now)
+{
+    char run_id[QUARANTINE_RUN_ID_LEN + 1];
+    long long uptime_s = 0;
+    if (rr->type != REDIS_REPLY_STRING ||
+        quarantine_parse_info(rr->str, rr->len, run_id, &uptime_s) < 0) {
+        if (!p->quarantine_us)
+            return 0;   /* quarantine is off: INFO is only informative */
+        char why[200];
+        snprintf(why, sizeof why, "INFO server unreadable (%.80s); restart quarantine needs it, "
+                 "or run with --quarantine off", rr->type == REDIS_REPLY_ERROR ? rr->str : "no run_id");
+        master_fail(p, m, why, now);
+        return -1;
+    }
+    quarantine_view *v = &p->qv[m->idx];
+    uint64_t up_us = (uint64_t)uptime_s * 1000000ULL;
+    uint64_t born = now > up_us ? now - up_us : 0;
+    if (!v->known) {
+        v->known = true;
+        v->born_us = v->first_born_us = born;
+    } else if (strcmp(run_id, m->run_id) != 0) {
+        v->restarted = true;
+        v->born_us = born;
+        atomic_fetch_add(&m->restarts, 1);
+        char up[24];
+        snprintf(up, sizeof up, "%lld", uptime_s);
+        log_event(LOG_LEVEL_WARN, "master_restarted", "addr", m->name, "uptime_s", up, NULL);
+    }
+    memcpy(m->run_id, run_id, sizeof run_id);
+    quarantine_refresh(p, now);
+    return 0;
 }
 
 /* One reply arrived for the record at the head of m's queue. Returns -1 when
@@ -338,6 +409,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         }
         master_reply mr;
         convert_reply(rr, &mr);
+        mr.quarantined = m->quarantined;
         if (mr.kind == MREPLY_ERROR)
             log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", b->script->name,
                       "error", mr.str, NULL);
@@ -345,6 +417,9 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         break;
     }
     case REC_PING:
+        break;
+    case REC_INFO:
+        rc = master_info(p, m, rr, now);
         break;
     case REC_AUTH:
     case REC_HANDSHAKE_PING:
@@ -407,6 +482,7 @@ mpool *mpool_new(const mpool_config *cfg)
         return NULL;
     p->n = cfg->nmasters;
     p->timeout_us = (uint64_t)cfg->timeout_ms * 1000ULL;
+    p->quarantine_us = cfg->quarantine_us;
     p->wake_fd = -1;
     if (cfg->password && !(p->password = strdup(cfg->password))) {
         free(p);
@@ -430,6 +506,10 @@ void mpool_status(mpool *p, int i, master_status *out)
     struct master *m = &p->masters[i];
     snprintf(out->addr, sizeof out->addr, "%s", m->name);
     out->up = atomic_load(&m->up);
+    out->quarantined = out->up && atomic_load(&m->quarantined_pub);
+    uint64_t until = atomic_load(&m->quarantine_until_us), now = mpool_now_us();
+    out->quarantine_left_ms = out->quarantined && until > now ? (long long)((until - now + 999) / 1000) : 0;
+    out->restarts = atomic_load(&m->restarts);
     out->errors = atomic_load(&m->errors);
     out->replies = atomic_load(&m->replies);
     out->reply_us_sum = atomic_load(&m->reply_us_sum);
@@ -441,6 +521,14 @@ int mpool_up_count(mpool *p)
     for (int i = 0; i < p->n; i++)
         up += atomic_load(&p->masters[i].up);
     return up;
+}
+
+int mpool_voting_count(mpool *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->n; i++)
+        n += atomic_load(&p->masters[i].up) && !atomic_load(&p->masters[i].quarantined_pub);
+    return n;
 }
 
 int mpool_post(mpool *p, void (*fn)(void *), void *arg)
@@ -656,6 +744,7 @@ static void run_timers(mpool *p, uint64_t now)
 
 static void housekeeping(mpool *p, uint64_t now)
 {
+    quarantine_refresh(p, now);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (m->state == M_DOWN && now >= m->next_connect_us) {
@@ -686,6 +775,8 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
             EARLIER(m->connect_deadline_us);
         else if (m->state == M_UP)
             EARLIER(m->next_ping_us);
+        if (m->quarantined)
+            EARLIER(atomic_load(&m->quarantine_until_us));
         if (m->head)
             EARLIER(m->head->deadline_us);
     }

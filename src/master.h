@@ -13,8 +13,11 @@
  * when its deadline (now + timeout) passes, whichever is first; a master that
  * misses a deadline has its connection dropped, every command pending on it
  * answered as failed, and is reconnected in the background with backoff.
- * A master is used for votes only once it has answered PING on the new
- * connection, and is pinged every second while idle.
+ * A master is used for votes only once it has answered INFO server and PING
+ * on the new connection, and is pinged every second while idle. INFO tells its
+ * run_id and uptime, from which quarantine.h decides whether a restarted
+ * master's answers count; a quarantined master is still written to, and its
+ * replies carry the quarantined flag so the engine counts them as no vote.
  *
  * Replies never leave this layer as redisReply: they are converted to
  * master_reply (integers and at most one string) before any callback sees them.
@@ -44,6 +47,8 @@ typedef struct master_reply {
     enum mreply_kind kind;
     int nints;                       /* integers of the reply, in order */
     long long ints[MREPLY_MAX_INTS];
+    bool quarantined;                /* the master was in restart quarantine: its
+                                        answer is no vote (see quarantine.h) */
     bool has_str;                    /* the first string of the reply */
     size_t str_len;
     char str[MREPLY_STR_MAX + 1];
@@ -66,11 +71,16 @@ typedef struct mpool_config {
     const conf_addr *masters;
     long long timeout_ms;       /* per-command reply deadline */
     const char *password;       /* AUTH on every connection; NULL for none */
+    uint64_t quarantine_us;     /* restart quarantine window (longest TTL plus
+                                   drift); 0 turns quarantine off */
 } mpool_config;
 
 typedef struct master_status {
     char addr[280];
     bool up;                    /* answered PING on its current connection */
+    bool quarantined;           /* up, but its votes do not count yet */
+    long long quarantine_left_ms; /* until its votes count; 0 when not quarantined */
+    unsigned long long restarts; /* run_id changes seen */
     unsigned long long errors;  /* connections lost or refused, timeouts */
     unsigned long long replies; /* replies received */
     unsigned long long reply_us_sum; /* total latency of those replies */
@@ -92,6 +102,8 @@ int mpool_post(mpool *p, void (*fn)(void *), void *arg);
 void mpool_status(mpool *p, int i, master_status *out);
 int mpool_size(const mpool *p);
 int mpool_up_count(mpool *p);
+/* Masters that are up and not quarantined: those whose votes count. */
+int mpool_voting_count(mpool *p);
 
 /* CLOCK_MONOTONIC in microseconds. */
 uint64_t mpool_now_us(void);

@@ -80,6 +80,15 @@ static uint32_t all_mask(const rl_engine *e) { return e->n >= 32 ? ~0u : (1u << 
 
 static void op_free(rl_task *op) { free(op); }
 
+/* A reply that counts as a vote: an answer with at least min_ints integers
+ * from a master outside restart quarantine. A quarantined master may have
+ * lost keys it held before its restart, so its yes (and its view of who
+ * holds a name) never makes a majority. */
+static bool is_vote(const master_reply *r, int min_ints)
+{
+    return r->kind == MREPLY_VALUE && !r->quarantined && r->nints >= min_ints;
+}
+
 /* One log line per second at most while quorum is lost, with how many
  * answers were cut short in between. Loop thread only. */
 static void log_no_quorum(rl_engine *e, int answered)
@@ -261,7 +270,7 @@ static void acquire_raised(void *arg, const master_reply *replies)
     rl_engine *e = op->e;
     int ok = op->at_fence, answered = op->at_fence;
     for (int i = 0; i < e->n; i++) {
-        if (replies[i].kind != MREPLY_VALUE || replies[i].nints < 1)
+        if (!is_vote(&replies[i], 1))
             continue;
         answered++;
         ok += replies[i].ints[0] == 1;
@@ -290,7 +299,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
     uint32_t yes_mask = 0, no_mask = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (r->kind != MREPLY_VALUE || r->nints < 2)
+        if (!is_vote(r, 2))
             continue;
         if (r->ints[0] == 1) {
             counters[i] = r->ints[1];
@@ -353,7 +362,7 @@ static void extend_voted(void *arg, const master_reply *replies)
     uint32_t yes_mask = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (r->kind != MREPLY_VALUE || r->nints < 1)
+        if (!is_vote(r, 1))
             continue;
         answered++;
         if (r->ints[0] == 1) {
@@ -383,10 +392,12 @@ static void extend_voted(void *arg, const master_reply *replies)
      * lost. Free what we still hold so the next owner need not wait. */
     op->res.outcome = RL_NOT_HELD;
     op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
-    if (yes_mask) {
+    if (yes_mask || answered < e->n) {
+        /* Every master, not only the yes votes: a quarantined or late master
+         * may hold the token too. The script deletes only our own token. */
         const char *args[] = {op->key, op->holder_key, op->req.token};
         size_t lens[3] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
-        mpool_eval(e->pool, &script_release, yes_mask, 2, 3, args, lens, NULL, NULL);
+        mpool_eval(e->pool, &script_release, all_mask(e), 2, 3, args, lens, NULL, NULL);
     }
     op_answer(op);
 }
@@ -428,7 +439,7 @@ static void inspect_voted(void *arg, const master_reply *replies)
     int q = quorum_of(e->n);
     int answered = 0;
     for (int i = 0; i < e->n; i++)
-        answered += replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1;
+        answered += is_vote(&replies[i], 1);
     if (answered < q) {
         op_no_quorum(op, answered);
         return;
@@ -438,13 +449,13 @@ static void inspect_voted(void *arg, const master_reply *replies)
     /* Group the masters by the token they hold; a holder needs a majority. */
     for (int i = 0; i < e->n; i++) {
         const master_reply *a = &replies[i];
-        if (a->kind != MREPLY_VALUE || a->nints < 1 || !a->has_str)
+        if (!is_vote(a, 1) || !a->has_str)
             continue;
         long long pttls[MASTER_MAX];
         int agree = 0;
         for (int j = 0; j < e->n; j++) {
             const master_reply *b = &replies[j];
-            if (b->kind == MREPLY_VALUE && b->nints >= 1 && b->has_str &&
+            if (is_vote(b, 1) && b->has_str &&
                 b->str_len == a->str_len && !memcmp(a->str, b->str, a->str_len))
                 pttls[agree++] = b->ints[0] < 0 ? e->cfg.max_ttl_ms : b->ints[0];
         }

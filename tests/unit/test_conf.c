@@ -173,3 +173,29 @@ Test(conf, usage_lists_every_flag_and_variable)
         cr_assert(strstr(buf, flags[i]), "help lacks %s", flags[i]);
     free(buf);
 }
+
+Test(conf, quarantine_on_by_default_and_off_by_flag_or_env)
+{
+    conf c;
+    char err[256];
+    char *argv[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
+    cr_assert(c.quarantine);
+    conf_free(&c);
+
+    setenv_fake("REDLOCKD_QUARANTINE", "off");
+    cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
+    cr_assert_not(c.quarantine);
+    conf_free(&c);
+
+    char *on[] = {"redlockd", "--quarantine", "on"};
+    cr_assert_eq(run(&c, err, 3, on), CONF_OK, "the flag wins over the environment");
+    cr_assert(c.quarantine);
+    conf_free(&c);
+
+    char *bad[] = {"redlockd", "--quarantine=maybe"};
+    cr_assert_eq(run(&c, err, 2, bad), CONF_ERROR);
+    cr_assert(strstr(err, "--quarantine"), "%s", err);
+    cr_assert(strstr(err, "maybe"), "%s", err);
+    conf_free(&c);
+}
