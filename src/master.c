@@ -24,7 +24,9 @@
 #define MASTER_BACKOFF_MAX_US 1000000ULL
 
 enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
-enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_HANDSHAKE_PING };
+enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_HANDSHAKE_PING, REC_UNDO };
+
+#define MASTER_UNDO_MAX 4096    /* queued undo commands per master; the oldest go first */
 
 struct mbatch {
     struct mbatch *next;        /* deadline FIFO or ready list */
@@ -50,6 +52,15 @@ struct mrecord {
     uint64_t deadline_us;
 };
 
+/* A command to run on a master when it is back (mpool_on_return). */
+struct undo {
+    struct undo *next;
+    uint64_t expires_us;
+    int argc;
+    const char **argv;          /* EVAL body nkeys args...; one allocation */
+    size_t *lens;
+};
+
 struct master {
     int idx;
     conf_addr addr;
@@ -57,6 +68,8 @@ struct master {
     enum mstate state;
     redisContext *ctx;
     struct mrecord *head, *tail;
+    struct undo *undo_head, *undo_tail; /* run when it is up again */
+    size_t nundo;
     uint64_t next_connect_us;
     uint64_t backoff_us;
     uint64_t connect_deadline_us;
@@ -227,7 +240,7 @@ static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
         m->logged_down = true;
     }
-    master_reply failed = {.kind = MREPLY_FAIL};
+    master_reply failed = {.kind = MREPLY_FAIL, .sent = true};
     struct mrecord *r;
     while ((r = master_pop(m))) {
         if (r->kind == REC_BATCH)
@@ -301,6 +314,24 @@ static void master_handshake(mpool *p, struct master *m, uint64_t now)
     return;
 oom:
     master_fail(p, m, "out of memory", now);
+}
+
+static void undo_free(struct undo *u) { free(u); }
+
+/* Writes the queued undo commands first on a new connection. */
+static void undo_flush(mpool *p, struct master *m, uint64_t now)
+{
+    struct undo *u;
+    while ((u = m->undo_head)) {
+        m->undo_head = u->next;
+        if (!m->undo_head)
+            m->undo_tail = NULL;
+        m->nundo--;
+        if (now < u->expires_us &&
+            master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now, now + p->timeout_us) < 0)
+            log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
+        undo_free(u);
+    }
 }
 
 static void master_became_up(struct master *m, uint64_t now)
@@ -418,6 +449,11 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
     }
     case REC_PING:
         break;
+    case REC_UNDO:
+        if (rr->type == REDIS_REPLY_ERROR)
+            log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", "undo", "error",
+                      rr->str, NULL);
+        break;
     case REC_INFO:
         rc = master_info(p, m, rr, now);
         break;
@@ -430,6 +466,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
             master_fail(p, m, why, now);
             rc = -1;
         } else if (r->kind == REC_HANDSHAKE_PING) {
+            undo_flush(p, m, now);
             master_became_up(m, now);
         }
         break;
@@ -620,6 +657,7 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
             continue;
         }
         b->replies[i].kind = MREPLY_FAIL;   /* until it answers */
+        b->replies[i].sent = true;
         b->pending++;
         b->refs++;
     }
@@ -635,6 +673,57 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
     else
         p->fifo_head = b;
     p->fifo_tail = b;
+}
+
+void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
+                     const char *const *args, const size_t *lens, uint64_t expires_us)
+{
+    struct master *m = &p->masters[i];
+    int argc = nargs + 3;
+    size_t bytes = 0;
+    for (int k = 0; k < nargs; k++)
+        bytes += lens[k];
+    struct undo *u = malloc(sizeof *u + (size_t)argc * (sizeof(char *) + sizeof(size_t)) + 24 + bytes);
+    if (!u)
+        return;   /* the key still expires with its TTL */
+    u->next = NULL;
+    u->expires_us = expires_us;
+    u->argc = argc;
+    u->argv = (const char **)(u + 1);
+    u->lens = (size_t *)(u->argv + argc);
+    char *nk = (char *)(u->lens + argc), *copy = nk + 24;
+    snprintf(nk, 24, "%d", nkeys);
+    u->argv[0] = "EVAL";   /* a returning master may have lost its script cache */
+    u->lens[0] = 4;
+    u->argv[1] = s->body;
+    u->lens[1] = strlen(s->body);
+    u->argv[2] = nk;
+    u->lens[2] = strlen(nk);
+    for (int k = 0; k < nargs; k++) {
+        memcpy(copy, args[k], lens[k]);
+        u->argv[3 + k] = copy;
+        u->lens[3 + k] = lens[k];
+        copy += lens[k];
+    }
+    uint64_t now = mpool_now_us();
+    if (m->state == M_UP) {
+        if (master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now, now + p->timeout_us) < 0)
+            master_fail(p, m, "out of memory", now);
+        undo_free(u);
+        return;
+    }
+    if (m->nundo == MASTER_UNDO_MAX) {   /* drop the oldest: it expires first */
+        struct undo *old = m->undo_head;
+        m->undo_head = old->next;
+        m->nundo--;
+        undo_free(old);
+    }
+    if (m->undo_tail)
+        m->undo_tail->next = u;
+    else
+        m->undo_head = u;
+    m->undo_tail = u;
+    m->nundo++;
 }
 
 /* ---- timers: a binary min-heap by (when, seq) ---- */
@@ -913,6 +1002,14 @@ void mpool_free(mpool *p)
     if (p->wake_fd >= 0)
         close(p->wake_fd);
     free(p->timers);
+    for (int i = 0; i < p->n; i++) {
+        struct undo *u = p->masters[i].undo_head;
+        while (u) {
+            struct undo *next = u->next;
+            undo_free(u);
+            u = next;
+        }
+    }
     if (p->password) {
         explicit_bzero(p->password, strlen(p->password));
         free(p->password);

@@ -47,6 +47,8 @@ typedef struct master_reply {
     enum mreply_kind kind;
     int nints;                       /* integers of the reply, in order */
     long long ints[MREPLY_MAX_INTS];
+    bool sent;                       /* FAIL after the command was written: the
+                                        master may still apply it later */
     bool quarantined;                /* the master was in restart quarantine: its
                                         answer is no vote (see quarantine.h) */
     bool has_str;                    /* the first string of the reply */
@@ -119,6 +121,15 @@ typedef void (*mpool_done_fn)(void *arg, const master_reply *replies);
  * mpool_eval returns, so callers make mpool_eval their last use of arg. */
 void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
                 const char *const *args, const size_t *lens, mpool_done_fn done, void *arg);
+
+/* Runs script s (args as for mpool_eval) on master i once it is up again,
+ * before any other command on its new connection, fire and forget; or now if
+ * it is up. Dropped after expires_us (mpool_now_us time). This is how a write
+ * that timed out, and may still be applied by a master that was only paused,
+ * gets undone: the engine registers the release of an acquire's token on
+ * every master whose vote failed after the command was sent. */
+void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
+                     const char *const *args, const size_t *lens, uint64_t expires_us);
 
 /* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM. */
 int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg);

@@ -311,6 +311,18 @@ static void acquire_voted(void *arg, const master_reply *replies)
         }
     }
     op->yes_mask = yes_mask;
+    /* A master that missed its deadline after the SET was written may still
+     * apply it (a paused master does, on SIGCONT), leaving our token there
+     * for a whole TTL and splitting later votes. Step 5 cannot reach it now:
+     * release there as soon as it is back. */
+    uint64_t expires = mpool_now_us() + (uint64_t)op->req.ttl_ms * 1000ULL;
+    for (int i = 0; i < e->n; i++) {
+        if (replies[i].kind == MREPLY_FAIL && replies[i].sent) {
+            const char *args[] = {op->key, op->holder_key, op->res.token};
+            size_t lens[] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
+            mpool_on_return(e->pool, i, &script_release, 2, 3, args, lens, expires);
+        }
+    }
     /* Masters that answered "held" cannot hold our token; all others might. */
     uint32_t maybe_ours = all_mask(e) & ~no_mask;
 
@@ -410,8 +422,17 @@ static void release_voted(void *arg, const master_reply *replies)
     rl_engine *e = op->e;
     int deleted = 0, answered = 0;
     bool other = false;
+    uint64_t expires = mpool_now_us() + (uint64_t)e->cfg.max_ttl_ms * 1000ULL;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
+        if (r->kind == MREPLY_FAIL) {
+            /* A master that was down or paused may still hold the token and
+             * would refuse the next owner until the TTL ends: release there
+             * when it is back. */
+            const char *args[] = {op->key, op->holder_key, op->req.token};
+            size_t lens[] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
+            mpool_on_return(e->pool, i, &script_release, 2, 3, args, lens, expires);
+        }
         if (r->kind != MREPLY_VALUE || r->nints < 1)
             continue;
         answered++;
