@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds redlockd with warnings as
-# errors, and runs the unit and integration suites twice, once plain and once
-# under AddressSanitizer + UndefinedBehaviorSanitizer. The tests start their
-# own redis-server masters on free loopback ports and stop them again.
+# errors, and runs the unit, integration and fault-injection (short form)
+# suites twice, once plain and once under AddressSanitizer +
+# UndefinedBehaviorSanitizer. The tests start their own redis-server masters
+# on free loopback ports and stop them again.
+#
+# The long fault run is separate: meson test -C build --suite faults-long
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -13,6 +16,11 @@ run_suites() {   # build-dir, meson setup options...
     [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
     ninja -C "$dir"
     meson test -C "$dir" --suite unit --suite integration --print-errorlogs
+    # One at a time: the fault scenarios measure latency and need both cores.
+    rm -f "$dir/faults-table.md"
+    meson test -C "$dir" --suite faults --print-errorlogs --num-processes 1
+    echo "fault scenarios ($dir):"
+    cat "$dir/faults-table.md"
 }
 
 echo "== plain build"

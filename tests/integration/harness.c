@@ -146,7 +146,8 @@ void h_daemon_start(h_cluster *c, ...)
     const char *bin = getenv("REDLOCKD_BIN");
     if (!bin)
         bin = "redlockd";
-    c->http_port = h_free_port();
+    if (!c->http_port)
+        c->http_port = h_free_port();   /* a restart keeps the port clients use */
     snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", c->http_port);
     snprintf(c->log, sizeof c->log, "%s/redlockd.log", c->dir);
     char listen[64], masters[512] = "";
@@ -230,6 +231,15 @@ int h_daemon_stop(h_cluster *c)
     waitpid(c->daemon, &st, 0);
     c->daemon = 0;
     return -1;
+}
+
+void h_daemon_kill(h_cluster *c)
+{
+    if (c->daemon <= 0)
+        return;
+    kill(c->daemon, SIGKILL);
+    waitpid(c->daemon, NULL, 0);
+    c->daemon = 0;
 }
 
 void h_master_pause(h_cluster *c, int i) { kill(c->m[i].pid, SIGSTOP); }

@@ -52,6 +52,8 @@ h_cluster *h_cluster_start(int n, const char *extra_redis);
 void h_daemon_start(h_cluster *c, ...) __attribute__((sentinel));
 /* Sends SIGTERM and returns the exit status (or -1). */
 int h_daemon_stop(h_cluster *c);
+/* SIGKILL, as a crash; a later h_daemon_start listens on the same port. */
+void h_daemon_kill(h_cluster *c);
 void h_cluster_free(h_cluster *c);
 
 void h_master_pause(h_cluster *c, int i);    /* SIGSTOP */

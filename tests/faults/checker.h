@@ -1,0 +1,73 @@
+/* checker.h - judges a fault-injection run from its client logs.
+ *
+ * Every client of the workload logs one record per acquire attempt: when it
+ * was sent and answered (one CLOCK_MONOTONIC shared by all processes on the
+ * machine), the answer, and for a grant the validity, the fence, what the
+ * protected resource said to its write, and when the release was sent and
+ * answered. The checker needs nothing else: it is pure and unit-tested with
+ * hand-made records that do and do not violate each property.
+ */
+#ifndef FL_CHECKER_H
+#define FL_CHECKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum fl_write { FL_WRITE_NONE, FL_WRITE_ACCEPTED, FL_WRITE_REJECTED };
+
+typedef struct fl_record {
+    int client;
+    int name;                   /* index of the lock name */
+    int status;                 /* acquire HTTP status; -1 no answer */
+    uint64_t sent_us, answered_us;
+    long long validity_ms, ttl_ms, fence;   /* with status 201 */
+    uint64_t read_us;           /* the fenced read at the start of the critical section */
+    enum fl_write write;
+    uint64_t write_us;
+    bool late;                  /* the write was sent after the validity ended */
+    uint64_t release_sent_us, release_answered_us;  /* 0 when not released */
+    int release_status;
+} fl_record;
+
+/* A period in which fewer than a majority of masters can vote. */
+typedef struct fl_period {
+    uint64_t begin_us, end_us;
+} fl_period;
+
+typedef struct fl_expect {
+    long long bound_ms;         /* master timeout plus margin: latency bound */
+    long long ttl_ms;
+    long long recovery_slack_ms;  /* added to ttl for "grants resume" */
+    const fl_period *down;      /* majority down: every attempt fully inside answers 503 */
+    int ndown;
+    const uint64_t *recovered_us; /* grants must resume within ttl (+slack) of each */
+    int nrecovered;
+} fl_expect;
+
+typedef struct fl_report {
+    long attempts, grants, locked, no_quorum, other, transport_errors;
+    long overlaps;              /* pairs of grants of one name with overlapping windows */
+    long fence_violations;      /* a grant whose fence is not above every earlier one */
+    long accepted_fence_violations; /* accepted writes whose fences do not increase */
+    long accepted_writes, rejected_writes, late_writes, late_rejected;
+    long late_stale;            /* late writes after a newer holder had read the resource */
+    long late_stale_accepted;   /* ...that the resource accepted: must be none */
+    long free_attempts, free_granted;   /* attempts on a free name, in healthy time */
+    double healthy_p99_ms;      /* acquire latency, attempts outside down periods */
+    long down_attempts, down_wrong; /* inside down periods; not a fast 503 */
+    int down_wrong_status;      /* the first wrong one: its status and time */
+    double down_wrong_ms;
+    long recoveries_missed;
+    uint64_t first_overlap_a_us, first_overlap_b_us;
+} fl_report;
+
+/* Fills rep from records (reordered in place). resource_count[name] is the
+ * count each name's resource ended with, compared with its accepted writes
+ * by the caller. */
+void fl_check(fl_record *recs, size_t n, int nnames, const fl_expect *ex, fl_report *rep);
+
+/* Accepted writes per name, for the resource comparison. */
+long fl_accepted_for(const fl_record *recs, size_t n, int name);
+
+#endif

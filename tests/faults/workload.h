@@ -1,0 +1,79 @@
+/* workload.h - the fault suite's load: clients contending for a few lock
+ * names through the real redlockd over HTTP, each critical section using a
+ * fenced shared resource, while a fault thread injects one kind of fault.
+ */
+#ifndef FL_WORKLOAD_H
+#define FL_WORKLOAD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <pthread.h>
+
+#include "checker.h"
+#include "harness.h"
+
+#define FL_MAX_NAMES 8
+#define FL_MAX_PERIODS 64
+
+/* The protected resource of one name, as a fenced store would do it: every
+ * operation carries the holder's fence; a write is accepted only with a fence
+ * above the last write's and not below any fence it has seen. */
+typedef struct fl_resource {
+    pthread_mutex_t mu;
+    long long seen_fence;       /* highest fence of any read or write */
+    long long last_write_fence;
+    long count;                 /* the data: a counter each holder increments */
+} fl_resource;
+
+typedef struct fl_run fl_run;
+
+typedef struct fl_scenario {
+    const char *label;
+    int clients;
+    int names;
+    long long ttl_ms;
+    int hold_max_ms;            /* critical section: random 0..hold_max_ms */
+    int late_client_pause_ms;   /* > 0: client 0 stalls this long past validity before writing */
+    const char *daemon_flags[8]; /* extra redlockd flags, NULL-terminated */
+    const char *extra_redis;
+    void (*fault)(fl_run *r);   /* the fault thread's body; returns when done */
+    bool check_availability;    /* 99% of free-name attempts granted, p99 bound */
+    bool expect_violation;      /* negative control: the checker must find one */
+} fl_scenario;
+
+struct fl_run {
+    const fl_scenario *sc;
+    h_cluster *c;
+    int seconds;                /* load before the fault thread's deadline */
+    atomic_bool stop;           /* clients stop */
+    atomic_bool fault_stop;     /* the fault thread should finish */
+    uint64_t t0_us;
+    fl_resource res[FL_MAX_NAMES];
+    fl_period down[FL_MAX_PERIODS];
+    int ndown;
+    uint64_t recovered[FL_MAX_PERIODS];
+    int nrecovered;
+    pthread_mutex_t rec_mu;
+    fl_record *recs;
+    size_t nrecs, caprecs;
+    char jsonl[400];
+    const char *dargv[16];      /* redlockd's flags, for a restart */
+};
+
+/* Fault helpers, for fault threads. */
+bool fl_running(fl_run *r);                  /* false once asked to stop */
+void fl_sleep_ms(fl_run *r, int ms);         /* returns early when stopping */
+void fl_mark_down(fl_run *r, uint64_t begin_us, uint64_t end_us);
+void fl_mark_recovered(fl_run *r, uint64_t at_us);
+/* Polls /readyz until masters_voting >= want (or the timeout); returns the
+ * start of the last poll that saw fewer (0 if none did), and sets *ready_us
+ * to the end of the first that saw enough (0 on timeout). */
+uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us);
+/* Starts redlockd again (after h_daemon_kill) with the same flags and port. */
+void fl_daemon_start(fl_run *r);
+
+/* Runs the scenario for `seconds` of load (plus time to recover), checks it,
+ * prints its row of the table and asserts its properties. */
+void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override);
+
+#endif

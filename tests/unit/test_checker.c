@@ -1,0 +1,114 @@
+/* Unit tests of the fault suite's checker (tests/faults/checker.c): it must
+ * see each kind of violation in hand-made logs, and see none in clean ones. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "checker.h"
+
+#define MS 1000ULL
+
+static fl_record grant(int client, uint64_t at_ms, long long validity_ms, long long fence,
+                       uint64_t release_ms)
+{
+    return (fl_record){.client = client, .name = 0, .status = 201, .sent_us = at_ms * MS - 500,
+                       .answered_us = at_ms * MS, .validity_ms = validity_ms, .ttl_ms = 1000,
+                       .fence = fence, .read_us = at_ms * MS + 10, .write = FL_WRITE_ACCEPTED,
+                       .write_us = at_ms * MS + 20, .release_sent_us = release_ms * MS,
+                       .release_answered_us = release_ms * MS + 300, .release_status = 204};
+}
+
+static const fl_expect plain = {100, 1000, 500, NULL, 0, NULL, 0};
+
+Test(checker, clean_handoffs_have_no_violation)
+{
+    fl_record r[] = {grant(1, 100, 900, 10, 150), grant(2, 151, 900, 11, 300),
+                     grant(3, 301, 900, 12, 400)};
+    fl_report p;
+    fl_check(r, 3, 1, &plain, &p);
+    cr_assert_eq(p.grants, 3);
+    cr_assert_eq(p.overlaps, 0);
+    cr_assert_eq(p.fence_violations, 0);
+    cr_assert_eq(p.accepted_fence_violations, 0);
+    cr_assert_eq(fl_accepted_for(r, 3, 0), 3);
+}
+
+Test(checker, overlapping_windows_are_found)
+{
+    /* Holder 1 may rely on its lock until 100 + 900 ms; holder 2 gets it at 500. */
+    fl_record r[] = {grant(1, 100, 900, 10, 2000), grant(2, 500, 900, 11, 600)};
+    fl_report p;
+    fl_check(r, 2, 1, &plain, &p);
+    cr_assert_eq(p.overlaps, 1);
+    /* The same, but holder 1 released at 400: no overlap. */
+    fl_record ok[] = {grant(1, 100, 900, 10, 400), grant(2, 500, 900, 11, 600)};
+    fl_check(ok, 2, 1, &plain, &p);
+    cr_assert_eq(p.overlaps, 0);
+    /* ...or its validity ended at 100 + 300. */
+    fl_record lapsed[] = {grant(1, 100, 300, 10, 2000), grant(2, 500, 900, 11, 600)};
+    fl_check(lapsed, 2, 1, &plain, &p);
+    cr_assert_eq(p.overlaps, 0);
+}
+
+Test(checker, fences_must_increase_in_grant_order)
+{
+    fl_record r[] = {grant(1, 100, 900, 10, 150), grant(2, 200, 900, 10, 300),
+                     grant(3, 400, 900, 9, 450)};
+    fl_report p;
+    fl_check(r, 3, 1, &plain, &p);
+    cr_assert_eq(p.fence_violations, 2);
+    cr_assert_eq(p.accepted_fence_violations, 2);
+}
+
+Test(checker, late_write_after_a_newer_holder_read)
+{
+    fl_record stale = grant(1, 100, 300, 10, 2000);
+    stale.late = true;
+    stale.write_us = 900 * MS;            /* past 100 + 300 */
+    fl_record newer = grant(2, 500, 900, 11, 600);   /* read at 500.01 */
+    fl_record r[] = {stale, newer};
+    fl_report p;
+    fl_check(r, 2, 1, &plain, &p);
+    cr_assert_eq(p.late_stale, 1);
+    cr_assert_eq(p.late_stale_accepted, 1, "an accepted stale write is reported");
+    r[0].write = FL_WRITE_REJECTED;
+    r[1] = newer;
+    fl_check(r, 2, 1, &plain, &p);
+    cr_assert_eq(p.late_stale_accepted, 0);
+}
+
+Test(checker, majority_down_needs_fast_503)
+{
+    fl_record r[] = {
+        {.status = 503, .sent_us = 1000 * MS, .answered_us = 1050 * MS},
+        {.status = 503, .sent_us = 1100 * MS, .answered_us = 1300 * MS},   /* too slow */
+        {.status = 409, .sent_us = 1400 * MS, .answered_us = 1401 * MS},   /* not a 503 */
+        {.status = 409, .sent_us = 1990 * MS, .answered_us = 2010 * MS},   /* straddles the end */
+    };
+    fl_period down = {999 * MS, 2000 * MS};
+    fl_expect ex = plain;
+    ex.down = &down;
+    ex.ndown = 1;
+    fl_report p;
+    fl_check(r, 4, 1, &ex, &p);
+    cr_assert_eq(p.down_attempts, 3);
+    cr_assert_eq(p.down_wrong, 2);
+}
+
+Test(checker, free_name_refusals_and_recovery)
+{
+    fl_record r[] = {
+        grant(1, 100, 900, 10, 150),
+        {.client = 2, .status = 409, .sent_us = 120 * MS, .answered_us = 121 * MS},  /* held: fine */
+        {.client = 3, .status = 409, .sent_us = 200 * MS, .answered_us = 201 * MS},  /* free: refused */
+        grant(4, 300, 900, 11, 350),
+    };
+    uint64_t recovered[] = {250 * MS, 5000 * MS};
+    fl_expect ex = plain;
+    ex.recovered_us = recovered;
+    ex.nrecovered = 2;
+    fl_report p;
+    fl_check(r, 4, 1, &ex, &p);
+    cr_assert_eq(p.free_attempts, 3);
+    cr_assert_eq(p.free_granted, 2);
+    cr_assert_eq(p.recoveries_missed, 1, "no grant within a TTL of 5000 ms");
+}
