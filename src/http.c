@@ -28,6 +28,7 @@ struct http_server {
     mpool *pool;
     metrics *m;
     api_limits limits;
+    atomic_bool quiescing;      /* SIGTERM seen: no new connections */
 };
 
 typedef struct req_ctx {
@@ -72,6 +73,10 @@ static enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const cha
     }
     if (status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    /* Stopping: serve what arrives on open connections, then close them so
+     * clients move on to another instance instead of meeting a 503. */
+    if (atomic_load(&ctx->s->quiescing))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
@@ -441,6 +446,7 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
 
 void http_quiesce(http_server *s)
 {
+    atomic_store(&s->quiescing, true);
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);

@@ -36,7 +36,8 @@ struct rl_engine {
     pthread_mutex_t lock;        /* guards inflight and cond */
     pthread_cond_t idle;
     int inflight;                /* submitted and not yet answered */
-    atomic_bool draining;
+    atomic_bool draining;        /* waiting acquires answer at once */
+    bool closed;                 /* under lock: no new requests */
 
     struct rl_task *waiting;       /* acquires sleeping before a retry; loop thread */
     uint64_t next_quorum_log_us;   /* loop thread */
@@ -555,8 +556,6 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
 
 int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
 {
-    if (atomic_load(&e->draining))
-        return -1;
     rl_task *op = calloc(1, sizeof *op);
     if (!op)
         return -1;
@@ -565,6 +564,11 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
     op->done = done;
     op->arg = arg;
     pthread_mutex_lock(&e->lock);
+    if (e->closed) {
+        pthread_mutex_unlock(&e->lock);
+        free(op);
+        return -1;
+    }
     e->inflight++;
     pthread_mutex_unlock(&e->lock);
     if (mpool_post(e->pool, op_start, op) < 0) {
@@ -606,6 +610,7 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms)
         if (pthread_cond_timedwait(&e->idle, &e->lock, &until) != 0)
             break;
     int left = e->inflight;
+    e->closed = true;   /* from here rl_submit refuses */
     pthread_mutex_unlock(&e->lock);
     return left;
 }

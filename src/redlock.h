@@ -74,13 +74,16 @@ typedef struct rl_config {
 rl_engine *rl_engine_new(const rl_config *cfg, struct mpool *pool, struct metrics *m);
 
 /* Queues req (copied) and returns at once; done(arg, result) follows on the
- * engine's thread. Returns 0, or -1 when the engine is stopping (done is then
- * never called). Safe from any thread. */
+ * engine's thread. Returns 0, or -1 once the engine has drained or on OOM
+ * (done is then never called). Requests submitted while it drains are
+ * served, but an acquire does not wait for a held lock then. Safe from any
+ * thread. */
 int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg);
 
-/* Stops taking requests and makes every waiting acquire answer now with its
- * last outcome. Returns once no request is in flight, or after timeout_ms.
- * Returns the number still in flight (0 on a clean drain). */
+/* Makes every waiting acquire answer now with its last outcome, and later
+ * ones answer without waiting; returns once no request is in flight, or after
+ * timeout_ms, and from then on takes no new request. Returns the number still
+ * in flight (0 on a clean drain). */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);
 
 /* Frees the engine; call after rl_engine_drain and before stopping the pool. */
