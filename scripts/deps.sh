@@ -1,7 +1,9 @@
 # scripts/deps.sh - sourced by run.sh and test.sh: installs the Debian
-# packages redlockd needs to build, test and run, if any is missing.
+# packages redlockd needs to build, test and run, if any is missing
+# (docker-compose and python3-yaml only validate the deployment files).
 REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
-libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl"
+libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl
+python3 python3-yaml docker-compose"
 
 install_deps() {
     local missing=()

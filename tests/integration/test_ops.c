@@ -1,0 +1,372 @@
+/* Integration: what operators rely on. /metrics parses as Prometheus text and
+ * moves with requests; SIGTERM under load exits 0 and answers no request
+ * with a 5xx because of the shutdown. */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static h_cluster *C;
+
+static void setup(void)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+}
+
+static void teardown(void) { h_cluster_free(C); }
+
+TestSuite(ops, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- a small Prometheus text-format (0.0.4) parser ---- */
+
+#define MAX_SAMPLES 2048
+
+struct sample {
+    char name[128];
+    char labels[256];     /* as written, without the braces */
+    double value;
+};
+
+struct family {
+    char name[128];
+    char type[16];
+};
+
+struct exposition {
+    struct sample s[MAX_SAMPLES];
+    int n;
+    struct family f[256];
+    int nf;
+};
+
+static bool metric_name_ok(const char *p, size_t len)
+{
+    if (len == 0 || !(isalpha((unsigned char)p[0]) || p[0] == '_' || p[0] == ':'))
+        return false;
+    for (size_t i = 1; i < len; i++)
+        if (!(isalnum((unsigned char)p[i]) || p[i] == '_' || p[i] == ':'))
+            return false;
+    return true;
+}
+
+static const struct family *family_of(const struct exposition *e, const char *sample)
+{
+    for (int i = 0; i < e->nf; i++) {
+        size_t l = strlen(e->f[i].name);
+        if (strncmp(sample, e->f[i].name, l))
+            continue;
+        const char *rest = sample + l;
+        if (!*rest || !strcmp(rest, "_total") || !strcmp(rest, "_bucket") || !strcmp(rest, "_sum") ||
+            !strcmp(rest, "_count"))
+            return &e->f[i];
+    }
+    return NULL;
+}
+
+/* Parses text into e; fails the test with the line number on any error. */
+static void parse_prometheus(const char *text, struct exposition *e)
+{
+    memset(e, 0, sizeof *e);
+    int lineno = 0;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        cr_assert_not_null(nl, "the exposition must end with a newline");
+        size_t len = (size_t)(nl - line);
+        char buf[1024];
+        cr_assert_lt(len, sizeof buf);
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        lineno++;
+        line = nl + 1;
+        if (len == 0)
+            continue;
+        if (buf[0] == '#') {
+            char kw[8], name[128], rest[512] = "";
+            int k = sscanf(buf, "# %7s %127s %511[^\n]", kw, name, rest);
+            if (k >= 2 && !strcmp(kw, "TYPE")) {
+                cr_assert(!strcmp(rest, "counter") || !strcmp(rest, "gauge") || !strcmp(rest, "histogram") ||
+                              !strcmp(rest, "summary") || !strcmp(rest, "untyped"),
+                          "line %d: bad type: %s", lineno, buf);
+                cr_assert(metric_name_ok(name, strlen(name)), "line %d: bad name", lineno);
+                for (int i = 0; i < e->nf; i++)
+                    cr_assert_str_neq(e->f[i].name, name, "line %d: TYPE of %s given twice", lineno, name);
+                snprintf(e->f[e->nf].name, sizeof e->f[0].name, "%s", name);
+                snprintf(e->f[e->nf++].type, sizeof e->f[0].type, "%s", rest);
+            } else {
+                cr_assert(k >= 2 && !strcmp(kw, "HELP"), "line %d: comment is neither HELP nor TYPE: %s",
+                          lineno, buf);
+            }
+            continue;
+        }
+        struct sample *s = &e->s[e->n++];
+        cr_assert_lt(e->n, MAX_SAMPLES);
+        size_t nl_ = strcspn(buf, "{ ");
+        cr_assert(metric_name_ok(buf, nl_), "line %d: bad metric name: %s", lineno, buf);
+        memcpy(s->name, buf, nl_);
+        const char *p = buf + nl_;
+        if (*p == '{') {
+            const char *q = ++p;
+            /* label="value" pairs, values escaped with backslash */
+            while (*q && *q != '}') {
+                const char *eq = strchr(q, '=');
+                cr_assert(eq && eq > q && eq[1] == '"', "line %d: bad label: %s", lineno, buf);
+                for (const char *c = q; c < eq; c++)
+                    cr_assert(isalnum((unsigned char)*c) || *c == '_', "line %d: bad label name", lineno);
+                const char *v = eq + 2;
+                while (*v && *v != '"') {
+                    if (*v == '\\')
+                        v++;
+                    v++;
+                }
+                cr_assert_eq(*v, '"', "line %d: unterminated label value", lineno);
+                q = v + 1;
+                if (*q == ',')
+                    q++;
+            }
+            cr_assert_eq(*q, '}', "line %d: unterminated labels", lineno);
+            memcpy(s->labels, p, (size_t)(q - p));
+            p = q + 1;
+        }
+        cr_assert_eq(*p, ' ', "line %d: no value: %s", lineno, buf);
+        char *end;
+        s->value = strtod(p + 1, &end);
+        cr_assert(end != p + 1 && (*end == '\0' || *end == ' '), "line %d: bad value: %s", lineno, buf);
+        const struct family *f = family_of(e, s->name);
+        cr_assert_not_null(f, "line %d: %s has no TYPE before it", lineno, s->name);
+        if (!strcmp(f->type, "counter"))
+            cr_assert(strstr(s->name, "_total") && s->value >= 0, "line %d: counter %s", lineno, s->name);
+        for (int i = 0; i < e->n - 1; i++)
+            cr_assert(strcmp(e->s[i].name, s->name) || strcmp(e->s[i].labels, s->labels),
+                      "line %d: duplicate sample %s{%s}", lineno, s->name, s->labels);
+    }
+    /* Histograms: cumulative buckets ending in +Inf, which equals _count. */
+    for (int i = 0; i < e->nf; i++) {
+        if (strcmp(e->f[i].type, "histogram"))
+            continue;
+        char bucket[140], count[140];
+        snprintf(bucket, sizeof bucket, "%s_bucket", e->f[i].name);
+        snprintf(count, sizeof count, "%s_count", e->f[i].name);
+        for (int j = 0; j < e->n; j++) {
+            if (strcmp(e->s[j].name, count))
+                continue;
+            double prev = 0, inf = -1;
+            for (int k = 0; k < e->n; k++) {
+                if (strcmp(e->s[k].name, bucket) || strncmp(e->s[k].labels, e->s[j].labels, strlen(e->s[j].labels)))
+                    continue;
+                cr_assert_geq(e->s[k].value, prev, "%s{%s} buckets must not decrease", bucket, e->s[k].labels);
+                prev = e->s[k].value;
+                if (strstr(e->s[k].labels, "le=\"+Inf\""))
+                    inf = e->s[k].value;
+            }
+            cr_assert_eq(inf, e->s[j].value, "%s{%s}: +Inf bucket must equal the count", count, e->s[j].labels);
+        }
+    }
+}
+
+static double value_of(const struct exposition *e, const char *name, const char *labels)
+{
+    for (int i = 0; i < e->n; i++)
+        if (!strcmp(e->s[i].name, name) && !strcmp(e->s[i].labels, labels))
+            return e->s[i].value;
+    return NAN;
+}
+
+static double sum_of(const struct exposition *e, const char *name)
+{
+    double sum = 0;
+    for (int i = 0; i < e->n; i++)
+        if (!strcmp(e->s[i].name, name))
+            sum += e->s[i].value;
+    return sum;
+}
+
+static void scrape(struct exposition *e)
+{
+    h_resp m = h_http(C, "GET", "/metrics", NULL, NULL);
+    cr_assert_eq(m.status, 200);
+    cr_assert(strstr(m.content_type, "text/plain"), "%s", m.content_type);
+    parse_prometheus(m.body, e);
+    h_resp_free(&m);
+}
+
+Test(ops, metrics_parse_as_prometheus_text_and_move)
+{
+    static struct exposition a, b;
+    scrape(&a);
+    const char *families[] = {"redlockd_http_requests_total", "redlockd_request_duration_seconds",
+                              "redlockd_grants_total", "redlockd_conflicts_total", "redlockd_no_quorum_total",
+                              "redlockd_master_up", "redlockd_master_quarantined",
+                              "redlockd_master_errors_total", "redlockd_master_reply_seconds"};
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
+        bool found = false;
+        for (int k = 0; k < a.nf; k++)
+            found |= !strcmp(a.f[k].name, families[i]);
+        cr_assert(found, "no metric family %s", families[i]);
+    }
+    cr_assert_eq(sum_of(&a, "redlockd_master_up"), 5);
+
+    h_resp g = h_http(C, "POST", "/locks/metered", NULL, NULL);
+    h_resp c = h_http(C, "POST", "/locks/metered", NULL, NULL);
+    char hdr[200];
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&g, "token"));
+    h_resp x = h_http(C, "PATCH", "/locks/metered", NULL, hdr, NULL);
+    h_resp r = h_http(C, "DELETE", "/locks/metered", NULL, hdr, NULL);
+    cr_assert_eq(g.status, 201);
+    cr_assert_eq(c.status, 409);
+    cr_assert_eq(x.status, 200);
+    cr_assert_eq(r.status, 204);
+    scrape(&b);
+    struct {
+        const char *name, *labels;
+        double delta;
+    } moves[] = {
+        {"redlockd_grants_total", "", 1},
+        {"redlockd_conflicts_total", "", 1},
+        {"redlockd_extensions_total", "", 1},
+        {"redlockd_releases_total", "", 1},
+        {"redlockd_http_requests_total", "route=\"acquire\",status=\"201\"", 1},
+        {"redlockd_http_requests_total", "route=\"acquire\",status=\"409\"", 1},
+        {"redlockd_http_requests_total", "route=\"extend\",status=\"200\"", 1},
+        {"redlockd_http_requests_total", "route=\"release\",status=\"204\"", 1},
+        {"redlockd_request_duration_seconds_count", "operation=\"acquire\"", 2},
+        {"redlockd_request_duration_seconds_count", "operation=\"extend\"", 1},
+        {"redlockd_request_duration_seconds_count", "operation=\"release\"", 1},
+    };
+    for (size_t i = 0; i < sizeof moves / sizeof *moves; i++) {
+        double before = value_of(&a, moves[i].name, moves[i].labels);
+        double after = value_of(&b, moves[i].name, moves[i].labels);
+        cr_assert(!isnan(after), "no sample %s{%s}", moves[i].name, moves[i].labels);
+        if (isnan(before))
+            before = 0;
+        cr_assert_eq(after - before, moves[i].delta, "%s{%s} moved by %g", moves[i].name, moves[i].labels,
+                     after - before);
+    }
+    cr_assert_geq(sum_of(&b, "redlockd_master_reply_seconds_count") -
+                      sum_of(&a, "redlockd_master_reply_seconds_count"), 5 * 4,
+                  "every master answered the four lock calls");
+    h_resp_free(&g);
+    h_resp_free(&c);
+    h_resp_free(&x);
+    h_resp_free(&r);
+}
+
+/* ---- SIGTERM under load ---- */
+
+struct loader {
+    h_cluster *c;
+    int id;
+    atomic_long answered, five_xx, refused;
+    long last_5xx;
+    char last_body[200];
+};
+
+static size_t sink(char *p, size_t size, size_t n, void *arg)
+{
+    struct loader *l = arg;
+    size_t len = size * n < sizeof l->last_body - 1 ? size * n : sizeof l->last_body - 1;
+    memcpy(l->last_body, p, len);
+    l->last_body[len] = '\0';
+    return size * n;
+}
+
+static long call(CURL *h, struct loader *l, const char *method, const char *url, const char *body)
+{
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, l);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    long status = -1;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    return status;
+}
+
+/* Loops acquire (some with a wait on a held name) and release until the
+ * server goes away; counts every answer and every 5xx. */
+static void *load(void *arg)
+{
+    struct loader *l = arg;
+    CURL *h = curl_easy_init();
+    char url[128];
+    for (int i = 0;; i++) {
+        bool waiter = l->id < 2;
+        snprintf(url, sizeof url, "%s/locks/%s-%d", l->c->base, waiter ? "held" : "busy", waiter ? 0 : l->id);
+        long st = call(h, l, "POST", url, waiter ? "{\"wait_ms\":5000}" : NULL);
+        if (st < 0)
+            break;
+        atomic_fetch_add(&l->answered, 1);
+        if (st >= 500) {
+            atomic_fetch_add(&l->five_xx, 1);
+            l->last_5xx = st;
+        }
+        if (st == 201) {
+            char tok[64] = "", hdr[256];
+            const char *t = strstr(l->last_body, "\"token\":\"");
+            if (t)
+                sscanf(t + 9, "%63[^\"]", tok);
+            snprintf(hdr, sizeof hdr, "%s?token=%s", url, tok);
+            st = call(h, l, "DELETE", hdr, NULL);
+            if (st < 0)
+                break;
+            atomic_fetch_add(&l->answered, 1);
+            if (st >= 500) {
+                atomic_fetch_add(&l->five_xx, 1);
+                l->last_5xx = st;
+            }
+        }
+    }
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+Test(ops, sigterm_under_load_exits_zero_without_5xx)
+{
+    h_resp held = h_http(C, "POST", "/locks/held-0", "{\"ttl_ms\":60000}", NULL);
+    cr_assert_eq(held.status, 201);
+    h_resp_free(&held);
+    enum { N = 10 };
+    static struct loader l[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        l[i] = (struct loader){.c = C, .id = i};
+        pthread_create(&t[i], NULL, load, &l[i]);
+    }
+    usleep(700000);
+    long before = 0;
+    for (int i = 0; i < N; i++)
+        before += atomic_load(&l[i].answered);
+    cr_assert_gt(before, 100, "the load is running");
+    pid_t pid = C->daemon;
+    kill(pid, SIGTERM);
+    int st = 0;
+    uint64_t t0 = h_now_us();
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    double took = (double)(h_now_us() - t0) / 1e6;
+    C->daemon = 0;
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    cr_assert_lt(took, 10.5, "shutdown took %.1f s", took);
+    long answered = 0;
+    for (int i = 0; i < N; i++) {
+        answered += atomic_load(&l[i].answered);
+        cr_assert_eq(atomic_load(&l[i].five_xx), 0, "client %d got %ld answers >= 500 (last %ld: %s)", i,
+                     atomic_load(&l[i].five_xx), l[i].last_5xx, l[i].last_body);
+    }
+    cr_assert_gt(answered, before);
+    /* Waiters on the held name were answered 409 at once, not left hanging. */
+    cr_assert_lt(took, 4.0, "waiting acquires held up the shutdown (%.1f s)", took);
+}
