@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds redlockd with warnings as
-# errors, and runs the unit, integration and fault-injection (short form)
-# suites twice, once plain and once under AddressSanitizer +
+# errors, and runs the unit, integration, deploy (engine-free checks of the
+# compose, container, Kubernetes and systemd files) and fault-injection
+# (short form) suites twice, once plain and once under AddressSanitizer +
 # UndefinedBehaviorSanitizer. The tests start their own redis-server masters
 # on free loopback ports and stop them again.
 #
@@ -15,7 +16,7 @@ run_suites() {   # build-dir, meson setup options...
     local dir=$1; shift
     [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
     ninja -C "$dir"
-    meson test -C "$dir" --suite unit --suite integration --print-errorlogs
+    meson test -C "$dir" --suite unit --suite integration --suite deploy --print-errorlogs
     # One at a time: the fault scenarios measure latency and need both cores.
     rm -f "$dir/faults-table.md"
     meson test -C "$dir" --suite faults --print-errorlogs --num-processes 1
