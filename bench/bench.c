@@ -1,0 +1,634 @@
+/* bench.c - redlockd's benchmark: acquire+release cycles over HTTP/1.1
+ * keep-alive against the real redlockd, and in the same run the floor: the
+ * same Redis work with no HTTP, from C with hiredis (each client sends
+ * SET NX PX to all five masters before reading, then the release script by
+ * EVALSHA). Both drive N clients from one epoll thread, one connection per
+ * client (five for a floor client), each client its own lock name.
+ *
+ *   bench [--seconds S] [--levels 1,8,64,256] [--json FILE]
+ *         [--redlockd PATH] [--masters host:port,...] [--label TEXT]
+ *
+ * Starts five redis-server masters on free loopback ports (no persistence)
+ * unless --masters is given, and the redlockd binary. Prints a table per
+ * level and writes the same as JSON. It is a measurement, not a test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LEVELS 8
+#define NMASTERS 5
+#define RELEASE_LUA                                                                                 \
+    "local v = redis.call('GET', KEYS[1])\n"                                                       \
+    "if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end\n"                               \
+    "if v then return -1 end\n"                                                                    \
+    "return 0\n"
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000ULL;
+}
+
+static void die(const char *what)
+{
+    perror(what);
+    exit(1);
+}
+
+/* ---- latency samples ---- */
+
+typedef struct samples {
+    uint32_t *v;
+    size_t n, cap;
+} samples;
+
+static void sample_add(samples *s, uint64_t us)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 65536;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+        if (!s->v)
+            die("realloc");
+    }
+    s->v[s->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct_ms(samples *s, double p)
+{
+    if (!s->n)
+        return 0;
+    size_t k = (size_t)(p / 100.0 * (double)s->n);
+    if (k >= s->n)
+        k = s->n - 1;
+    return s->v[k] / 1000.0;
+}
+
+typedef struct result {
+    int clients;
+    double seconds;
+    long cycles, errors;
+    double p50, p99, p999;
+    double cycles_per_s;
+    double cpu_s_per_1000;       /* redlockd's CPU seconds per 1000 cycles */
+} result;
+
+static void finish(result *r, samples *s, uint64_t elapsed_us)
+{
+    qsort(s->v, s->n, sizeof *s->v, cmp_u32);
+    r->seconds = (double)elapsed_us / 1e6;
+    r->cycles_per_s = (double)r->cycles / r->seconds;
+    r->p50 = pct_ms(s, 50);
+    r->p99 = pct_ms(s, 99);
+    r->p999 = pct_ms(s, 99.9);
+}
+
+/* ---- processes ---- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        die("bind");
+    int port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static pid_t spawn(char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static bool tcp_ready(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+static void wait_port(int port, const char *what)
+{
+    for (int i = 0; i < 500; i++) {
+        if (tcp_ready(port))
+            return;
+        usleep(10000);
+    }
+    fprintf(stderr, "bench: %s on port %d did not start\n", what, port);
+    exit(1);
+}
+
+/* utime + stime of pid in seconds; peak RSS in KiB through *hwm_kib. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, sizeof buf, f)) {
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    fclose(f);
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* fields after the name: state(3) ... utime(14) stime(15) */
+    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static long proc_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, strlen(field)))
+            v = strtol(line + strlen(field) + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* ---- the HTTP clients ---- */
+
+enum hstate { H_ACQ, H_REL };
+
+typedef struct hclient {
+    int fd;
+    int id;
+    enum hstate st;
+    uint64_t sent_us;
+    char out[512];
+    size_t outlen, outoff;
+    char in[4096];
+    size_t inlen;
+    char token[300];
+} hclient;
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS)
+        die("connect");
+    return fd;
+}
+
+static void h_request(hclient *c)
+{
+    if (c->st == H_ACQ)
+        c->outlen = (size_t)snprintf(c->out, sizeof c->out,
+                                     "POST /locks/bench-%d HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\n\r\n",
+                                     c->id);
+    else
+        c->outlen = (size_t)snprintf(c->out, sizeof c->out,
+                                     "DELETE /locks/bench-%d HTTP/1.1\r\nHost: bench\r\nLock-Token: %s\r\n"
+                                     "Content-Length: 0\r\n\r\n", c->id, c->token);
+    c->outoff = 0;
+    c->inlen = 0;
+    c->sent_us = now_us();
+    while (c->outoff < c->outlen) {
+        ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+        if (w < 0 && errno == EAGAIN)
+            break;   /* EPOLLOUT finishes it */
+        if (w < 0)
+            return;
+        c->outoff += (size_t)w;
+    }
+}
+
+/* A complete response in c->in? Returns its status (0: not yet). */
+static int h_parse(hclient *c, size_t *consumed)
+{
+    c->in[c->inlen] = '\0';
+    char *hend = strstr(c->in, "\r\n\r\n");
+    if (!hend)
+        return 0;
+    int status = atoi(c->in + 9);
+    size_t clen = 0;
+    char *cl = strcasestr(c->in, "\r\nContent-Length:");
+    if (cl && cl < hend)
+        clen = strtoul(cl + 17, NULL, 10);
+    size_t total = (size_t)(hend + 4 - c->in) + clen;
+    if (c->inlen < total)
+        return 0;
+    if (status == 201) {
+        char *t = strstr(hend, "\"token\":\"");
+        if (t)
+            sscanf(t + 9, "%299[^\"]", c->token);
+    }
+    *consumed = total;
+    return status;
+}
+
+static result run_http(int port, int nclients, double seconds, pid_t daemon)
+{
+    int ep = epoll_create1(0);
+    hclient *cl = calloc((size_t)nclients, sizeof *cl);
+    for (int i = 0; i < nclients; i++) {
+        cl[i].id = i;
+        cl[i].fd = connect_to(port);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = &cl[i]};
+        epoll_ctl(ep, EPOLL_CTL_ADD, cl[i].fd, &ev);
+    }
+    usleep(50000);
+    samples s = {0};
+    result r = {.clients = nclients};
+    double cpu0 = proc_cpu_s(daemon);
+    uint64_t t0 = now_us(), end = t0 + (uint64_t)(seconds * 1e6);
+    for (int i = 0; i < nclients; i++)
+        h_request(&cl[i]);
+    struct epoll_event evs[512];
+    int outstanding = nclients;
+    bool stopping = false;
+    while (outstanding > 0) {
+        uint64_t t = now_us();
+        if (!stopping && t >= end)
+            stopping = true;   /* finish the cycles in progress */
+        int n = epoll_wait(ep, evs, 512, 100);
+        for (int k = 0; k < n; k++) {
+            hclient *c = evs[k].data.ptr;
+            if ((evs[k].events & EPOLLOUT) && c->outoff < c->outlen) {
+                ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+                if (w > 0)
+                    c->outoff += (size_t)w;
+            }
+            if (!(evs[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                continue;
+            for (;;) {
+                ssize_t rd = read(c->fd, c->in + c->inlen, sizeof c->in - 1 - c->inlen);
+                if (rd <= 0)
+                    break;
+                c->inlen += (size_t)rd;
+            }
+            size_t used;
+            int status;
+            while ((status = h_parse(c, &used)) != 0) {
+                memmove(c->in, c->in + used, c->inlen - used);
+                c->inlen -= used;
+                uint64_t t1 = now_us();
+                if (c->st == H_ACQ) {
+                    if (status == 201) {
+                        sample_add(&s, t1 - c->sent_us);
+                        c->st = H_REL;
+                    } else {
+                        r.errors++;
+                    }
+                } else {
+                    if (status == 204)
+                        r.cycles++;
+                    else
+                        r.errors++;
+                    c->st = H_ACQ;
+                }
+                if (stopping && c->st == H_ACQ) {
+                    outstanding--;
+                    break;
+                }
+                h_request(c);
+            }
+        }
+    }
+    uint64_t elapsed = now_us() - t0;
+    double cpu1 = proc_cpu_s(daemon);
+    for (int i = 0; i < nclients; i++)
+        close(cl[i].fd);
+    close(ep);
+    free(cl);
+    finish(&r, &s, elapsed);
+    r.cpu_s_per_1000 = r.cycles ? (cpu1 - cpu0) / (double)r.cycles * 1000.0 : 0;
+    free(s.v);
+    return r;
+}
+
+/* ---- the floor: the same Redis work with hiredis, no HTTP ---- */
+
+typedef struct fclient {
+    int id;
+    redisContext *ctx[NMASTERS];
+    int pending;
+    bool acquiring;
+    uint64_t sent_us;
+    uint64_t seq;
+    char token[40];
+    int yes;
+} fclient;
+
+typedef struct fconn {
+    fclient *c;
+    int m;
+} fconn;
+
+static char release_sha[41];
+
+static void f_send(fclient *c)
+{
+    char key[32];
+    snprintf(key, sizeof key, "floor:%d", c->id);
+    if (c->acquiring) {
+        snprintf(c->token, sizeof c->token, "t%d-%llu", c->id, (unsigned long long)++c->seq);
+        c->sent_us = now_us();
+    }
+    for (int m = 0; m < NMASTERS; m++) {
+        if (c->acquiring)
+            redisAppendCommand(c->ctx[m], "SET %s %s NX PX 30000", key, c->token);
+        else
+            redisAppendCommand(c->ctx[m], "EVALSHA %s 1 %s %s", release_sha, key, c->token);
+    }
+    for (int m = 0; m < NMASTERS; m++) {   /* all written before any is read */
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(c->ctx[m], &done) != REDIS_OK)
+                die("redis write");
+    }
+    c->pending = NMASTERS;
+    c->yes = 0;
+}
+
+static result run_floor(const int *ports, int nclients, double seconds)
+{
+    int ep = epoll_create1(0);
+    fclient *cl = calloc((size_t)nclients, sizeof *cl);
+    fconn *conns = calloc((size_t)nclients * NMASTERS, sizeof *conns);
+    for (int i = 0; i < nclients; i++) {
+        cl[i].id = i;
+        for (int m = 0; m < NMASTERS; m++) {
+            struct timeval tv = {2, 0};
+            redisContext *ctx = redisConnectWithTimeout("127.0.0.1", ports[m], tv);
+            if (!ctx || ctx->err)
+                die("redis connect");
+            int fl = fcntl(ctx->fd, F_GETFL);
+            fcntl(ctx->fd, F_SETFL, fl | O_NONBLOCK);
+            ctx->flags &= ~REDIS_BLOCK;
+            cl[i].ctx[m] = ctx;
+            fconn *fc = &conns[i * NMASTERS + m];
+            fc->c = &cl[i];
+            fc->m = m;
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = fc};
+            epoll_ctl(ep, EPOLL_CTL_ADD, ctx->fd, &ev);
+        }
+    }
+    samples s = {0};
+    result r = {.clients = nclients};
+    uint64_t t0 = now_us(), end = t0 + (uint64_t)(seconds * 1e6);
+    for (int i = 0; i < nclients; i++) {
+        cl[i].acquiring = true;
+        f_send(&cl[i]);
+    }
+    int outstanding = nclients;
+    bool stopping = false;
+    struct epoll_event evs[1024];
+    while (outstanding > 0) {
+        if (!stopping && now_us() >= end)
+            stopping = true;
+        int n = epoll_wait(ep, evs, 1024, 100);
+        for (int k = 0; k < n; k++) {
+            fconn *fc = evs[k].data.ptr;
+            fclient *c = fc->c;
+            redisContext *ctx = c->ctx[fc->m];
+            if (redisBufferRead(ctx) != REDIS_OK)
+                die("redis read");
+            void *reply;
+            while (redisGetReplyFromReader(ctx, &reply) == REDIS_OK && reply) {
+                redisReply *rr = reply;
+                if (c->acquiring && rr->type == REDIS_REPLY_STATUS)
+                    c->yes++;
+                if (!c->acquiring && rr->type == REDIS_REPLY_ERROR)
+                    r.errors++;
+                freeReplyObject(reply);
+                if (--c->pending > 0)
+                    continue;
+                if (c->acquiring) {
+                    if (c->yes >= NMASTERS / 2 + 1)
+                        sample_add(&s, now_us() - c->sent_us);
+                    else
+                        r.errors++;
+                    c->acquiring = false;
+                    f_send(c);
+                } else {
+                    r.cycles++;
+                    c->acquiring = true;
+                    if (stopping)
+                        outstanding--;
+                    else
+                        f_send(c);
+                }
+            }
+        }
+    }
+    uint64_t elapsed = now_us() - t0;
+    for (int i = 0; i < nclients; i++)
+        for (int m = 0; m < NMASTERS; m++)
+            redisFree(cl[i].ctx[m]);
+    close(ep);
+    free(cl);
+    free(conns);
+    finish(&r, &s, elapsed);
+    free(s.v);
+    return r;
+}
+
+/* ---- main ---- */
+
+static void print_header(void)
+{
+    printf("| clients | what     | cycles/s | acquire p50 ms | p99 ms | p99.9 ms | errors | CPU s/1000 cycles |\n");
+    printf("|--------:|----------|---------:|---------------:|-------:|---------:|-------:|------------------:|\n");
+}
+
+static void print_row(const char *what, const result *r)
+{
+    char cpu[32] = "";
+    if (r->cpu_s_per_1000 > 0)
+        snprintf(cpu, sizeof cpu, "%.3f", r->cpu_s_per_1000);
+    printf("| %7d | %-8s | %8.0f | %14.3f | %6.3f | %8.3f | %6ld | %17s |\n", r->clients, what,
+           r->cycles_per_s, r->p50, r->p99, r->p999, r->errors, cpu);
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 5;
+    int levels[MAX_LEVELS] = {1, 8, 64, 256}, nlevels = 4;
+    const char *json_path = "bench-result.json", *bin = "build/src/redlockd", *masters_arg = NULL;
+    const char *label = "";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            seconds = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--levels") && i + 1 < argc) {
+            nlevels = 0;
+            for (char *t = strtok(argv[++i], ","); t && nlevels < MAX_LEVELS; t = strtok(NULL, ","))
+                levels[nlevels++] = atoi(t);
+        } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+            json_path = argv[++i];
+        } else if (!strcmp(argv[i], "--redlockd") && i + 1 < argc) {
+            bin = argv[++i];
+        } else if (!strcmp(argv[i], "--masters") && i + 1 < argc) {
+            masters_arg = argv[++i];
+        } else if (!strcmp(argv[i], "--label") && i + 1 < argc) {
+            label = argv[++i];
+        } else {
+            fprintf(stderr, "usage: bench [--seconds S] [--levels 1,8,64,256] [--json FILE] "
+                            "[--redlockd PATH] [--masters h:p,...] [--label TEXT]\n");
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char dir[] = "/tmp/redlockd-bench-XXXXXX";
+    if (!mkdtemp(dir))
+        die("mkdtemp");
+    int ports[NMASTERS];
+    pid_t redis[NMASTERS] = {0};
+    char masters[512] = "";
+    if (masters_arg) {
+        snprintf(masters, sizeof masters, "%s", masters_arg);
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", masters_arg);
+        int k = 0;
+        for (char *t = strtok(tmp, ","); t && k < NMASTERS; t = strtok(NULL, ","))
+            ports[k++] = atoi(strrchr(t, ':') + 1);
+        if (k != NMASTERS) {
+            fprintf(stderr, "bench: --masters needs five local masters\n");
+            return 2;
+        }
+    } else {
+        size_t o = 0;
+        for (int m = 0; m < NMASTERS; m++) {
+            ports[m] = free_port();
+            char port[16], log[340], mdir[300];
+            snprintf(port, sizeof port, "%d", ports[m]);
+            snprintf(mdir, sizeof mdir, "%s/m%d", dir, m);
+            mkdir(mdir, 0755);
+            snprintf(log, sizeof log, "%s/redis.log", mdir);
+            char *av[] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", mdir,
+                          "--save", "", "--appendonly", "no", NULL};
+            redis[m] = spawn(av, log);
+            o += (size_t)snprintf(masters + o, sizeof masters - o, "%s127.0.0.1:%d", m ? "," : "", ports[m]);
+        }
+        for (int m = 0; m < NMASTERS; m++)
+            wait_port(ports[m], "redis-server");
+    }
+    for (int m = 0; m < NMASTERS; m++) {
+        redisContext *c = redisConnect("127.0.0.1", ports[m]);
+        redisReply *r = c && !c->err ? redisCommand(c, "SCRIPT LOAD %s", RELEASE_LUA) : NULL;
+        if (!r || r->type != REDIS_REPLY_STRING) {
+            fprintf(stderr, "bench: cannot reach master %d\n", ports[m]);
+            return 1;
+        }
+        snprintf(release_sha, sizeof release_sha, "%s", r->str);
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    int http_port = free_port();
+    char listen[64], log[300];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", http_port);
+    snprintf(log, sizeof log, "%s/redlockd.log", dir);
+    char *av[] = {(char *)bin, "--listen", listen, "--masters", masters, "--log-level", "warn", NULL};
+    pid_t daemon = spawn(av, log);
+    wait_port(http_port, "redlockd");
+    usleep(300000);   /* masters connected */
+
+    result floor[MAX_LEVELS], svc[MAX_LEVELS];
+    long max_rss = 0;
+    printf("redlockd benchmark %s: %.1f s per level, acquire+release cycles, five local masters\n\n", label,
+           seconds);
+    print_header();
+    for (int i = 0; i < nlevels; i++) {
+        floor[i] = run_floor(ports, levels[i], seconds);
+        print_row("floor", &floor[i]);
+        svc[i] = run_http(http_port, levels[i], seconds, daemon);
+        print_row("redlockd", &svc[i]);
+        long hwm = proc_kib(daemon, "VmHWM:");
+        if (hwm > max_rss)
+            max_rss = hwm;
+        fflush(stdout);
+    }
+    printf("\n| clients | p50 redlockd/floor | cycles/s redlockd/floor |\n|--------:|---:|---:|\n");
+    for (int i = 0; i < nlevels; i++)
+        printf("| %7d | %.2f | %.2f |\n", levels[i], floor[i].p50 > 0 ? svc[i].p50 / floor[i].p50 : 0,
+               floor[i].cycles_per_s > 0 ? svc[i].cycles_per_s / floor[i].cycles_per_s : 0);
+    printf("\nredlockd peak RSS: %.1f MiB\n", (double)max_rss / 1024.0);
+
+    FILE *j = fopen(json_path, "w");
+    if (j) {
+        fprintf(j, "{\"label\":\"%s\",\"seconds_per_level\":%.1f,\"redlockd_peak_rss_kib\":%ld,\"levels\":[", label,
+                seconds, max_rss);
+        for (int i = 0; i < nlevels; i++) {
+            const result *f = &floor[i], *v = &svc[i];
+            fprintf(j,
+                    "%s{\"clients\":%d,"
+                    "\"floor\":{\"cycles_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"errors\":%ld},"
+                    "\"redlockd\":{\"cycles_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"errors\":%ld,"
+                    "\"cpu_s_per_1000_cycles\":%.4f},"
+                    "\"ratio_p50\":%.3f,\"ratio_cycles\":%.3f}",
+                    i ? "," : "", levels[i], f->cycles_per_s, f->p50, f->p99, f->p999, f->errors, v->cycles_per_s,
+                    v->p50, v->p99, v->p999, v->errors, v->cpu_s_per_1000, f->p50 > 0 ? v->p50 / f->p50 : 0,
+                    f->cycles_per_s > 0 ? v->cycles_per_s / f->cycles_per_s : 0);
+        }
+        fprintf(j, "]}\n");
+        fclose(j);
+        printf("JSON: %s\n", json_path);
+    }
+
+    kill(daemon, SIGTERM);
+    int st;
+    waitpid(daemon, &st, 0);
+    for (int m = 0; m < NMASTERS; m++)
+        if (redis[m] > 0) {
+            kill(redis[m], SIGKILL);
+            waitpid(redis[m], NULL, 0);
+        }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench: could not remove %s\n", dir);
+    long errs = 0;
+    for (int i = 0; i < nlevels; i++)
+        errs += svc[i].errors;
+    return errs ? 1 : 0;
+}
