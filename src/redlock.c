@@ -23,7 +23,7 @@
 #include "quorum.h"
 #include "scripts.h"
 
-#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_HOLDER_SUFFIX)
+#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
 
 struct rl_engine {
     mpool *pool;
@@ -56,7 +56,6 @@ typedef struct rl_task {
 
     char key[RL_KEY_MAX];
     char fence_key[RL_KEY_MAX];
-    char holder_key[RL_KEY_MAX];
     char ttl_str[24];
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
@@ -237,8 +236,8 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
         acquire_after_release(op, NULL);
         return;
     }
-    const char *args[] = {op->key, op->holder_key, op->res.token};
-    eval(op, &script_release, mask, 2, 3, args, acquire_after_release);
+    const char *args[] = {op->key, op->res.token};
+    eval(op, &script_release, mask, 1, 2, args, acquire_after_release);
 }
 
 /* Step 3: a majority won without validity left is no lock. Release it on
@@ -319,9 +318,9 @@ static void acquire_voted(void *arg, const master_reply *replies)
     uint64_t expires = mpool_now_us() + (uint64_t)op->req.ttl_ms * 1000ULL;
     for (int i = 0; i < e->n; i++) {
         if (replies[i].kind == MREPLY_FAIL && replies[i].sent) {
-            const char *args[] = {op->key, op->holder_key, op->res.token};
-            size_t lens[] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
-            mpool_on_return(e->pool, i, &script_release, 2, 3, args, lens, expires);
+            const char *args[] = {op->key, op->res.token};
+            size_t lens[] = {strlen(args[0]), strlen(args[1])};
+            mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires);
         }
     }
     /* Masters that answered "held" cannot hold our token; all others might. */
@@ -340,8 +339,8 @@ static void acquire_voted(void *arg, const master_reply *replies)
         metrics_count(e->m, METRICS_FENCE_RAISES);
         char fence[24];
         snprintf(fence, sizeof fence, "%lld", op->res.fence);
-        const char *args[] = {op->key, op->fence_key, op->holder_key, op->res.token, fence};
-        eval(op, &script_raise, raise_mask, 3, 5, args, acquire_raised);
+        const char *args[] = {op->key, op->fence_key, op->res.token, fence};
+        eval(op, &script_raise, raise_mask, 2, 4, args, acquire_raised);
         return;
     }
     case QUORUM_REFUSED:
@@ -359,8 +358,8 @@ static void acquire_voted(void *arg, const master_reply *replies)
 static void acquire_attempt(rl_task *op)
 {
     op->start_us = mpool_now_us();   /* step 1 */
-    const char *args[] = {op->key, op->fence_key, op->holder_key, op->res.token, op->ttl_str};
-    eval(op, &script_acquire, all_mask(op->e), 3, 5, args, acquire_voted);   /* step 2 */
+    const char *args[] = {op->key, op->fence_key, op->res.token, op->ttl_str};
+    eval(op, &script_acquire, all_mask(op->e), 2, 4, args, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
@@ -408,9 +407,9 @@ static void extend_voted(void *arg, const master_reply *replies)
     if (yes_mask || answered < e->n) {
         /* Every master, not only the yes votes: a quarantined or late master
          * may hold the token too. The script deletes only our own token. */
-        const char *args[] = {op->key, op->holder_key, op->req.token};
-        size_t lens[3] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
-        mpool_eval(e->pool, &script_release, all_mask(e), 2, 3, args, lens, NULL, NULL);
+        const char *args[] = {op->key, op->req.token};
+        size_t lens[2] = {strlen(args[0]), strlen(args[1])};
+        mpool_eval(e->pool, &script_release, all_mask(e), 1, 2, args, lens, NULL, NULL);
     }
     op_answer(op);
 }
@@ -430,9 +429,9 @@ static void release_voted(void *arg, const master_reply *replies)
             /* A master that was down or paused may still hold the token and
              * would refuse the next owner until the TTL ends: release there
              * when it is back. */
-            const char *args[] = {op->key, op->holder_key, op->req.token};
-            size_t lens[] = {strlen(args[0]), strlen(args[1]), strlen(args[2])};
-            mpool_on_return(e->pool, i, &script_release, 2, 3, args, lens, expires);
+            const char *args[] = {op->key, op->req.token};
+            size_t lens[] = {strlen(args[0]), strlen(args[1])};
+            mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires);
         }
         if (r->kind != MREPLY_VALUE || r->nints < 1)
             continue;
@@ -503,7 +502,6 @@ static void op_start(void *arg)
     rl_engine *e = op->e;
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
-    snprintf(op->holder_key, sizeof op->holder_key, "%.*s%s", n, op->key, SCRIPT_HOLDER_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     op->start_us = mpool_now_us();
 
@@ -518,13 +516,13 @@ static void op_start(void *arg)
         acquire_attempt(op);
         return;
     case RL_EXTEND: {
-        const char *args[] = {op->key, op->holder_key, op->req.token, op->ttl_str};
+        const char *args[] = {op->key, op->fence_key, op->req.token, op->ttl_str};
         eval(op, &script_extend, all_mask(e), 2, 4, args, extend_voted);
         return;
     }
     case RL_RELEASE: {
-        const char *args[] = {op->key, op->holder_key, op->req.token};
-        eval(op, &script_release, all_mask(e), 2, 3, args, release_voted);
+        const char *args[] = {op->key, op->req.token};
+        eval(op, &script_release, all_mask(e), 1, 2, args, release_voted);
         return;
     }
     case RL_INSPECT: {

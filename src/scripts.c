@@ -13,7 +13,6 @@ mscript script_acquire = {"acquire",
     "    c = tonumber(t[1] .. string.sub('00000' .. t[2], -6))\n"
     "    redis.call('SET', KEYS[2], string.format('%d', c))\n"
     "  end\n"
-    "  redis.call('SET', KEYS[3], string.format('%d', c), 'PX', ARGV[2])\n"
     "  return {1, c}\n"
     "end\n"
     "return {0, redis.call('PTTL', KEYS[1])}\n", ""};
@@ -23,12 +22,8 @@ mscript script_raise = {"raise",
     "if tonumber(redis.call('GET', KEYS[2]) or '0') < f then\n"
     "  redis.call('SET', KEYS[2], ARGV[2])\n"
     "end\n"
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  local t = redis.call('PTTL', KEYS[1])\n"
-    "  if t > 0 then\n"
-    "    redis.call('SET', KEYS[3], ARGV[2], 'PX', t)\n"
-    "    return 1\n"
-    "  end\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) > 0 then\n"
+    "  return 1\n"
     "end\n"
     "return 0\n", ""};
 
@@ -36,9 +31,7 @@ mscript script_extend = {"extend",
     "local v = redis.call('GET', KEYS[1])\n"
     "if v == ARGV[1] then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  local f = redis.call('GET', KEYS[2])\n"
-    "  if f then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end\n"
-    "  return {1, tonumber(f or '0')}\n"
+    "  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
     "end\n"
     "if v then return {-1} end\n"
     "return {0}\n", ""};
@@ -46,7 +39,7 @@ mscript script_extend = {"extend",
 mscript script_release = {"release",
     "local v = redis.call('GET', KEYS[1])\n"
     "if v == ARGV[1] then\n"
-    "  redis.call('DEL', KEYS[1], KEYS[2])\n"
+    "  redis.call('DEL', KEYS[1])\n"
     "  return 1\n"
     "end\n"
     "if v then return -1 end\n"

@@ -2,6 +2,7 @@
 #include "token.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/random.h>
 
 size_t token_encode(const unsigned char *raw, size_t len, char *out)
@@ -31,20 +32,32 @@ size_t token_encode(const unsigned char *raw, size_t len, char *out)
     return o;
 }
 
+/* Kernel randomness is read 4 KiB at a time (one getrandom call per 256
+ * tokens, not one per token); each token's bytes are wiped from the buffer as
+ * they are handed out. Per thread, so no lock. */
+#define TOKEN_POOL_BYTES 4096
+static _Thread_local unsigned char pool[TOKEN_POOL_BYTES];
+static _Thread_local size_t pool_left;
+
 int token_new(char out[TOKEN_TEXT_LEN + 1])
 {
-    unsigned char raw[TOKEN_RANDOM_BYTES];
-    size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
+    if (pool_left < TOKEN_RANDOM_BYTES) {
+        size_t got = 0;
+        while (got < sizeof pool) {
+            ssize_t n = getrandom(pool + got, sizeof pool - got, 0);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                return -1;
+            }
+            got += (size_t)n;
         }
-        got += (size_t)n;
+        pool_left = sizeof pool;
     }
-    token_encode(raw, sizeof raw, out);
+    unsigned char *raw = pool + (sizeof pool - pool_left);
+    token_encode(raw, TOKEN_RANDOM_BYTES, out);
+    explicit_bzero(raw, TOKEN_RANDOM_BYTES);
+    pool_left -= TOKEN_RANDOM_BYTES;
     return 0;
 }
 
