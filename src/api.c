@@ -37,12 +37,31 @@ enum api_route api_route_of(const char *path, const char **name)
         *name = path + strlen(LOCKS_PREFIX);
         return ROUTE_LOCK;
     }
+    if (!strcmp(path, "/v1.0/healthz"))
+        return ROUTE_DAPR_HEALTHZ;
+    if (!strcmp(path, "/v1.0/metadata"))
+        return ROUTE_DAPR_METADATA;
+    static const struct { const char *prefix; enum api_route route; } dapr[] = {
+        {"/v1.0-alpha1/lock/", ROUTE_DAPR_LOCK}, {"/v1.0-alpha1/unlock/", ROUTE_DAPR_UNLOCK}};
+    for (size_t i = 0; i < sizeof dapr / sizeof dapr[0]; i++) {
+        size_t pl = strlen(dapr[i].prefix);
+        if (!strncmp(path, dapr[i].prefix, pl) && path[pl]) {
+            *name = path + pl;
+            return dapr[i].route;
+        }
+    }
     return ROUTE_NOT_FOUND;
 }
 
 const char *api_allowed_methods(enum api_route r)
 {
-    return r == ROUTE_LOCK ? "GET, POST, PATCH, DELETE" : "GET, HEAD";
+    switch (r) {
+    case ROUTE_LOCK: return "GET, POST, PATCH, DELETE";
+    case ROUTE_DAPR_LOCK:
+    case ROUTE_DAPR_UNLOCK: return "POST";
+    case ROUTE_DAPR_METADATA: return "GET";
+    default: return "GET, HEAD";
+    }
 }
 
 bool api_method_allowed(enum api_route r, const char *method)
@@ -50,6 +69,10 @@ bool api_method_allowed(enum api_route r, const char *method)
     if (r == ROUTE_LOCK)
         return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "PATCH") ||
                !strcmp(method, "DELETE");
+    if (r == ROUTE_DAPR_LOCK || r == ROUTE_DAPR_UNLOCK)
+        return !strcmp(method, "POST");
+    if (r == ROUTE_DAPR_METADATA)
+        return !strcmp(method, "GET");
     return !strcmp(method, "GET") || !strcmp(method, "HEAD");
 }
 
@@ -298,5 +321,170 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     add_int(o, "validity_ms", res->validity_ms);
     add_int(o, "ttl_ms", res->ttl_ms);
     add_int(o, "fence", res->fence);
+    return print_and_free(o);
+}
+
+/* ---- Dapr ---- */
+
+/* Is store one of the comma-separated names in stores? */
+static bool store_served(const char *store, const char *stores)
+{
+    size_t sl = strlen(store);
+    for (const char *p = stores; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        if (l == sl && !memcmp(p, store, sl))
+            return true;
+        p = comma ? comma + 1 : p + l;
+    }
+    return false;
+}
+
+static const char *dapr_string(const cJSON *root, const char *field)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, field);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int api_parse_dapr(bool unlock, const char *store, const char *stores, const char *body,
+                   size_t len, const api_limits *lim, rl_request *req, const char **code,
+                   char *msg, size_t msglen)
+{
+    memset(req, 0, sizeof *req);
+    req->op = unlock ? RL_RELEASE : RL_ACQUIRE;
+    *code = API_DAPR_ERR_MALFORMED;
+    if (!store_served(store, stores)) {
+        *code = API_DAPR_ERR_STORE;
+        snprintf(msg, msglen, "lock store %.100s is not found", store);
+        return -1;
+    }
+    const char *end = NULL;
+    cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+    if (root && !all_space(end, len - (size_t)(end - body))) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        snprintf(msg, msglen, "the body must be a JSON object");
+        return -1;
+    }
+    int rc = -1;
+    const char *resource = dapr_string(root, "resourceId");
+    const char *owner = dapr_string(root, "lockOwner");
+    if (!resource || !*resource) {
+        snprintf(msg, msglen, "ResourceId is empty in lock store %.100s", store);
+        goto out;
+    }
+    if (!owner || !*owner) {
+        snprintf(msg, msglen, "LockOwner is empty in lock store %.100s", store);
+        goto out;
+    }
+    size_t rl = strlen(resource), sl = strlen(store);
+    if (sl + 1 + rl > RL_NAME_MAX) {
+        snprintf(msg, msglen, "store name and resourceId together must be at most %d bytes",
+                 RL_NAME_MAX - 1);
+        goto out;
+    }
+    for (size_t i = 0; i < rl; i++) {
+        unsigned char c = (unsigned char)resource[i];
+        if (c < 0x20 || c == 0x7f) {
+            snprintf(msg, msglen, "resourceId must not hold control characters");
+            goto out;
+        }
+    }
+    if (!token_valid(owner, strlen(owner))) {
+        snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of printable ASCII without spaces, "
+                 "quotes or backslashes", TOKEN_MAX_LEN);
+        goto out;
+    }
+    snprintf(req->name, sizeof req->name, "%s:%s", store, resource);
+    snprintf(req->token, sizeof req->token, "%s", owner);
+    req->token_given = true;
+    if (!unlock) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "expiryInSeconds");
+        long long max_s = lim->max_ttl_ms / 1000;
+        if (!cJSON_IsNumber(e) || floor(e->valuedouble) != e->valuedouble || e->valuedouble <= 0) {
+            snprintf(msg, msglen, "ExpiryInSeconds is not positive in lock store %.100s", store);
+            goto out;
+        }
+        if (e->valuedouble > (double)max_s) {
+            snprintf(msg, msglen, "expiryInSeconds must be at most %lld", max_s);
+            goto out;
+        }
+        req->ttl_ms = (long long)e->valuedouble * 1000;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+char *api_dapr_error_json(const char *code, const char *message)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "errorCode", code);
+    cJSON_AddStringToObject(o, "message", message);
+    return print_and_free(o);
+}
+
+char *api_dapr_result_json(bool unlock, const rl_result *res, int *status)
+{
+    *status = 200;
+    if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN ||
+        (!unlock && res->outcome == RL_INTERNAL)) {
+        *status = 500;
+        char m[160];
+        snprintf(m, sizeof m, "%s failed: %s", unlock ? "unlock" : "lock",
+                 res->outcome == RL_NO_QUORUM ? "fewer than a majority of lock masters answered"
+                 : res->outcome == RL_SHUTTING_DOWN ? "the lock service is stopping"
+                                                    : "internal error");
+        return api_dapr_error_json(unlock ? API_DAPR_ERR_UNLOCK : API_DAPR_ERR_TRY_LOCK, m);
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (!unlock) {
+        cJSON_AddBoolToObject(o, "success", res->outcome == RL_OK);
+    } else {
+        /* 0 success, 1 lock does not exist, 2 held by another owner, 3 internal error */
+        int st = res->outcome == RL_OK ? 0
+                 : res->outcome == RL_NOT_HELD ? (res->reason == RL_REASON_HELD_BY_OTHER ? 2 : 1)
+                                               : 3;
+        add_int(o, "status", st);
+    }
+    return print_and_free(o);
+}
+
+char *api_dapr_metadata_json(const char *stores, const char *version)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "id", "redlockd");
+    char rv[64];
+    snprintf(rv, sizeof rv, "redlockd-%s", version);
+    cJSON_AddStringToObject(o, "runtimeVersion", rv);
+    cJSON_AddArrayToObject(o, "enabledFeatures");
+    cJSON_AddArrayToObject(o, "actors");
+    cJSON *comps = cJSON_AddArrayToObject(o, "components");
+    for (const char *p = stores; comps && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(l < 127 ? l : 127), p);
+        cJSON *c = cJSON_CreateObject();
+        if (c) {
+            cJSON_AddStringToObject(c, "name", name);
+            cJSON_AddStringToObject(c, "type", "lock.redlockd");
+            cJSON_AddStringToObject(c, "version", "v1");
+            cJSON_AddArrayToObject(c, "capabilities");
+            cJSON_AddItemToArray(comps, c);
+        }
+        p = comma ? comma + 1 : p + l;
+    }
+    cJSON_AddObjectToObject(o, "extended");
     return print_and_free(o);
 }

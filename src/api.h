@@ -13,7 +13,13 @@
 
 #include "redlock.h"
 
-enum api_route { ROUTE_NOT_FOUND, ROUTE_LOCK, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS };
+enum api_route {
+    ROUTE_NOT_FOUND, ROUTE_LOCK, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS,
+    ROUTE_DAPR_LOCK,      /* POST /v1.0-alpha1/lock/{store} */
+    ROUTE_DAPR_UNLOCK,    /* POST /v1.0-alpha1/unlock/{store} */
+    ROUTE_DAPR_HEALTHZ,   /* GET /v1.0/healthz */
+    ROUTE_DAPR_METADATA,  /* GET /v1.0/metadata */
+};
 
 /* Error kinds of the contract; api_errors[] maps each to status and code. */
 enum api_err {
@@ -44,7 +50,8 @@ typedef struct api_limits {
 } api_limits;
 
 /* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
- * "/locks/" (not yet validated; never empty). */
+ * "/locks/", for the Dapr lock routes to the store name (not yet validated;
+ * never empty). */
 enum api_route api_route_of(const char *path, const char **name);
 
 /* The methods a route allows, for 405 and the Allow header. */
@@ -80,5 +87,32 @@ char *api_error_json(enum api_err e, const char *message);
  * the body (NULL for 204). For RL_LOCKED also sets *retry_after_s. */
 char *api_result_json(const rl_request *req, const rl_result *res, int *status,
                       long long *retry_after_s);
+
+/* ---- Dapr's distributed lock API (v1.0-alpha1) ----
+ * Dapr store S and resource R are the native lock named "S:R": the store is
+ * the key namespace, and the same lock is visible through both APIs. The
+ * lockOwner is the token, so unlock checks it like a native release. */
+
+#define API_DAPR_ERR_MALFORMED "ERR_MALFORMED_REQUEST"
+#define API_DAPR_ERR_STORE "ERR_LOCK_STORE_NOT_FOUND"
+#define API_DAPR_ERR_TRY_LOCK "ERR_TRY_LOCK"
+#define API_DAPR_ERR_UNLOCK "ERR_UNLOCK"
+
+/* Parses a Dapr lock (unlock false) or unlock body for store into req
+ * (name, token, ttl; wait 0). stores is the comma-separated list of store
+ * names served. Returns 0, or -1 with *code a Dapr errorCode and msg. */
+int api_parse_dapr(bool unlock, const char *store, const char *stores, const char *body,
+                   size_t len, const api_limits *lim, rl_request *req, const char **code,
+                   char *msg, size_t msglen);
+
+/* {"errorCode","message"} */
+char *api_dapr_error_json(const char *code, const char *message);
+
+/* The Dapr answer of a finished lock or unlock: 200 {"success"} / {"status"},
+ * or 500 with an error body when no majority answered. */
+char *api_dapr_result_json(bool unlock, const rl_result *res, int *status);
+
+/* GET /v1.0/metadata: names each store as a lock component. */
+char *api_dapr_metadata_json(const char *stores, const char *version);
 
 #endif

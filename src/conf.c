@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
-                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_FLAG };
+                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_STORES, OPT_FLAG };
 
 struct opt {
     const char *name;     /* flag without the leading dashes */
@@ -42,6 +42,9 @@ static const struct opt opts[] = {
     {"quarantine", OPT_ONOFF, 0, 0, 0, 0,
      "on or off: keep a master seen to restart out of every vote until it has been up for "
      "--max-ttl-ms plus drift (default on; off only with appendfsync always, see README)"},
+    {"dapr-stores", OPT_STORES, 0, 0, 0, 0,
+     "comma-separated lock store names served on Dapr's lock API; store S and resource R are "
+     "the lock named S:R (default \"lockstore\")"},
     {"log-level", OPT_LEVEL, 0, 0, 0, 0, "error, warn, info or debug (default info)"},
     {"log-format", OPT_FORMAT, 0, 0, 0, 0, "json or text (default json)"},
     {"help", OPT_FLAG, 0, 0, 0, 0, "print this help and exit"},
@@ -244,6 +247,21 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(val, "off") || !strcmp(val, "false") || !strcmp(val, "0")) c->quarantine = false;
         else goto bad;
         return 0;
+    case OPT_STORES: {
+        size_t len = strlen(val);
+        bool ok = len > 0 && len <= CONF_MAX_DAPR_STORES && val[0] != ',' && val[len - 1] != ',' &&
+                  !strstr(val, ",,");
+        for (size_t i = 0; ok && i < len; i++)
+            ok = isalnum((unsigned char)val[i]) || val[i] == '-' || val[i] == '_' || val[i] == '.' ||
+                 val[i] == ',';
+        if (!ok) {
+            snprintf(err, errlen, "%s: expected comma-separated names of A-Z a-z 0-9 . _ -, got \"%s\"",
+                     from, val);
+            return -1;
+        }
+        strcpy(c->dapr_stores, val);
+        return 0;
+    }
     case OPT_FLAG:
         return 0;
     }
@@ -280,6 +298,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->threads = cpus > 1 ? (int)(cpus / 2) : 1;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
     c->quarantine = true;
+    strcpy(c->dapr_stores, CONF_DEFAULT_DAPR_STORES);
     c->log_level = LOG_LEVEL_INFO;
     c->log_format = LOG_FORMAT_JSON;
 

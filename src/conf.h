@@ -26,6 +26,8 @@
 #define CONF_MAX_MASTERS 15
 #define CONF_MAX_KEY_PREFIX 100
 #define CONF_MAX_AUTH_TOKEN 4096
+#define CONF_DEFAULT_DAPR_STORES "lockstore"
+#define CONF_MAX_DAPR_STORES 255
 
 enum conf_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
@@ -51,6 +53,7 @@ typedef struct conf {
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *redis_password;          /* NULL: no AUTH to masters */
     bool quarantine;               /* restart quarantine (quarantine.h) */
+    char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock store names, comma-separated */
     enum conf_log_level log_level;
     enum conf_log_format log_format;
 } conf;

@@ -42,6 +42,7 @@ typedef struct req_ctx {
     bool too_large;
     bool answered;            /* a response was queued */
     bool submitted;           /* handed to the engine, connection suspended */
+    bool dapr;                /* answer in Dapr's wire format */
     atomic_bool result_ready;
     rl_request req;
     rl_result res;
@@ -184,6 +185,8 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
 
 /* ---- lock routes ---- */
 
+/* The configured token, from Authorization: Bearer or (as Dapr SDKs send
+ * it) dapr-api-token. */
 static bool authorized(req_ctx *ctx)
 {
     const char *want = ctx->s->cfg->auth_token;
@@ -191,9 +194,12 @@ static bool authorized(req_ctx *ctx)
         return true;
     const char *got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND,
                                                   MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!got || strncmp(got, "Bearer ", 7) != 0)
+    if (got && strncmp(got, "Bearer ", 7) == 0)
+        got += 7;
+    else
+        got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
+    if (!got)
         return false;
-    got += 7;
     size_t wl = strlen(want), gl = strlen(got);
     /* Compare in time that depends on the secret's length only. */
     unsigned char diff = (unsigned char)(wl != gl);
@@ -214,11 +220,33 @@ static void lock_done(void *arg, const rl_result *res)
 static enum MHD_Result lock_answer(req_ctx *ctx)
 {
     int status;
-    long long retry_after_s;
+    long long retry_after_s = 0;
+    if (ctx->dapr) {
+        char *body = api_dapr_result_json(ctx->req.op == RL_RELEASE, &ctx->res, &status);
+        if (!body)
+            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return send_body(ctx, status, body, NULL, 0, true);
+    }
     char *body = api_result_json(&ctx->req, &ctx->res, &status, &retry_after_s);
     if (!body && status != 204)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+/* Hands ctx->req to the engine; lock_done resumes the connection. */
+static enum MHD_Result submit(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    /* Suspend before submitting: the engine may answer (and resume) at once. */
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+    if (rl_submit(s->engine, &ctx->req, lock_done, ctx) < 0) {
+        ctx->res.outcome = RL_SHUTTING_DOWN;
+        atomic_store(&ctx->result_ready, true);
+        MHD_resume_connection(ctx->conn);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name)
@@ -246,16 +274,21 @@ static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const cha
                   : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
                   : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
                                      : METRICS_ROUTE_INSPECT;
-    /* Suspend before submitting: the engine may answer (and resume) at once. */
-    MHD_suspend_connection(ctx->conn);
-    ctx->submitted = true;
-    metrics_inflight(s->m, 1);
-    if (rl_submit(s->engine, &ctx->req, lock_done, ctx) < 0) {
-        ctx->res.outcome = RL_SHUTTING_DOWN;
-        atomic_store(&ctx->result_ready, true);
-        MHD_resume_connection(ctx->conn);
-    }
-    return MHD_YES;
+    return submit(ctx);
+}
+
+/* POST /v1.0-alpha1/lock|unlock/{store}, in Dapr's wire format. */
+static enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
+{
+    http_server *s = ctx->s;
+    bool unlock = ctx->route == ROUTE_DAPR_UNLOCK;
+    const char *code;
+    char msg[200];
+    ctx->dapr = true;
+    if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
+                       &s->limits, &ctx->req, &code, msg, sizeof msg) < 0)
+        return send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
+    return submit(ctx);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -280,6 +313,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                       : ctx->route == ROUTE_READYZ ? METRICS_ROUTE_READYZ
                       : ctx->route == ROUTE_METRICS ? METRICS_ROUTE_METRICS
                       : ctx->route == ROUTE_LOCK ? METRICS_ROUTE_INSPECT
+                      : ctx->route == ROUTE_DAPR_LOCK ? METRICS_ROUTE_DAPR_LOCK
+                      : ctx->route == ROUTE_DAPR_UNLOCK ? METRICS_ROUTE_DAPR_UNLOCK
                                                  : METRICS_ROUTE_OTHER;
         *con_cls = ctx;
         /* Refuse a declared oversize body before reading it. */
@@ -337,6 +372,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return send_error(ctx, API_E_UNAUTHORIZED,
                               "a valid Authorization: Bearer token is required", NULL);
         return lock_dispatch(ctx, method, name);
+    case ROUTE_DAPR_HEALTHZ:
+        return send_body(ctx, 204, NULL, NULL, 0, true);
+    case ROUTE_DAPR_METADATA:
+        if (!authorized(ctx))
+            return send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED",
+                             "a valid dapr-api-token header is required"), NULL, 0, true);
+        return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION), NULL,
+                         0, true);
+    case ROUTE_DAPR_LOCK:
+    case ROUTE_DAPR_UNLOCK:
+        if (!authorized(ctx))
+            return send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED",
+                             "a valid dapr-api-token header is required"), NULL, 0, true);
+        return dapr_dispatch(ctx, name);
     case ROUTE_NOT_FOUND:
         break;
     }

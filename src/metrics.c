@@ -17,13 +17,14 @@ static const double buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 
 #define NBUCKETS (sizeof buckets / sizeof buckets[0])
 
 static const char *route_names[METRICS_ROUTE_COUNT] = {
-    "acquire", "extend", "release", "inspect", "healthz", "readyz", "metrics", "other"};
+    "acquire", "extend", "release", "inspect", "dapr_lock", "dapr_unlock", "healthz", "readyz",
+    "metrics", "other"};
 
 static const struct {
     const char *name;
     const char *help;
 } counter_info[METRICS_COUNTER_COUNT] = {
-    {"redlockd_grants_total", "Locks granted (acquire answered 201)."},
+    {"redlockd_grants_total", "Locks granted (acquire answered 201, Dapr lock success)."},
     {"redlockd_conflicts_total", "Acquires answered 409 locked."},
     {"redlockd_no_quorum_total", "Operations answered 503 because fewer than a majority of masters answered."},
     {"redlockd_extensions_total", "Extensions answered 200."},
@@ -109,7 +110,7 @@ int metrics_render(metrics *m, char **buf, size_t *len, size_t *cap)
     rc |= metrics_appendf(buf, len, cap,
                           "# HELP redlockd_request_duration_seconds Time to answer lock requests, by operation.\n"
                           "# TYPE redlockd_request_duration_seconds histogram\n");
-    for (int r = METRICS_ROUTE_ACQUIRE; r <= METRICS_ROUTE_INSPECT; r++) {
+    for (int r = METRICS_ROUTE_ACQUIRE; r <= METRICS_ROUTE_DAPR_UNLOCK; r++) {
         unsigned long long cum = 0;
         for (size_t b = 0; b <= NBUCKETS; b++) {
             cum += atomic_load(&m->hist[r][b]);

@@ -507,7 +507,9 @@ static void op_start(void *arg)
 
     switch (op->req.op) {
     case RL_ACQUIRE:
-        if (token_new(op->res.token) < 0) {
+        if (op->req.token_given) {
+            snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token);
+        } else if (token_new(op->res.token) < 0) {
             op->res.outcome = RL_INTERNAL;
             op_answer(op);
             return;

@@ -37,7 +37,8 @@ enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
 typedef struct rl_request {
     enum rl_op op;
     char name[RL_NAME_MAX + 1];
-    char token[TOKEN_MAX_LEN + 1];  /* extend/release */
+    char token[TOKEN_MAX_LEN + 1];  /* extend/release; acquire when token_given */
+    bool token_given;               /* acquire with the caller's token (Dapr lockOwner) */
     long long ttl_ms;               /* acquire/extend */
     long long wait_ms;              /* acquire */
 } rl_request;

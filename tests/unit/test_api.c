@@ -284,3 +284,93 @@ Test(answers, release_is_204_without_body_and_inspect_hides_token)
     cr_assert(strstr(s, "\"held\":true"));
     free(s);
 }
+
+/* ---- Dapr ---- */
+
+static const api_limits dapr_lim = {30000, 3600000, 60000};
+
+static int dapr(bool unlock, const char *store, const char *body, rl_request *req, const char **code)
+{
+    char msg[200];
+    return api_parse_dapr(unlock, store, "lockstore,orders", body, strlen(body), &dapr_lim, req, code,
+                          msg, sizeof msg);
+}
+
+Test(api, dapr_lock_body_maps_store_and_owner)
+{
+    rl_request req;
+    const char *code;
+    cr_assert_eq(dapr(false, "orders", "{\"resourceId\":\"a/b c\",\"lockOwner\":\"o-1\",\"expiryInSeconds\":7}",
+                      &req, &code), 0);
+    cr_assert_eq(req.op, RL_ACQUIRE);
+    cr_assert_str_eq(req.name, "orders:a/b c");
+    cr_assert_str_eq(req.token, "o-1");
+    cr_assert(req.token_given);
+    cr_assert_eq(req.ttl_ms, 7000);
+    cr_assert_eq(req.wait_ms, 0);
+    cr_assert_eq(dapr(true, "lockstore", "{\"resourceId\":\"r\",\"lockOwner\":\"o\"}", &req, &code), 0);
+    cr_assert_eq(req.op, RL_RELEASE);
+    cr_assert_str_eq(req.name, "lockstore:r");
+}
+
+Test(api, dapr_rejects_like_dapr)
+{
+    rl_request req;
+    const char *code;
+    const char *bad[] = {
+        "{\"resourceId\":\"\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":0}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":1.5}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":3601}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"two words\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"r\\u0001\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
+        "[1]",
+        "{} trailing",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(dapr(false, "lockstore", bad[i], &req, &code), -1, "%s", bad[i]);
+        cr_assert_str_eq(code, API_DAPR_ERR_MALFORMED);
+    }
+    cr_assert_eq(dapr(false, "nope", "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}", &req,
+                      &code), -1);
+    cr_assert_str_eq(code, API_DAPR_ERR_STORE);
+    cr_assert_eq(dapr(false, "lock", "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}", &req,
+                      &code), -1, "a prefix of a served store is not served");
+}
+
+Test(api, dapr_answers)
+{
+    int status;
+    rl_result ok = {.outcome = RL_OK}, locked = {.outcome = RL_LOCKED},
+              gone = {.outcome = RL_NOT_HELD, .reason = RL_REASON_EXPIRED},
+              other = {.outcome = RL_NOT_HELD, .reason = RL_REASON_HELD_BY_OTHER},
+              nq = {.outcome = RL_NO_QUORUM};
+    char *b = api_dapr_result_json(false, &ok, &status);
+    cr_assert_eq(status, 200);
+    cr_assert_str_eq(b, "{\"success\":true}");
+    free(b);
+    b = api_dapr_result_json(false, &locked, &status);
+    cr_assert_str_eq(b, "{\"success\":false}");
+    free(b);
+    b = api_dapr_result_json(true, &ok, &status);
+    cr_assert_str_eq(b, "{\"status\":0}");
+    free(b);
+    b = api_dapr_result_json(true, &gone, &status);
+    cr_assert_str_eq(b, "{\"status\":1}");
+    free(b);
+    b = api_dapr_result_json(true, &other, &status);
+    cr_assert_str_eq(b, "{\"status\":2}");
+    free(b);
+    b = api_dapr_result_json(false, &nq, &status);
+    cr_assert_eq(status, 500);
+    cr_assert(strstr(b, "\"errorCode\":\"ERR_TRY_LOCK\""), "%s", b);
+    free(b);
+    const char *route_name;
+    cr_assert_eq(api_route_of("/v1.0-alpha1/lock/lockstore", &route_name), ROUTE_DAPR_LOCK);
+    cr_assert_str_eq(route_name, "lockstore");
+    cr_assert_eq(api_route_of("/v1.0-alpha1/unlock/s", &route_name), ROUTE_DAPR_UNLOCK);
+    cr_assert_eq(api_route_of("/v1.0-alpha1/lock/", &route_name), ROUTE_NOT_FOUND);
+    cr_assert_eq(api_route_of("/v1.0/healthz", &route_name), ROUTE_DAPR_HEALTHZ);
+    cr_assert_eq(api_route_of("/v1.0/metadata", &route_name), ROUTE_DAPR_METADATA);
+}

@@ -199,3 +199,24 @@ Test(conf, quarantine_on_by_default_and_off_by_flag_or_env)
     cr_assert(strstr(err, "maybe"), "%s", err);
     conf_free(&c);
 }
+
+Test(conf, dapr_stores)
+{
+    conf c;
+    char err[256];
+    char *argv[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
+    cr_assert_str_eq(c.dapr_stores, "lockstore");
+    conf_free(&c);
+    char *two[] = {"redlockd", "--dapr-stores", "orders,billing"};
+    cr_assert_eq(run(&c, err, 3, two), CONF_OK);
+    cr_assert_str_eq(c.dapr_stores, "orders,billing");
+    conf_free(&c);
+    const char *bad[] = {"", "a,,b", ",a", "a,", "a:b", "a b"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *av[] = {"redlockd", "--dapr-stores", (char *)bad[i]};
+        cr_assert_eq(run(&c, err, 3, av), CONF_ERROR, "\"%s\"", bad[i]);
+        cr_assert(strstr(err, "--dapr-stores"), "%s", err);
+        conf_free(&c);
+    }
+}
