@@ -42,6 +42,9 @@ static const struct opt opts[] = {
     {"quarantine", OPT_ONOFF, 0, 0, 0, 0,
      "on or off: keep a master seen to restart out of every vote until it has been up for "
      "--max-ttl-ms plus drift (default on; off only with appendfsync always, see README)"},
+    {"notify", OPT_ONOFF, 0, 0, 0, 0,
+     "on or off: publish a notice on the masters when a lock is released and subscribe to them, "
+     "so waiting acquires on every instance try at once (default on)"},
     {"dapr-stores", OPT_STORES, 0, 0, 0, 0,
      "comma-separated lock store names served on Dapr's lock API; store S and resource R are "
      "the lock named S:R (default \"lockstore\")"},
@@ -242,11 +245,15 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
             return -1;
         }
         return 0;
-    case OPT_ONOFF:
-        if (!strcmp(val, "on") || !strcmp(val, "true") || !strcmp(val, "1")) c->quarantine = true;
-        else if (!strcmp(val, "off") || !strcmp(val, "false") || !strcmp(val, "0")) c->quarantine = false;
+    case OPT_ONOFF: {
+        bool v;
+        if (!strcmp(val, "on") || !strcmp(val, "true") || !strcmp(val, "1")) v = true;
+        else if (!strcmp(val, "off") || !strcmp(val, "false") || !strcmp(val, "0")) v = false;
         else goto bad;
+        if (!strcmp(o->name, "quarantine")) c->quarantine = v;
+        else c->notify = v;
         return 0;
+    }
     case OPT_STORES: {
         size_t len = strlen(val);
         bool ok = len > 0 && len <= CONF_MAX_DAPR_STORES && val[0] != ',' && val[len - 1] != ',' &&
@@ -298,6 +305,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->threads = cpus > 1 ? (int)(cpus / 2) : 1;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
     c->quarantine = true;
+    c->notify = true;
     strcpy(c->dapr_stores, CONF_DEFAULT_DAPR_STORES);
     c->log_level = LOG_LEVEL_INFO;
     c->log_format = LOG_FORMAT_JSON;

@@ -53,6 +53,7 @@ typedef struct conf {
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *redis_password;          /* NULL: no AUTH to masters */
     bool quarantine;               /* restart quarantine (quarantine.h) */
+    bool notify;                   /* release notices by Redis pub/sub */
     char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock store names, comma-separated */
     enum conf_log_level log_level;
     enum conf_log_format log_format;

@@ -110,6 +110,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
         cJSON_AddStringToObject(mo, "addr", st.addr);
         cJSON_AddBoolToObject(mo, "up", st.up);
         cJSON_AddBoolToObject(mo, "quarantined", st.quarantined);
+        cJSON_AddBoolToObject(mo, "notices", st.subscribed);
         if (st.quarantined)
             cJSON_AddNumberToObject(mo, "quarantine_left_ms", (double)st.quarantine_left_ms);
         cJSON_AddItemToArray(arr, mo);
@@ -148,8 +149,10 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
         "# TYPE redlockd_master_quarantined gauge\n",
         "# HELP redlockd_master_restarts_total Restarts of the master seen (its run_id changed).\n"
         "# TYPE redlockd_master_restarts_total counter\n",
+        "# HELP redlockd_master_notices_up 1 while subscribed to the master's release notices.\n"
+        "# TYPE redlockd_master_notices_up gauge\n",
     };
-    for (int h = 0; h < 5; h++) {
+    for (int h = 0; h < 6; h++) {
         rc |= metrics_appendf(&buf, &len, &cap, "%s", heads[h]);
         for (int i = 0; i < n; i++) {
             master_status st;
@@ -165,6 +168,9 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
                 rc |= metrics_appendf(&buf, &len, &cap,
                                       "redlockd_master_quarantined{master=\"%s\"} %d\n", st.addr,
                                       st.quarantined ? 1 : 0);
+            else if (h == 5)
+                rc |= metrics_appendf(&buf, &len, &cap, "redlockd_master_notices_up{master=\"%s\"} %d\n",
+                                      st.addr, st.subscribed ? 1 : 0);
             else if (h == 4)
                 rc |= metrics_appendf(&buf, &len, &cap,
                                       "redlockd_master_restarts_total{master=\"%s\"} %llu\n",

@@ -52,7 +52,7 @@ static void log_config(const conf *c)
               "threads", threads, "max_body_bytes", body,
               "auth", c->auth_token ? "on" : "off",
               "redis_auth", c->redis_password ? "on" : "off",
-              "quarantine", c->quarantine ? "on" : "off", NULL);
+              "quarantine", c->quarantine ? "on" : "off", "notify", c->notify ? "on" : "off", NULL);
     if (c->nmasters < 3)
         log_event(LOG_LEVEL_WARN, "config_few_masters", "nmasters", n, "why",
                   "with fewer than 3 masters one failure stops all locking; use 5", NULL);
@@ -107,7 +107,7 @@ int main(int argc, char **argv)
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
                        quarantine_us};
     mpool *pool = m ? mpool_new(&pc) : NULL;
-    rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms};
+    rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify};
     rl_engine *engine = pool ? rl_engine_new(&rc, pool, m) : NULL;
     if (!engine || mpool_start(pool) < 0) {
         fprintf(stderr, "redlockd: cannot start: out of memory or threads\n");

@@ -85,6 +85,12 @@ struct master {
     atomic_ullong errors;
     atomic_ullong replies;
     atomic_ullong reply_us_sum;
+
+    /* The release-notice subscription: its own connection, read only. */
+    redisContext *sub;
+    bool sub_connecting;
+    uint64_t sub_next_connect_us, sub_backoff_us, sub_deadline_us;
+    atomic_bool subscribed;
 };
 
 struct timer {
@@ -118,6 +124,10 @@ struct mpool {
 
     struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
     struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
+
+    char *notice_channel;       /* NULL: no subscriptions */
+    mpool_notice_fn notice_fn;
+    void *notice_arg;
 
     struct timer *timers;       /* min-heap */
     size_t ntimers, timers_cap;
@@ -508,6 +518,107 @@ static void master_flush(mpool *p, struct master *m, uint64_t now)
     m->want_write = !done;
 }
 
+/* ---- release-notice subscriptions ---- */
+
+static void sub_fail(mpool *p, struct master *m, uint64_t now)
+{
+    if (m->sub) {
+        redisFree(m->sub);
+        m->sub = NULL;
+    }
+    if (atomic_load(&m->subscribed))
+        log_event(LOG_LEVEL_WARN, "master_notices_lost", "addr", m->name, NULL);
+    atomic_store(&m->subscribed, false);
+    m->sub_connecting = false;
+    m->sub_next_connect_us = now + m->sub_backoff_us;
+    m->sub_backoff_us = m->sub_backoff_us * 2 > MASTER_BACKOFF_MAX_US ? MASTER_BACKOFF_MAX_US
+                                                                      : m->sub_backoff_us * 2;
+    (void)p;
+}
+
+static void sub_connect(mpool *p, struct master *m, uint64_t now)
+{
+    m->sub = redisConnectNonBlock(m->addr.host, m->addr.port);
+    if (!m->sub || m->sub->err) {
+        sub_fail(p, m, now);
+        return;
+    }
+    m->sub_connecting = true;
+    m->sub_deadline_us = now + MASTER_HANDSHAKE_TIMEOUT_US;
+}
+
+/* The connect finished: AUTH if needed, then SUBSCRIBE, in one write. */
+static void sub_start(mpool *p, struct master *m, uint64_t now)
+{
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (getsockopt(m->sub->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr) {
+        sub_fail(p, m, now);
+        return;
+    }
+    m->sub_connecting = false;
+    if (p->password) {
+        const char *argv[] = {"AUTH", p->password};
+        size_t lens[] = {4, strlen(p->password)};
+        redisAppendCommandArgv(m->sub, 2, argv, lens);
+    }
+    const char *argv[] = {"SUBSCRIBE", p->notice_channel};
+    size_t lens[] = {9, strlen(p->notice_channel)};
+    int done = 0;
+    if (redisAppendCommandArgv(m->sub, 2, argv, lens) != REDIS_OK)
+        goto fail;
+    while (!done)
+        if (redisBufferWrite(m->sub, &done) != REDIS_OK)
+            goto fail;
+    return;
+fail:
+    sub_fail(p, m, now);
+}
+
+static void sub_read(mpool *p, struct master *m, uint64_t now)
+{
+    if (redisBufferRead(m->sub) != REDIS_OK) {
+        sub_fail(p, m, now);
+        return;
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisGetReplyFromReader(m->sub, &reply) != REDIS_OK) {
+            sub_fail(p, m, now);
+            return;
+        }
+        if (!reply)
+            return;
+        redisReply *r = reply;
+        if (r->type == REDIS_REPLY_ERROR) {
+            log_event(LOG_LEVEL_WARN, "master_subscribe_refused", "addr", m->name, "error", r->str, NULL);
+            freeReplyObject(reply);
+            sub_fail(p, m, now);
+            return;
+        }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING) {
+            const char *kind = r->element[0]->str;
+            if (!strcmp(kind, "subscribe")) {
+                atomic_store(&m->subscribed, true);
+                m->sub_backoff_us = MASTER_BACKOFF_MIN_US;
+            } else if (!strcmp(kind, "message") && r->element[2]->type == REDIS_REPLY_STRING) {
+                p->notice_fn(p->notice_arg, r->element[2]->str, r->element[2]->len);
+            }
+        }
+        freeReplyObject(reply);
+        if (!m->sub)
+            return;
+    }
+}
+
+void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *arg)
+{
+    free(p->notice_channel);
+    p->notice_channel = channel ? strdup(channel) : NULL;
+    p->notice_fn = fn;
+    p->notice_arg = arg;
+}
+
 /* ---- the pool ---- */
 
 mpool *mpool_new(const mpool_config *cfg)
@@ -531,6 +642,7 @@ mpool *mpool_new(const mpool_config *cfg)
         m->addr = cfg->masters[i];
         snprintf(m->name, sizeof m->name, "%s:%d", m->addr.host, m->addr.port);
         m->backoff_us = MASTER_BACKOFF_MIN_US;
+        m->sub_backoff_us = MASTER_BACKOFF_MIN_US;
     }
     pthread_mutex_init(&p->jobs_lock, NULL);
     return p;
@@ -547,6 +659,7 @@ void mpool_status(mpool *p, int i, master_status *out)
     uint64_t until = atomic_load(&m->quarantine_until_us), now = mpool_now_us();
     out->quarantine_left_ms = out->quarantined && until > now ? (long long)((until - now + 999) / 1000) : 0;
     out->restarts = atomic_load(&m->restarts);
+    out->subscribed = atomic_load(&m->subscribed);
     out->errors = atomic_load(&m->errors);
     out->replies = atomic_load(&m->replies);
     out->reply_us_sum = atomic_load(&m->reply_us_sum);
@@ -836,6 +949,12 @@ static void housekeeping(mpool *p, uint64_t now)
     quarantine_refresh(p, now);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
+        if (p->notice_channel) {
+            if (!m->sub && now >= m->sub_next_connect_us)
+                sub_connect(p, m, now);
+            else if (m->sub && m->sub_connecting && now >= m->sub_deadline_us)
+                sub_fail(p, m, now);
+        }
         if (m->state == M_DOWN && now >= m->next_connect_us) {
             master_connect(p, m, now);
         } else if (m->state == M_UP && now >= m->next_ping_us) {
@@ -866,6 +985,9 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
             EARLIER(m->next_ping_us);
         if (m->quarantined)
             EARLIER(atomic_load(&m->quarantine_until_us));
+        if (p->notice_channel)
+            EARLIER(!m->sub ? m->sub_next_connect_us
+                            : m->sub_connecting ? m->sub_deadline_us : now + MASTER_PING_INTERVAL_US);
         if (m->head)
             EARLIER(m->head->deadline_us);
     }
@@ -884,8 +1006,8 @@ static bool is_stopping(mpool *p)
 static void *loop_main(void *arg)
 {
     mpool *p = arg;
-    struct pollfd fds[MASTER_MAX + 1];
-    int who[MASTER_MAX + 1];
+    struct pollfd fds[2 * MASTER_MAX + 1];
+    int who[2 * MASTER_MAX + 1];   /* -1 wake fd, i master i, MASTER_MAX + i its subscription */
     uint64_t now = mpool_now_us();
     housekeeping(p, now);
     for (;;) {
@@ -905,6 +1027,14 @@ static void *loop_main(void *arg)
                                                         : (short)(POLLIN | (m->want_write ? POLLOUT : 0));
             who[nfds++] = i;
         }
+        for (int i = 0; i < p->n; i++) {
+            struct master *m = &p->masters[i];
+            if (!m->sub)
+                continue;
+            fds[nfds].fd = m->sub->fd;
+            fds[nfds].events = m->sub_connecting ? POLLOUT : POLLIN;
+            who[nfds++] = MASTER_MAX + i;
+        }
         uint64_t wake = next_wakeup(p, now);
         now = mpool_now_us();
         uint64_t wait_us = wake > now ? wake - now : 0;
@@ -921,6 +1051,16 @@ static void *loop_main(void *arg)
                 continue;
             if (who[k] < 0)
                 continue;
+            if (who[k] >= MASTER_MAX) {
+                struct master *sm = &p->masters[who[k] - MASTER_MAX];
+                if (!sm->sub || sm->sub->fd != fds[k].fd)
+                    continue;
+                if (sm->sub_connecting)
+                    sub_start(p, sm, now);
+                else
+                    sub_read(p, sm, now);
+                continue;
+            }
             struct master *m = &p->masters[who[k]];
             if (!m->ctx || m->ctx->fd != fds[k].fd)
                 continue;
@@ -946,6 +1086,10 @@ static void *loop_main(void *arg)
     /* Stopping: whatever is pending answers as failed. */
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
+        if (m->sub) {
+            redisFree(m->sub);
+            m->sub = NULL;
+        }
         if (m->ctx || m->head) {
             m->state = M_DOWN;        /* not "was up": no master_down line */
             m->logged_down = true;
@@ -1002,6 +1146,7 @@ void mpool_free(mpool *p)
     if (p->wake_fd >= 0)
         close(p->wake_fd);
     free(p->timers);
+    free(p->notice_channel);
     for (int i = 0; i < p->n; i++) {
         struct undo *u = p->masters[i].undo_head;
         while (u) {

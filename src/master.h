@@ -83,6 +83,7 @@ typedef struct master_status {
     bool quarantined;           /* up, but its votes do not count yet */
     long long quarantine_left_ms; /* until its votes count; 0 when not quarantined */
     unsigned long long restarts; /* run_id changes seen */
+    bool subscribed;            /* its release-notice subscription is active */
     unsigned long long errors;  /* connections lost or refused, timeouts */
     unsigned long long replies; /* replies received */
     unsigned long long reply_us_sum; /* total latency of those replies */
@@ -130,6 +131,14 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
  * every master whose vote failed after the command was sent. */
 void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
                      const char *const *args, const size_t *lens, uint64_t expires_us);
+
+/* Release notices (Redis pub/sub). Call before mpool_start. The pool keeps a
+ * second connection per master subscribed to channel and calls
+ * fn(arg, message, len) on the loop thread for every message from any
+ * master. A lost subscription is re-established with backoff; meanwhile
+ * nothing arrives, so users must not rely on notices alone. */
+typedef void (*mpool_notice_fn)(void *arg, const char *msg, size_t len);
+void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *arg);
 
 /* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM. */
 int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg);

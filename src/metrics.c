@@ -33,6 +33,7 @@ static const struct {
     {"redlockd_validity_exhausted_total", "Majorities won too late to leave any validity, released instead of granted."},
     {"redlockd_fence_raises_total", "Grants that raised fence counters on masters before answering."},
     {"redlockd_acquire_retries_total", "Retries of waiting acquires."},
+    {"redlockd_handoff_wakeups_total", "Waiting acquires woken at once by a release, here or on another instance."},
 };
 
 struct metrics {

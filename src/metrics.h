@@ -33,6 +33,7 @@ enum metrics_counter {
     METRICS_VALIDITY_EXHAUSTED,/* majorities won too slowly to leave validity: released */
     METRICS_FENCE_RAISES,      /* grants that had to raise fence counters first */
     METRICS_ACQUIRE_RETRIES,   /* retries inside wait_ms */
+    METRICS_HANDOFF_WAKES,     /* waiters woken by a release (here or a notice) */
     METRICS_COUNTER_COUNT
 };
 

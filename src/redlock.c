@@ -39,7 +39,7 @@ struct rl_engine {
     atomic_bool draining;        /* waiting acquires answer at once */
     bool closed;                 /* under lock: no new requests */
 
-    struct rl_task *waiting;       /* acquires sleeping before a retry; loop thread */
+    struct rl_task *waiting, *waiting_tail; /* acquires waiting for a held lock; loop thread */
     uint64_t next_quorum_log_us;   /* loop thread */
     unsigned long long quorum_log_suppressed;
 };
@@ -51,8 +51,13 @@ typedef struct rl_task {
     void *arg;
     rl_result res;
     bool answered;
-    bool sleeping;               /* a retry timer is armed */
-    struct rl_task *wprev, *wnext; /* in e->waiting while sleeping */
+    bool sleeping;               /* waiting for a retry (timer or release notice) */
+    bool in_waitlist;            /* in e->waiting: refused once, wait not over */
+    unsigned gen;                /* bumped on every wake: older timers are stale */
+    bool noticed;                /* a release of this name was seen during the try */
+    int armed;                   /* timers pointing at this task */
+    uint64_t arrival_us;         /* FIFO order among waiters of one name */
+    struct rl_task *wprev, *wnext; /* in e->waiting */
 
     char key[RL_KEY_MAX];
     char fence_key[RL_KEY_MAX];
@@ -127,10 +132,15 @@ static void count_outcome(rl_task *op)
     }
 }
 
+static void waiting_remove(rl_task *op);
+
 /* Reports op->res to the caller, once. The op is freed unless a timer still
  * points at it (it is freed when that fires). */
 static void op_answer(rl_task *op)
 {
+    if (op->in_waitlist)
+        waiting_remove(op);
+    op->sleeping = false;
     rl_engine *e = op->e;
     if (!op->answered) {
         op->answered = true;
@@ -142,7 +152,7 @@ static void op_answer(rl_task *op)
             pthread_cond_broadcast(&e->idle);
         pthread_mutex_unlock(&e->lock);
     }
-    if (!op->sleeping)
+    if (op->armed == 0)
         op_free(op);
 }
 
@@ -175,20 +185,98 @@ static void waiting_remove(rl_task *op)
         e->waiting = op->wnext;
     if (op->wnext)
         op->wnext->wprev = op->wprev;
+    else
+        e->waiting_tail = op->wprev;
     op->wprev = op->wnext = NULL;
+    op->in_waitlist = false;
 }
 
-static void acquire_wake(void *arg)
+static void waiting_append(rl_task *op)
 {
-    rl_task *op = arg;
+    rl_engine *e = op->e;
+    op->wnext = NULL;
+    op->wprev = e->waiting_tail;
+    if (e->waiting_tail)
+        e->waiting_tail->wnext = op;
+    else
+        e->waiting = op;
+    e->waiting_tail = op;
+    op->in_waitlist = true;
+}
+
+/* Ends op's sleep and tries again at once. */
+static void acquire_wake_now(rl_task *op)
+{
     op->sleeping = false;
-    if (op->answered) {          /* answered while asleep by a drain */
-        op_free(op);
-        return;
-    }
-    waiting_remove(op);
+    op->gen++;
     metrics_count(op->e->m, METRICS_ACQUIRE_RETRIES);
     acquire_attempt(op);
+}
+
+/* The oldest sleeping waiter for op's name that arrived before it, or NULL. */
+static rl_task *older_sleeper(rl_task *op)
+{
+    rl_task *best = NULL;
+    for (rl_task *w = op->e->waiting; w; w = w->wnext)
+        if (w != op && w->sleeping && w->arrival_us < op->arrival_us && !strcmp(w->key, op->key) &&
+            (!best || w->arrival_us < best->arrival_us))
+            best = w;
+    return best;
+}
+
+struct wake {
+    rl_task *op;
+    unsigned gen;
+};
+
+static void acquire_sleep(rl_task *op, long long delay_ms);
+
+static void acquire_timer(void *arg)
+{
+    struct wake *w = arg;
+    rl_task *op = w->op;
+    unsigned gen = w->gen;
+    free(w);
+    op->armed--;
+    if (op->answered) {          /* answered while asleep (a drain) */
+        if (op->armed == 0)
+            op_free(op);
+        return;
+    }
+    if (gen != op->gen || !op->sleeping)
+        return;                  /* woken earlier by a release notice */
+    /* Waiters of one name go in arrival order: an older one sleeping takes
+     * this turn, and this one sleeps another delay. */
+    rl_task *older = older_sleeper(op);
+    if (older) {
+        acquire_wake_now(older);
+        acquire_sleep(op, -1);
+        return;
+    }
+    acquire_wake_now(op);
+}
+
+/* Sleeps before the next try: delay_ms, or the random retry delay when < 0. */
+static void acquire_sleep(rl_task *op, long long delay_ms)
+{
+    rl_engine *e = op->e;
+    uint64_t now = mpool_now_us();
+    long long left_ms = (long long)((op->wait_deadline_us - now + 999) / 1000);
+    if (delay_ms < 0)
+        delay_ms = quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e), op->res.retry_after_ms,
+                                         left_ms);
+    struct wake *w = malloc(sizeof *w);
+    if (!w || mpool_after(e->pool, (uint64_t)delay_ms * 1000ULL, acquire_timer, w) < 0) {
+        free(w);
+        op_answer(op);
+        return;
+    }
+    w->op = op;
+    w->gen = op->gen;
+    op->armed++;
+    op->sleeping = true;
+    if (!op->in_waitlist)
+        waiting_append(op);
 }
 
 /* The attempt failed with a majority answering: retry within wait_ms, else
@@ -202,19 +290,40 @@ static void acquire_refused(rl_task *op)
         op_answer(op);
         return;
     }
-    long long left_ms = (long long)((op->wait_deadline_us - now + 999) / 1000);
-    long long delay_ms = quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e),
-                                               op->res.retry_after_ms, left_ms);
-    if (mpool_after(e->pool, (uint64_t)delay_ms * 1000ULL, acquire_wake, op) < 0) {
-        op_answer(op);
+    if (op->noticed) {   /* released while we tried: the try may have come first */
+        metrics_count(e->m, METRICS_ACQUIRE_RETRIES);
+        acquire_attempt(op);
         return;
     }
-    op->sleeping = true;
-    op->wprev = NULL;
-    op->wnext = e->waiting;
-    if (e->waiting)
-        e->waiting->wprev = op;
-    e->waiting = op;
+    acquire_sleep(op, -1);
+}
+
+/* A lock was released (here, or on another instance: a notice from a
+ * master). The oldest waiter for it tries at once, unless one of its waiters
+ * is trying already (it will see the result). Loop thread. */
+static void on_released(rl_engine *e, const char *key, size_t len)
+{
+    rl_task *oldest = NULL;
+    bool trying = false;
+    for (rl_task *w = e->waiting; w; w = w->wnext) {
+        if (strlen(w->key) != len || memcmp(w->key, key, len))
+            continue;
+        if (!w->sleeping) {
+            w->noticed = true;   /* if its try is refused, it tries again at once */
+            trying = true;
+        } else if (!oldest || w->arrival_us < oldest->arrival_us) {
+            oldest = w;
+        }
+    }
+    if (oldest && !trying) {
+        metrics_count(e->m, METRICS_HANDOFF_WAKES);
+        acquire_wake_now(oldest);
+    }
+}
+
+static void on_notice(void *arg, const char *msg, size_t len)
+{
+    on_released(arg, msg, len);
 }
 
 /* Step 5 done (or not needed): answer or retry as the attempt decided. */
@@ -357,6 +466,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
 
 static void acquire_attempt(rl_task *op)
 {
+    op->noticed = false;
     op->start_us = mpool_now_us();   /* step 1 */
     const char *args[] = {op->key, op->fence_key, op->res.token, op->ttl_str};
     eval(op, &script_acquire, all_mask(op->e), 2, 4, args, acquire_voted);   /* step 2 */
@@ -441,6 +551,8 @@ static void release_voted(void *arg, const master_reply *replies)
     }
     if (deleted > 0) {
         op->res.outcome = RL_OK;
+        if (e->cfg.notify)   /* waiters here need no notice */
+            on_released(e, op->key, strlen(op->key));
     } else if (answered >= quorum_of(e->n)) {
         op->res.outcome = RL_NOT_HELD;
         op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
@@ -515,6 +627,7 @@ static void op_start(void *arg)
             return;
         }
         op->wait_deadline_us = op->start_us + (uint64_t)op->req.wait_ms * 1000ULL;
+        op->arrival_us = op->start_us;
         acquire_attempt(op);
         return;
     case RL_EXTEND: {
@@ -523,8 +636,11 @@ static void op_start(void *arg)
         return;
     }
     case RL_RELEASE: {
+        /* The release script publishes a notice where it deleted, which
+         * wakes waiters on every redlockd using these masters. */
         const char *args[] = {op->key, op->req.token};
-        eval(op, &script_release, all_mask(e), 1, 2, args, release_voted);
+        eval(op, e->cfg.notify ? &script_release_notify : &script_release, all_mask(e), 1, 2, args,
+             release_voted);
         return;
     }
     case RL_INSPECT: {
@@ -551,6 +667,8 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
+    if (cfg->notify)
+        mpool_set_notice(pool, SCRIPT_NOTICE_CHANNEL, on_notice, e);
     return e;
 }
 
@@ -582,14 +700,19 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
     return 0;
 }
 
-/* On the loop thread: every sleeping acquire answers with its last outcome. */
+/* On the loop thread: every sleeping acquire answers with its last outcome;
+ * those trying now answer when their try ends. */
 static void drain_waiting(void *arg)
 {
     rl_engine *e = arg;
-    while (e->waiting) {
-        rl_task *op = e->waiting;
-        waiting_remove(op);
-        op_answer(op);   /* stays allocated until its timer fires */
+    rl_task *w = e->waiting;
+    while (w) {
+        rl_task *next = w->wnext;
+        if (w->sleeping) {
+            w->gen++;
+            op_answer(w);   /* stays allocated until its timer fires */
+        }
+        w = next;
     }
 }
 

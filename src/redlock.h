@@ -69,6 +69,7 @@ typedef struct rl_config {
     double drift_factor;
     long long retry_delay_ms;
     long long max_ttl_ms;      /* for a key found without expiry */
+    bool notify;               /* publish release notices and subscribe to them */
 } rl_config;
 
 /* Creates an engine over a started master pool (not owned). cfg is copied. */

@@ -45,6 +45,16 @@ mscript script_release = {"release",
     "if v then return -1 end\n"
     "return 0\n", ""};
 
+mscript script_release_notify = {"release_notify",
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v == ARGV[1] then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  redis.call('PUBLISH', '" SCRIPT_NOTICE_CHANNEL "', KEYS[1])\n"
+    "  return 1\n"
+    "end\n"
+    "if v then return -1 end\n"
+    "return 0\n", ""};
+
 mscript script_inspect = {"inspect",
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v then return {-2} end\n"
@@ -56,5 +66,6 @@ void scripts_init(void)
     mscript_init(&script_raise);
     mscript_init(&script_extend);
     mscript_init(&script_release);
+    mscript_init(&script_release_notify);
     mscript_init(&script_inspect);
 }

@@ -32,6 +32,10 @@ extern mscript script_raise;
 extern mscript script_extend;
 /* KEYS key; ARGV token. 1 deleted, -1 another token holds the key, 0 absent. */
 extern mscript script_release;
+/* The same, and on delete publishes key on SCRIPT_NOTICE_CHANNEL so that
+ * waiters on every redlockd using this master try at once. */
+extern mscript script_release_notify;
+#define SCRIPT_NOTICE_CHANNEL "redlockd:released"
 /* KEYS key. {pttl, value} when present, {-2} when absent. */
 extern mscript script_inspect;
 
