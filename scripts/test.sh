@@ -26,6 +26,8 @@ run_suites() {   # build-dir, meson setup options...
 
 echo "== plain build"
 run_suites build
+# The benchmark runs one second per level as a smoke test, never to judge speed.
+meson test -C build --suite bench --print-errorlogs
 echo "== sanitizer build (address, undefined)"
 run_suites build-asan -Db_sanitize=address,undefined -Db_lundef=false
 echo "all suites passed"

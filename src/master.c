@@ -130,6 +130,7 @@ struct mpool {
     void *notice_arg;
 
     struct timer *timers;       /* min-heap */
+    bool timers_final;          /* the loop is ending: timers run to clean up */
     size_t ntimers, timers_cap;
     uint64_t timer_seq;
 };
@@ -848,6 +849,8 @@ static bool timer_before(const struct timer *a, const struct timer *b)
 
 int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg)
 {
+    if (p->timers_final)
+        return -1;
     if (p->ntimers == p->timers_cap) {
         size_t cap = p->timers_cap ? p->timers_cap * 2 : 64;
         struct timer *t = realloc(p->timers, cap * sizeof *t);
@@ -1098,8 +1101,17 @@ static void *loop_main(void *arg)
     }
     check_deadlines(p, UINT64_MAX);
     run_ready(p);
+    /* Timers still pending run once more, told by mpool_is_stopping that
+     * this is the end, so that what they point at is freed. */
+    p->timers_final = true;
+    while (p->ntimers) {
+        struct timer t = timer_pop(p);
+        t.fn(t.arg);
+    }
     return NULL;
 }
+
+bool mpool_is_stopping(const mpool *p) { return p->timers_final; }
 
 int mpool_start(mpool *p)
 {

@@ -140,7 +140,10 @@ void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
 typedef void (*mpool_notice_fn)(void *arg, const char *msg, size_t len);
 void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *arg);
 
-/* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM. */
+/* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM or
+ * once the loop is ending. Timers still pending when the loop ends run then,
+ * early, with mpool_is_stopping true: they must only clean up. */
 int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg);
+bool mpool_is_stopping(const mpool *p);
 
 #endif

@@ -238,9 +238,15 @@ static void acquire_timer(void *arg)
     unsigned gen = w->gen;
     free(w);
     op->armed--;
-    if (op->answered) {          /* answered while asleep (a drain) */
-        if (op->armed == 0)
+    if (op->answered || mpool_is_stopping(op->e->pool)) {
+        /* Answered while asleep (a drain), or the loop is ending: only free.
+         * An unanswered task here outlived the drain's time limit; its
+         * connection is gone with the HTTP server. */
+        if (op->armed == 0 && (op->answered || op->sleeping)) {
+            if (op->in_waitlist)
+                waiting_remove(op);
             op_free(op);
+        }
         return;
     }
     if (gen != op->gen || !op->sleeping)
