@@ -294,6 +294,19 @@ static long call(CURL *h, struct loader *l, const char *method, const char *url,
     return status;
 }
 
+/* Counts an answer; false when there was none (the server is gone). */
+static bool tally(struct loader *l, long st)
+{
+    if (st < 0)
+        return false;
+    atomic_fetch_add(&l->answered, 1);
+    if (st >= 500) {
+        atomic_fetch_add(&l->five_xx, 1);
+        l->last_5xx = st;
+    }
+    return true;
+}
+
 /* Loops acquire (some with a wait on a held name) and release until the
  * server goes away; counts every answer and every 5xx. */
 static void *load(void *arg)
@@ -301,31 +314,20 @@ static void *load(void *arg)
     struct loader *l = arg;
     CURL *h = curl_easy_init();
     char url[128];
-    for (int i = 0;; i++) {
+    for (;;) {
         bool waiter = l->id < 2;
         snprintf(url, sizeof url, "%s/locks/%s-%d", l->c->base, waiter ? "held" : "busy", waiter ? 0 : l->id);
         long st = call(h, l, "POST", url, waiter ? "{\"wait_ms\":5000}" : NULL);
-        if (st < 0)
+        if (!tally(l, st))
             break;
-        atomic_fetch_add(&l->answered, 1);
-        if (st >= 500) {
-            atomic_fetch_add(&l->five_xx, 1);
-            l->last_5xx = st;
-        }
         if (st == 201) {
             char tok[64] = "", hdr[256];
             const char *t = strstr(l->last_body, "\"token\":\"");
             if (t)
                 sscanf(t + 9, "%63[^\"]", tok);
             snprintf(hdr, sizeof hdr, "%s?token=%s", url, tok);
-            st = call(h, l, "DELETE", hdr, NULL);
-            if (st < 0)
+            if (!tally(l, call(h, l, "DELETE", hdr, NULL)))
                 break;
-            atomic_fetch_add(&l->answered, 1);
-            if (st >= 500) {
-                atomic_fetch_add(&l->five_xx, 1);
-                l->last_5xx = st;
-            }
         }
     }
     curl_easy_cleanup(h);
