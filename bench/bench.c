@@ -291,6 +291,12 @@ static result run_http(int port, int nclients, double seconds, pid_t daemon)
         uint64_t t = now_us();
         if (!stopping && t >= end)
             stopping = true;   /* finish the cycles in progress */
+        if (t >= end + 10000000ULL) {
+            /* An answer that never came: count it, do not hang. */
+            fprintf(stderr, "bench: %d clients got no answer within 10 s\n", outstanding);
+            r.errors += outstanding;
+            break;
+        }
         int n = epoll_wait(ep, evs, 512, 100);
         for (int k = 0; k < n; k++) {
             hclient *c = evs[k].data.ptr;
@@ -303,7 +309,11 @@ static result run_http(int port, int nclients, double seconds, pid_t daemon)
                 continue;
             for (;;) {
                 ssize_t rd = read(c->fd, c->in + c->inlen, sizeof c->in - 1 - c->inlen);
-                if (rd <= 0)
+                if (rd == 0 || (rd < 0 && errno != EAGAIN)) {
+                    fprintf(stderr, "bench: client %d: connection closed by redlockd\n", c->id);
+                    break;
+                }
+                if (rd < 0)
                     break;
                 c->inlen += (size_t)rd;
             }

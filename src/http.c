@@ -19,7 +19,7 @@
 
 #define HTTP_CONNECTION_LIMIT 8192
 #define HTTP_IDLE_TIMEOUT_S 60
-#define HTTP_CONNECTION_MEMORY 8192
+#define HTTP_CONNECTION_MEMORY 16384
 
 struct http_server {
     struct MHD_Daemon *daemon;
