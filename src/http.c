@@ -131,6 +131,28 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
     return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
 }
 
+/* The per-master families of /metrics: one sample per master each. */
+static const struct {
+    const char *name, *type, *help;
+} master_families[] = {
+    {"redlockd_master_up", "gauge", "1 while the master answers PING on its connection."},
+    {"redlockd_master_errors_total", "counter", "Connections to the master lost, refused or timed out."},
+    {"redlockd_master_quarantined", "gauge", "1 while the master is in restart quarantine (its votes do not count)."},
+    {"redlockd_master_restarts_total", "counter", "Restarts of the master seen (its run_id changed)."},
+    {"redlockd_master_notices_up", "gauge", "1 while subscribed to the master's release notices."},
+};
+
+static unsigned long long master_family_value(const master_status *st, size_t family)
+{
+    switch (family) {
+    case 0: return st->up;
+    case 1: return st->errors;
+    case 2: return st->quarantined;
+    case 3: return st->restarts;
+    default: return st->subscribed;
+    }
+}
+
 static enum MHD_Result serve_metrics(req_ctx *ctx)
 {
     char *buf = NULL;
@@ -138,50 +160,24 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
     int rc = metrics_render(ctx->s->m, &buf, &len, &cap);
     mpool *p = ctx->s->pool;
     int n = mpool_size(p);
-    static const char *const heads[] = {
-        "# HELP redlockd_master_up 1 while the master answers PING on its connection.\n"
-        "# TYPE redlockd_master_up gauge\n",
-        "# HELP redlockd_master_errors_total Connections to the master lost, refused or timed out.\n"
-        "# TYPE redlockd_master_errors_total counter\n",
-        "# HELP redlockd_master_reply_seconds Time from sending a command to its reply.\n"
-        "# TYPE redlockd_master_reply_seconds summary\n",
-        "# HELP redlockd_master_quarantined 1 while the master is in restart quarantine (its votes do not count).\n"
-        "# TYPE redlockd_master_quarantined gauge\n",
-        "# HELP redlockd_master_restarts_total Restarts of the master seen (its run_id changed).\n"
-        "# TYPE redlockd_master_restarts_total counter\n",
-        "# HELP redlockd_master_notices_up 1 while subscribed to the master's release notices.\n"
-        "# TYPE redlockd_master_notices_up gauge\n",
-    };
-    for (int h = 0; h < 6; h++) {
-        rc |= metrics_appendf(&buf, &len, &cap, "%s", heads[h]);
-        for (int i = 0; i < n; i++) {
-            master_status st;
-            mpool_status(p, i, &st);
-            if (h == 0)
-                rc |= metrics_appendf(&buf, &len, &cap, "redlockd_master_up{master=\"%s\"} %d\n",
-                                      st.addr, st.up ? 1 : 0);
-            else if (h == 1)
-                rc |= metrics_appendf(&buf, &len, &cap,
-                                      "redlockd_master_errors_total{master=\"%s\"} %llu\n", st.addr,
-                                      st.errors);
-            else if (h == 3)
-                rc |= metrics_appendf(&buf, &len, &cap,
-                                      "redlockd_master_quarantined{master=\"%s\"} %d\n", st.addr,
-                                      st.quarantined ? 1 : 0);
-            else if (h == 5)
-                rc |= metrics_appendf(&buf, &len, &cap, "redlockd_master_notices_up{master=\"%s\"} %d\n",
-                                      st.addr, st.subscribed ? 1 : 0);
-            else if (h == 4)
-                rc |= metrics_appendf(&buf, &len, &cap,
-                                      "redlockd_master_restarts_total{master=\"%s\"} %llu\n",
-                                      st.addr, st.restarts);
-            else
-                rc |= metrics_appendf(&buf, &len, &cap,
-                                      "redlockd_master_reply_seconds_sum{master=\"%s\"} %.6f\n"
-                                      "redlockd_master_reply_seconds_count{master=\"%s\"} %llu\n",
-                                      st.addr, (double)st.reply_us_sum / 1e6, st.addr, st.replies);
-        }
+    master_status st[MASTER_MAX];
+    for (int i = 0; i < n; i++)
+        mpool_status(p, i, &st[i]);
+    for (size_t f = 0; f < sizeof master_families / sizeof master_families[0]; f++) {
+        rc |= metrics_appendf(&buf, &len, &cap, "# HELP %s %s\n# TYPE %s %s\n", master_families[f].name,
+                              master_families[f].help, master_families[f].name, master_families[f].type);
+        for (int i = 0; i < n; i++)
+            rc |= metrics_appendf(&buf, &len, &cap, "%s{master=\"%s\"} %llu\n", master_families[f].name,
+                                  st[i].addr, master_family_value(&st[i], f));
     }
+    rc |= metrics_appendf(&buf, &len, &cap,
+                          "# HELP redlockd_master_reply_seconds Time from sending a command to its reply.\n"
+                          "# TYPE redlockd_master_reply_seconds summary\n");
+    for (int i = 0; i < n; i++)
+        rc |= metrics_appendf(&buf, &len, &cap,
+                              "redlockd_master_reply_seconds_sum{master=\"%s\"} %.6f\n"
+                              "redlockd_master_reply_seconds_count{master=\"%s\"} %llu\n",
+                              st[i].addr, (double)st[i].reply_us_sum / 1e6, st[i].addr, st[i].replies);
     if (rc) {
         free(buf);
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
@@ -381,16 +377,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     case ROUTE_DAPR_HEALTHZ:
         return send_body(ctx, 204, NULL, NULL, 0, true);
     case ROUTE_DAPR_METADATA:
-        if (!authorized(ctx))
-            return send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED",
-                             "a valid dapr-api-token header is required"), NULL, 0, true);
-        return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION), NULL,
-                         0, true);
     case ROUTE_DAPR_LOCK:
     case ROUTE_DAPR_UNLOCK:
         if (!authorized(ctx))
             return send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED",
                              "a valid dapr-api-token header is required"), NULL, 0, true);
+        if (route == ROUTE_DAPR_METADATA)
+            return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION),
+                             NULL, 0, true);
         return dapr_dispatch(ctx, name);
     case ROUTE_NOT_FOUND:
         break;

@@ -77,9 +77,8 @@ struct master {
     bool want_write;
     bool logged_down;           /* "down" logged since it was last up */
     char run_id[QUARANTINE_RUN_ID_LEN + 1]; /* from INFO server; "" until known */
-    bool quarantined;           /* loop thread's copy of the flag below */
     atomic_bool up;
-    atomic_bool quarantined_pub;
+    atomic_bool quarantined;    /* its votes do not count (quarantine.h) */
     atomic_ullong quarantine_until_us;
     atomic_ullong restarts;
     atomic_ullong errors;
@@ -113,6 +112,7 @@ struct mpool {
     char *password;
     struct master masters[MASTER_MAX];
     quarantine_view qv[MASTER_MAX];   /* loop thread */
+    uint64_t quarantine_check_us;     /* next time a quarantine may end; loop thread */
 
     pthread_t thread;
     bool started;
@@ -143,6 +143,46 @@ uint64_t mpool_now_us(void)
 }
 
 void mscript_init(mscript *s) { sha1_hex(s->body, strlen(s->body), s->sha); }
+
+/* ---- script commands ---- */
+
+/* Bytes pack_command needs for nargs arguments of lens. */
+static size_t pack_size(int nargs, const size_t *lens)
+{
+    size_t bytes = (size_t)(nargs + 3) * (sizeof(char *) + sizeof(size_t)) + 24;
+    for (int i = 0; i < nargs; i++)
+        bytes += lens[i];
+    return bytes;
+}
+
+/* Lays out "verb script nkeys args..." in mem (pack_size bytes): argv, then
+ * the lengths, the key count as text and a copy of every argument, so the
+ * command outlives the caller's strings. verb and script are not copied. */
+static void pack_command(void *mem, const char *verb, const char *script, int nkeys, int nargs,
+                         const char *const *args, const size_t *lens, const char ***argv_out,
+                         size_t **lens_out)
+{
+    int argc = nargs + 3;
+    const char **argv = mem;
+    size_t *argvlen = (size_t *)(argv + argc);
+    char *nkeys_str = (char *)(argvlen + argc);
+    char *copy = nkeys_str + 24;
+    snprintf(nkeys_str, 24, "%d", nkeys);
+    argv[0] = verb;
+    argvlen[0] = strlen(verb);
+    argv[1] = script;
+    argvlen[1] = strlen(script);
+    argv[2] = nkeys_str;
+    argvlen[2] = strlen(nkeys_str);
+    for (int i = 0; i < nargs; i++) {
+        memcpy(copy, args[i], lens[i]);
+        argv[3 + i] = copy;
+        argvlen[3 + i] = lens[i];
+        copy += lens[i];
+    }
+    *argv_out = argv;
+    *lens_out = argvlen;
+}
 
 /* ---- batches ---- */
 
@@ -230,6 +270,24 @@ static struct mrecord *master_pop(struct master *m)
     return r;
 }
 
+/* The wait before the next reconnect, doubling up to the maximum. */
+static uint64_t backoff_next(uint64_t *backoff_us)
+{
+    uint64_t wait = *backoff_us;
+    *backoff_us = wait * 2 > MASTER_BACKOFF_MAX_US ? MASTER_BACKOFF_MAX_US : wait * 2;
+    return wait;
+}
+
+/* 0 when the non-blocking connect on fd succeeded, else its errno. */
+static int connect_error(int fd)
+{
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+        return errno;
+    return soerr;
+}
+
 /* Drops the connection: every pending command is answered as failed. */
 static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
 {
@@ -243,9 +301,7 @@ static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t
     m->state = M_DOWN;
     atomic_store(&m->up, false);
     atomic_fetch_add(&m->errors, 1);
-    m->next_connect_us = now + m->backoff_us;
-    m->backoff_us = m->backoff_us * 2 > MASTER_BACKOFF_MAX_US ? MASTER_BACKOFF_MAX_US
-                                                              : m->backoff_us * 2;
+    m->next_connect_us = now + backoff_next(&m->backoff_us);
     m->want_write = false;
     if (was_up || !m->logged_down) {
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
@@ -300,10 +356,9 @@ static void master_connect(mpool *p, struct master *m, uint64_t now)
 /* The TCP connect finished: authenticate and ping before any vote. */
 static void master_handshake(mpool *p, struct master *m, uint64_t now)
 {
-    int soerr = 0;
-    socklen_t len = sizeof soerr;
-    if (getsockopt(m->ctx->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr) {
-        master_fail(p, m, strerror(soerr ? soerr : errno), now);
+    int err = connect_error(m->ctx->fd);
+    if (err) {
+        master_fail(p, m, strerror(err), now);
         return;
     }
     m->state = M_HANDSHAKE;
@@ -327,8 +382,6 @@ oom:
     master_fail(p, m, "out of memory", now);
 }
 
-static void undo_free(struct undo *u) { free(u); }
-
 /* Writes the queued undo commands first on a new connection. */
 static void undo_flush(mpool *p, struct master *m, uint64_t now)
 {
@@ -341,7 +394,7 @@ static void undo_flush(mpool *p, struct master *m, uint64_t now)
         if (now < u->expires_us &&
             master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now, now + p->timeout_us) < 0)
             log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
-        undo_free(u);
+        free(u);
     }
 }
 
@@ -355,18 +408,21 @@ static void master_became_up(struct master *m, uint64_t now)
     log_event(LOG_LEVEL_INFO, "master_up", "addr", m->name, NULL);
 }
 
-/* Recomputes every master's quarantine and logs each change. Loop thread. */
+/* Recomputes every master's quarantine and logs each change. Runs when a
+ * master's INFO arrives and when a quarantine is due to end. Loop thread. */
 static void quarantine_refresh(mpool *p, uint64_t now)
 {
+    p->quarantine_check_us = UINT64_MAX;
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         uint64_t until = quarantine_until(p->qv, p->n, i, now, p->quarantine_us);
         bool q = until != 0;
         atomic_store(&m->quarantine_until_us, until);
-        if (q == m->quarantined)
+        if (q && until < p->quarantine_check_us)
+            p->quarantine_check_us = until;
+        if (q == atomic_load(&m->quarantined))
             continue;
-        m->quarantined = q;
-        atomic_store(&m->quarantined_pub, q);
+        atomic_store(&m->quarantined, q);
         if (q) {
             char left[24];
             snprintf(left, sizeof left, "%llu", (unsigned long long)((until - now) / 1000ULL));
@@ -451,7 +507,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         }
         master_reply mr;
         convert_reply(rr, &mr);
-        mr.quarantined = m->quarantined;
+        mr.quarantined = atomic_load(&m->quarantined);
         if (mr.kind == MREPLY_ERROR)
             log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", b->script->name,
                       "error", mr.str, NULL);
@@ -531,9 +587,7 @@ static void sub_fail(mpool *p, struct master *m, uint64_t now)
         log_event(LOG_LEVEL_WARN, "master_notices_lost", "addr", m->name, NULL);
     atomic_store(&m->subscribed, false);
     m->sub_connecting = false;
-    m->sub_next_connect_us = now + m->sub_backoff_us;
-    m->sub_backoff_us = m->sub_backoff_us * 2 > MASTER_BACKOFF_MAX_US ? MASTER_BACKOFF_MAX_US
-                                                                      : m->sub_backoff_us * 2;
+    m->sub_next_connect_us = now + backoff_next(&m->sub_backoff_us);
     (void)p;
 }
 
@@ -551,9 +605,7 @@ static void sub_connect(mpool *p, struct master *m, uint64_t now)
 /* The connect finished: AUTH if needed, then SUBSCRIBE, in one write. */
 static void sub_start(mpool *p, struct master *m, uint64_t now)
 {
-    int soerr = 0;
-    socklen_t len = sizeof soerr;
-    if (getsockopt(m->sub->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0 || soerr) {
+    if (connect_error(m->sub->fd)) {
         sub_fail(p, m, now);
         return;
     }
@@ -632,6 +684,7 @@ mpool *mpool_new(const mpool_config *cfg)
     p->n = cfg->nmasters;
     p->timeout_us = (uint64_t)cfg->timeout_ms * 1000ULL;
     p->quarantine_us = cfg->quarantine_us;
+    p->quarantine_check_us = UINT64_MAX;   /* nothing known yet: INFO sets it */
     p->wake_fd = -1;
     if (cfg->password && !(p->password = strdup(cfg->password))) {
         free(p);
@@ -656,7 +709,7 @@ void mpool_status(mpool *p, int i, master_status *out)
     struct master *m = &p->masters[i];
     snprintf(out->addr, sizeof out->addr, "%s", m->name);
     out->up = atomic_load(&m->up);
-    out->quarantined = out->up && atomic_load(&m->quarantined_pub);
+    out->quarantined = out->up && atomic_load(&m->quarantined);
     uint64_t until = atomic_load(&m->quarantine_until_us), now = mpool_now_us();
     out->quarantine_left_ms = out->quarantined && until > now ? (long long)((until - now + 999) / 1000) : 0;
     out->restarts = atomic_load(&m->restarts);
@@ -664,22 +717,6 @@ void mpool_status(mpool *p, int i, master_status *out)
     out->errors = atomic_load(&m->errors);
     out->replies = atomic_load(&m->replies);
     out->reply_us_sum = atomic_load(&m->reply_us_sum);
-}
-
-int mpool_up_count(mpool *p)
-{
-    int up = 0;
-    for (int i = 0; i < p->n; i++)
-        up += atomic_load(&p->masters[i].up);
-    return up;
-}
-
-int mpool_voting_count(mpool *p)
-{
-    int n = 0;
-    for (int i = 0; i < p->n; i++)
-        n += atomic_load(&p->masters[i].up) && !atomic_load(&p->masters[i].quarantined_pub);
-    return n;
 }
 
 int mpool_post(mpool *p, void (*fn)(void *), void *arg)
@@ -716,15 +753,11 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
 {
     uint64_t now = mpool_now_us();
     int argc = nargs + 3;
-    /* One allocation holds argv, the lengths, the key count and a copy of
-     * every argument: NOSCRIPT may need them again after this call. */
-    size_t bytes = 0;
-    for (int i = 0; i < nargs; i++)
-        bytes += lens[i];
+    /* One allocation holds the whole command: NOSCRIPT may need it again
+     * after this call. */
     struct mbatch *b = calloc(1, sizeof *b);
-    const char **argv =
-        b ? malloc((size_t)argc * (sizeof *argv + sizeof(size_t)) + 24 + bytes) : NULL;
-    if (!argv) {
+    void *mem = b ? malloc(pack_size(nargs, lens)) : NULL;
+    if (!mem) {
         /* No memory: every master counts as failed. */
         free(b);
         master_reply replies[MASTER_MAX] = {0};
@@ -734,22 +767,9 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
             done(arg, replies);
         return;
     }
-    size_t *argvlen = (size_t *)(argv + argc);
-    char *nkeys_str = (char *)(argvlen + argc);
-    char *copy = nkeys_str + 24;
-    snprintf(nkeys_str, 24, "%d", nkeys);
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = s->sha;
-    argvlen[1] = 40;
-    argv[2] = nkeys_str;
-    argvlen[2] = strlen(nkeys_str);
-    for (int i = 0; i < nargs; i++) {
-        memcpy(copy, args[i], lens[i]);
-        argv[3 + i] = copy;
-        argvlen[3 + i] = lens[i];
-        copy += lens[i];
-    }
+    const char **argv;
+    size_t *argvlen;
+    pack_command(mem, "EVALSHA", s->sha, nkeys, nargs, args, lens, &argv, &argvlen);
     b->done = done;
     b->arg = arg;
     b->script = s;
@@ -793,44 +813,26 @@ void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
                      const char *const *args, const size_t *lens, uint64_t expires_us)
 {
     struct master *m = &p->masters[i];
-    int argc = nargs + 3;
-    size_t bytes = 0;
-    for (int k = 0; k < nargs; k++)
-        bytes += lens[k];
-    struct undo *u = malloc(sizeof *u + (size_t)argc * (sizeof(char *) + sizeof(size_t)) + 24 + bytes);
+    struct undo *u = malloc(sizeof *u + pack_size(nargs, lens));
     if (!u)
         return;   /* the key still expires with its TTL */
     u->next = NULL;
     u->expires_us = expires_us;
-    u->argc = argc;
-    u->argv = (const char **)(u + 1);
-    u->lens = (size_t *)(u->argv + argc);
-    char *nk = (char *)(u->lens + argc), *copy = nk + 24;
-    snprintf(nk, 24, "%d", nkeys);
-    u->argv[0] = "EVAL";   /* a returning master may have lost its script cache */
-    u->lens[0] = 4;
-    u->argv[1] = s->body;
-    u->lens[1] = strlen(s->body);
-    u->argv[2] = nk;
-    u->lens[2] = strlen(nk);
-    for (int k = 0; k < nargs; k++) {
-        memcpy(copy, args[k], lens[k]);
-        u->argv[3 + k] = copy;
-        u->lens[3 + k] = lens[k];
-        copy += lens[k];
-    }
+    u->argc = nargs + 3;
+    /* EVAL: a returning master may have lost its script cache. */
+    pack_command(u + 1, "EVAL", s->body, nkeys, nargs, args, lens, &u->argv, &u->lens);
     uint64_t now = mpool_now_us();
     if (m->state == M_UP) {
         if (master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now, now + p->timeout_us) < 0)
             master_fail(p, m, "out of memory", now);
-        undo_free(u);
+        free(u);
         return;
     }
     if (m->nundo == MASTER_UNDO_MAX) {   /* drop the oldest: it expires first */
         struct undo *old = m->undo_head;
         m->undo_head = old->next;
         m->nundo--;
-        undo_free(old);
+        free(old);
     }
     if (m->undo_tail)
         m->undo_tail->next = u;
@@ -949,7 +951,8 @@ static void run_timers(mpool *p, uint64_t now)
 
 static void housekeeping(mpool *p, uint64_t now)
 {
-    quarantine_refresh(p, now);
+    if (now >= p->quarantine_check_us)
+        quarantine_refresh(p, now);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (p->notice_channel) {
@@ -978,6 +981,7 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
         EARLIER(p->fifo_head->deadline_us);
     if (p->ntimers)
         EARLIER(p->timers[0].when_us);
+    EARLIER(p->quarantine_check_us);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (m->state == M_DOWN)
@@ -986,8 +990,6 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
             EARLIER(m->connect_deadline_us);
         else if (m->state == M_UP)
             EARLIER(m->next_ping_us);
-        if (m->quarantined)
-            EARLIER(atomic_load(&m->quarantine_until_us));
         if (p->notice_channel)
             EARLIER(!m->sub ? m->sub_next_connect_us
                             : m->sub_connecting ? m->sub_deadline_us : now + MASTER_PING_INTERVAL_US);
@@ -1163,7 +1165,7 @@ void mpool_free(mpool *p)
         struct undo *u = p->masters[i].undo_head;
         while (u) {
             struct undo *next = u->next;
-            undo_free(u);
+            free(u);
             u = next;
         }
     }

@@ -104,9 +104,6 @@ int mpool_post(mpool *p, void (*fn)(void *), void *arg);
 /* Any thread: a snapshot of master i. */
 void mpool_status(mpool *p, int i, master_status *out);
 int mpool_size(const mpool *p);
-int mpool_up_count(mpool *p);
-/* Masters that are up and not quarantined: those whose votes count. */
-int mpool_voting_count(mpool *p);
 
 /* CLOCK_MONOTONIC in microseconds. */
 uint64_t mpool_now_us(void);

@@ -172,6 +172,16 @@ static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int na
     mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
 }
 
+/* Step 5 for a master out of reach: release token there as soon as it is
+ * back (until expires_us, after which the key has expired anyway). */
+static void release_on_return(rl_engine *e, int i, const char *key, const char *token,
+                              uint64_t expires_us)
+{
+    const char *args[] = {key, token};
+    size_t lens[] = {strlen(key), strlen(token)};
+    mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires_us);
+}
+
 /* ---- acquire ---- */
 
 static void acquire_attempt(rl_task *op);
@@ -213,14 +223,24 @@ static void acquire_wake_now(rl_task *op)
     acquire_attempt(op);
 }
 
-/* The oldest sleeping waiter for op's name that arrived before it, or NULL. */
-static rl_task *older_sleeper(rl_task *op)
+/* The oldest sleeping waiter for key (len bytes) that arrived before
+ * before_us, or NULL. Marks waiters of key that are trying now as noticed
+ * when notice is set, and tells whether there was one in *trying. */
+static rl_task *oldest_sleeper(rl_engine *e, const char *key, size_t len, uint64_t before_us,
+                               bool notice, bool *trying)
 {
     rl_task *best = NULL;
-    for (rl_task *w = op->e->waiting; w; w = w->wnext)
-        if (w != op && w->sleeping && w->arrival_us < op->arrival_us && !strcmp(w->key, op->key) &&
-            (!best || w->arrival_us < best->arrival_us))
+    *trying = false;
+    for (rl_task *w = e->waiting; w; w = w->wnext) {
+        if (strlen(w->key) != len || memcmp(w->key, key, len))
+            continue;
+        if (!w->sleeping) {
+            w->noticed |= notice;   /* if its try is refused, it tries again at once */
+            *trying = true;
+        } else if (w->arrival_us < before_us && (!best || w->arrival_us < best->arrival_us)) {
             best = w;
+        }
+    }
     return best;
 }
 
@@ -253,7 +273,8 @@ static void acquire_timer(void *arg)
         return;                  /* woken earlier by a release notice */
     /* Waiters of one name go in arrival order: an older one sleeping takes
      * this turn, and this one sleeps another delay. */
-    rl_task *older = older_sleeper(op);
+    bool trying;
+    rl_task *older = oldest_sleeper(op->e, op->key, strlen(op->key), op->arrival_us, false, &trying);
     if (older) {
         acquire_wake_now(older);
         acquire_sleep(op, -1);
@@ -309,18 +330,8 @@ static void acquire_refused(rl_task *op)
  * is trying already (it will see the result). Loop thread. */
 static void on_released(rl_engine *e, const char *key, size_t len)
 {
-    rl_task *oldest = NULL;
-    bool trying = false;
-    for (rl_task *w = e->waiting; w; w = w->wnext) {
-        if (strlen(w->key) != len || memcmp(w->key, key, len))
-            continue;
-        if (!w->sleeping) {
-            w->noticed = true;   /* if its try is refused, it tries again at once */
-            trying = true;
-        } else if (!oldest || w->arrival_us < oldest->arrival_us) {
-            oldest = w;
-        }
-    }
+    bool trying;
+    rl_task *oldest = oldest_sleeper(e, key, len, UINT64_MAX, true, &trying);
     if (oldest && !trying) {
         metrics_count(e->m, METRICS_HANDOFF_WAKES);
         acquire_wake_now(oldest);
@@ -432,11 +443,8 @@ static void acquire_voted(void *arg, const master_reply *replies)
      * release there as soon as it is back. */
     uint64_t expires = mpool_now_us() + (uint64_t)op->req.ttl_ms * 1000ULL;
     for (int i = 0; i < e->n; i++) {
-        if (replies[i].kind == MREPLY_FAIL && replies[i].sent) {
-            const char *args[] = {op->key, op->res.token};
-            size_t lens[] = {strlen(args[0]), strlen(args[1])};
-            mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires);
-        }
+        if (replies[i].kind == MREPLY_FAIL && replies[i].sent)
+            release_on_return(e, i, op->key, op->res.token, expires);
     }
     /* Masters that answered "held" cannot hold our token; all others might. */
     uint32_t maybe_ours = all_mask(e) & ~no_mask;
@@ -541,14 +549,10 @@ static void release_voted(void *arg, const master_reply *replies)
     uint64_t expires = mpool_now_us() + (uint64_t)e->cfg.max_ttl_ms * 1000ULL;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (r->kind == MREPLY_FAIL) {
-            /* A master that was down or paused may still hold the token and
-             * would refuse the next owner until the TTL ends: release there
-             * when it is back. */
-            const char *args[] = {op->key, op->req.token};
-            size_t lens[] = {strlen(args[0]), strlen(args[1])};
-            mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires);
-        }
+        /* A master that was down or paused may still hold the token and
+         * would refuse the next owner until the TTL ends. */
+        if (r->kind == MREPLY_FAIL)
+            release_on_return(e, i, op->key, op->req.token, expires);
         if (r->kind != MREPLY_VALUE || r->nints < 1)
             continue;
         answered++;
