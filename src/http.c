@@ -187,9 +187,9 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
 
 /* ---- lock routes ---- */
 
-/* The configured token, from Authorization: Bearer or (as Dapr SDKs send
- * it) dapr-api-token. */
-static bool authorized(req_ctx *ctx)
+/* The configured token, from Authorization: Bearer, or on the Dapr routes
+ * also from dapr-api-token (as Dapr SDKs send it). */
+static bool authorized(req_ctx *ctx, bool dapr)
 {
     const char *want = ctx->s->cfg->auth_token;
     if (!want)
@@ -199,7 +199,7 @@ static bool authorized(req_ctx *ctx)
     if (got && strncmp(got, "Bearer ", 7) == 0)
         got += 7;
     else
-        got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
+        got = dapr ? MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token") : NULL;
     if (!got)
         return false;
     size_t wl = strlen(want), gl = strlen(got);
@@ -370,7 +370,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     case ROUTE_METRICS:
         return serve_metrics(ctx);
     case ROUTE_LOCK:
-        if (!authorized(ctx))
+        if (!authorized(ctx, false))
             return send_error(ctx, API_E_UNAUTHORIZED,
                               "a valid Authorization: Bearer token is required", NULL);
         return lock_dispatch(ctx, method, name);
@@ -379,7 +379,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     case ROUTE_DAPR_METADATA:
     case ROUTE_DAPR_LOCK:
     case ROUTE_DAPR_UNLOCK:
-        if (!authorized(ctx))
+        if (!authorized(ctx, true))
             return send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED",
                              "a valid dapr-api-token header is required"), NULL, 0, true);
         if (route == ROUTE_DAPR_METADATA)
