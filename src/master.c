@@ -22,6 +22,7 @@
 #define MASTER_HANDSHAKE_TIMEOUT_US 1000000ULL
 #define MASTER_BACKOFF_MIN_US 100000ULL
 #define MASTER_BACKOFF_MAX_US 1000000ULL
+#define MASTER_LAG_LIMIT_US 1000000ULL   /* an overdue reply this much later drops the connection */
 
 enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
 enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_HANDSHAKE_PING, REC_UNDO };
@@ -50,6 +51,7 @@ struct mrecord {
     int slot;
     uint64_t sent_us;
     uint64_t deadline_us;
+    struct undo *undo;          /* REC_UNDO: kept until answered; queued again if the connection drops */
 };
 
 /* A command to run on a master when it is back (mpool_on_return). */
@@ -75,6 +77,7 @@ struct master {
     uint64_t connect_deadline_us;
     uint64_t next_ping_us;
     bool want_write;
+    bool lagging;               /* M_UP with a reply overdue: no votes until it catches up */
     bool logged_down;           /* "down" logged since it was last up */
     char run_id[QUARANTINE_RUN_ID_LEN + 1]; /* from INFO server; "" until known */
     atomic_bool up;
@@ -288,17 +291,50 @@ static int connect_error(int fd)
     return soerr;
 }
 
-/* Drops the connection: every pending command is answered as failed. */
+/* New votes go to m: it is up and has no reply overdue. */
+static bool master_votes(const struct master *m)
+{
+    return m->state == M_UP && !m->lagging;
+}
+
+/* Queues u to run when m is back (freed instead once expired). At most
+ * MASTER_UNDO_MAX wait; the oldest go first, as they expire first. */
+static void undo_keep(struct master *m, struct undo *u, uint64_t now)
+{
+    if (now >= u->expires_us) {
+        free(u);
+        return;
+    }
+    u->next = NULL;
+    if (m->nundo == MASTER_UNDO_MAX) {
+        struct undo *old = m->undo_head;
+        m->undo_head = old->next;
+        if (!m->undo_head)
+            m->undo_tail = NULL;
+        m->nundo--;
+        free(old);
+    }
+    if (m->undo_tail)
+        m->undo_tail->next = u;
+    else
+        m->undo_head = u;
+    m->undo_tail = u;
+    m->nundo++;
+}
+
+/* Drops the connection: every pending command is answered as failed, and
+ * undo commands wait for the next one. */
 static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
 {
     char why[160];   /* why_in may point into the context freed below */
     snprintf(why, sizeof why, "%s", why_in);
-    bool was_up = m->state == M_UP;
+    bool was_up = master_votes(m);
     if (m->ctx) {
         redisFree(m->ctx);
         m->ctx = NULL;
     }
     m->state = M_DOWN;
+    m->lagging = false;
     atomic_store(&m->up, false);
     atomic_fetch_add(&m->errors, 1);
     m->next_connect_us = now + backoff_next(&m->backoff_us);
@@ -307,11 +343,13 @@ static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
         m->logged_down = true;
     }
-    master_reply failed = {.kind = MREPLY_FAIL, .sent = true};
+    master_reply failed = {.kind = MREPLY_FAIL};
     struct mrecord *r;
     while ((r = master_pop(m))) {
         if (r->kind == REC_BATCH)
             batch_answer(r->batch, r->slot, &failed);
+        else if (r->kind == REC_UNDO)
+            undo_keep(m, r->undo, now);   /* it may not have run: send it again */
         free(r);
     }
     (void)p;
@@ -333,6 +371,7 @@ static int master_append(struct master *m, enum rec_kind kind, struct mbatch *b,
     r->slot = slot;
     r->sent_us = now;
     r->deadline_us = deadline;
+    r->undo = NULL;
     master_push(m, r);
     return 0;
 }
@@ -382,8 +421,23 @@ oom:
     master_fail(p, m, "out of memory", now);
 }
 
+/* Writes undo command u on m's connection; the record owns u until the
+ * answer. It gets the handshake's time limit, not the vote timeout: a
+ * returning master with many undo commands must be able to run them all
+ * rather than drop the connection and queue them again. A vote behind them
+ * still completes on time (without this master's answer). -1 when out of
+ * memory (u is still the caller's). */
+static int undo_send(struct master *m, struct undo *u, uint64_t now)
+{
+    if (master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now,
+                      now + MASTER_HANDSHAKE_TIMEOUT_US) < 0)
+        return -1;
+    m->tail->undo = u;
+    return 0;
+}
+
 /* Writes the queued undo commands first on a new connection. */
-static void undo_flush(mpool *p, struct master *m, uint64_t now)
+static void undo_flush(struct master *m, uint64_t now)
 {
     struct undo *u;
     while ((u = m->undo_head)) {
@@ -391,21 +445,48 @@ static void undo_flush(mpool *p, struct master *m, uint64_t now)
         if (!m->undo_head)
             m->undo_tail = NULL;
         m->nundo--;
-        if (now < u->expires_us &&
-            master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now, now + p->timeout_us) < 0)
+        if (now >= u->expires_us) {
+            free(u);
+        } else if (undo_send(m, u, now) < 0) {
             log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
-        free(u);
+            free(u);
+        }
     }
 }
 
+/* m answers in time (after its handshake, or after catching up): the undo
+ * commands go first, then it takes votes again. */
 static void master_became_up(struct master *m, uint64_t now)
 {
+    undo_flush(m, now);
     m->state = M_UP;
+    m->lagging = false;
     m->backoff_us = MASTER_BACKOFF_MIN_US;
     m->next_ping_us = now + MASTER_PING_INTERVAL_US;
     atomic_store(&m->up, true);
     m->logged_down = false;
     log_event(LOG_LEVEL_INFO, "master_up", "addr", m->name, NULL);
+}
+
+/* A reply is overdue. The master takes no new votes until it has answered
+ * all that is overdue, but the connection stays: a master that was only slow
+ * or paused then runs what it was sent, in order, and is back as soon as it
+ * catches up, with nothing lost in a reconnect. MASTER_LAG_LIMIT_US later
+ * with no answer, the connection is dropped. */
+static void master_lag(struct master *m)
+{
+    m->lagging = true;
+    atomic_store(&m->up, false);
+    atomic_fetch_add(&m->errors, 1);
+    m->logged_down = true;
+    log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", "reply timed out", NULL);
+}
+
+/* When the record at the head of m's queue is due: its deadline, or the
+ * lag limit after it once m lags. */
+static uint64_t head_due_us(const struct master *m)
+{
+    return m->head->deadline_us + (m->lagging ? MASTER_LAG_LIMIT_US : 0);
 }
 
 /* Recomputes every master's quarantine and logs each change. Runs when a
@@ -517,6 +598,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
     case REC_PING:
         break;
     case REC_UNDO:
+        free(r->undo);
         if (rr->type == REDIS_REPLY_ERROR)
             log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", "undo", "error",
                       rr->str, NULL);
@@ -533,7 +615,6 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
             master_fail(p, m, why, now);
             rc = -1;
         } else if (r->kind == REC_HANDSHAKE_PING) {
-            undo_flush(p, m, now);
             master_became_up(m, now);
         }
         break;
@@ -554,8 +635,11 @@ static void master_read(mpool *p, struct master *m, uint64_t now)
             master_fail(p, m, "protocol error", now);
             return;
         }
-        if (!reply)
+        if (!reply) {
+            if (m->lagging && (!m->head || now < m->head->deadline_us))
+                master_became_up(m, now);   /* caught up */
             return;
+        }
         int rc = master_dispatch(p, m, reply, now);
         freeReplyObject(reply);
         if (rc < 0 || !m->ctx)
@@ -785,13 +869,12 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
             b->replies[i].kind = MREPLY_NONE;
             continue;
         }
-        if (m->state != M_UP ||
+        if (!master_votes(m) ||
             master_append(m, REC_BATCH, b, i, argc, argv, argvlen, now, b->deadline_us) < 0) {
             b->replies[i].kind = MREPLY_FAIL;
             continue;
         }
         b->replies[i].kind = MREPLY_FAIL;   /* until it answers */
-        b->replies[i].sent = true;
         b->pending++;
         b->refs++;
     }
@@ -822,24 +905,12 @@ void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
     /* EVAL: a returning master may have lost its script cache. */
     pack_command(u + 1, "EVAL", s->body, nkeys, nargs, args, lens, &u->argv, &u->lens);
     uint64_t now = mpool_now_us();
-    if (m->state == M_UP) {
-        if (master_append(m, REC_UNDO, NULL, 0, u->argc, u->argv, u->lens, now, now + p->timeout_us) < 0)
-            master_fail(p, m, "out of memory", now);
-        free(u);
-        return;
+    if (master_votes(m)) {
+        if (undo_send(m, u, now) == 0)
+            return;
+        master_fail(p, m, "out of memory", now);
     }
-    if (m->nundo == MASTER_UNDO_MAX) {   /* drop the oldest: it expires first */
-        struct undo *old = m->undo_head;
-        m->undo_head = old->next;
-        m->nundo--;
-        free(old);
-    }
-    if (m->undo_tail)
-        m->undo_tail->next = u;
-    else
-        m->undo_head = u;
-    m->undo_tail = u;
-    m->nundo++;
+    undo_keep(m, u, now);
 }
 
 /* ---- timers: a binary min-heap by (when, seq) ---- */
@@ -926,8 +997,12 @@ static void check_deadlines(mpool *p, uint64_t now)
         struct master *m = &p->masters[i];
         if (m->state == M_CONNECTING && now >= m->connect_deadline_us)
             master_fail(p, m, "connect timed out", now);
-        else if (m->head && now >= m->head->deadline_us)
-            master_fail(p, m, "reply timed out", now);
+        else if (!m->head || now < head_due_us(m))
+            continue;
+        else if (master_votes(m))
+            master_lag(m);
+        else
+            master_fail(p, m, m->lagging ? "no reply for a second" : "reply timed out", now);
     }
     /* Masters that failed answered their batches above; what is left at the
      * head of the FIFO past its deadline completes with the answers it has. */
@@ -963,7 +1038,7 @@ static void housekeeping(mpool *p, uint64_t now)
         }
         if (m->state == M_DOWN && now >= m->next_connect_us) {
             master_connect(p, m, now);
-        } else if (m->state == M_UP && now >= m->next_ping_us) {
+        } else if (master_votes(m) && now >= m->next_ping_us) {
             const char *ping[] = {"PING"};
             size_t plen[] = {4};
             m->next_ping_us = now + MASTER_PING_INTERVAL_US;
@@ -988,13 +1063,13 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
             EARLIER(m->next_connect_us);
         else if (m->state == M_CONNECTING)
             EARLIER(m->connect_deadline_us);
-        else if (m->state == M_UP)
+        else if (master_votes(m))
             EARLIER(m->next_ping_us);
         if (p->notice_channel)
             EARLIER(!m->sub ? m->sub_next_connect_us
                             : m->sub_connecting ? m->sub_deadline_us : now + MASTER_PING_INTERVAL_US);
         if (m->head)
-            EARLIER(m->head->deadline_us);
+            EARLIER(head_due_us(m));
     }
 #undef EARLIER
     return t;

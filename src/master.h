@@ -10,11 +10,15 @@
  * and every buffer is flushed before any reply is read, so the masters work in
  * parallel, and commands of concurrent batches share one write per master
  * (pipelining). The batch completes when every master asked has answered or
- * when its deadline (now + timeout) passes, whichever is first; a master that
- * misses a deadline has its connection dropped, every command pending on it
- * answered as failed, and is reconnected in the background with backoff.
- * A master is used for votes only once it has answered INFO server and PING
- * on the new connection, and is pinged every second while idle. INFO tells its
+ * when its deadline (now + timeout) passes, whichever is first. A master that
+ * misses a deadline lags: it gets no new batches (they count it as failed at
+ * once) but keeps its connection, and takes votes again once it has answered
+ * everything overdue, so a master that was only slow or paused loses nothing.
+ * One that stays silent for a second more has its connection dropped, every
+ * command pending on it answered as failed, and is reconnected in the
+ * background with backoff. After a connect, a master is used for votes only
+ * once it has answered INFO server and PING, and is pinged every second while
+ * idle. INFO tells its
  * run_id and uptime, from which quarantine.h decides whether a restarted
  * master's answers count; a quarantined master is still written to, and its
  * replies carry the quarantined flag so the engine counts them as no vote.
@@ -47,8 +51,6 @@ typedef struct master_reply {
     enum mreply_kind kind;
     int nints;                       /* integers of the reply, in order */
     long long ints[MREPLY_MAX_INTS];
-    bool sent;                       /* FAIL after the command was written: the
-                                        master may still apply it later */
     bool quarantined;                /* the master was in restart quarantine: its
                                         answer is no vote (see quarantine.h) */
     bool has_str;                    /* the first string of the reply */
@@ -122,10 +124,11 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
 
 /* Runs script s (args as for mpool_eval) on master i once it is up again,
  * before any other command on its new connection, fire and forget; or now if
- * it is up. Dropped after expires_us (mpool_now_us time). This is how a write
+ * it is up. If the connection drops before the answer, it waits for the next
+ * one. Dropped after expires_us (mpool_now_us time). This is how a write
  * that timed out, and may still be applied by a master that was only paused,
- * gets undone: the engine registers the release of an acquire's token on
- * every master whose vote failed after the command was sent. */
+ * gets undone: the engine registers the release of a token on every master
+ * that failed to answer a release. */
 void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
                      const char *const *args, const size_t *lens, uint64_t expires_us);
 

@@ -65,7 +65,6 @@ typedef struct rl_task {
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
     uint32_t yes_mask;           /* acquire: masters that granted this attempt */
-    uint32_t release_mask;       /* acquire: masters to clean after a failure */
     int at_fence;
 } rl_task;
 
@@ -180,6 +179,48 @@ static void release_on_return(rl_engine *e, int i, const char *key, const char *
     const char *args[] = {key, token};
     size_t lens[] = {strlen(key), strlen(token)};
     mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires_us);
+}
+
+/* After a release batch: every master that did not answer (down, paused,
+ * or its connection dropped before the answer, which may lose the command)
+ * gets the release when it is back. Otherwise our token could stay there
+ * for a whole TTL and split the next owner's votes. */
+static void release_failed_on_return(rl_engine *e, const master_reply *replies, const char *key,
+                                     const char *token)
+{
+    uint64_t expires = mpool_now_us() + (uint64_t)e->cfg.max_ttl_ms * 1000ULL;
+    for (int i = 0; i < e->n; i++)
+        if (replies[i].kind == MREPLY_FAIL)
+            release_on_return(e, i, key, token, expires);
+}
+
+/* A release nobody waits for (the task may be answered and gone). */
+struct bg_release {
+    rl_engine *e;
+    char key[RL_KEY_MAX];
+    char token[TOKEN_MAX_LEN + 1];
+};
+
+static void bg_release_done(void *arg, const master_reply *replies)
+{
+    struct bg_release *b = arg;
+    release_failed_on_return(b->e, replies, b->key, b->token);
+    free(b);
+}
+
+static void release_in_background(rl_engine *e, uint32_t mask, const char *key, const char *token)
+{
+    struct bg_release *b = malloc(sizeof *b);
+    const char *args[] = {key, token};
+    size_t lens[2] = {strlen(key), strlen(token)};
+    if (b) {
+        b->e = e;
+        snprintf(b->key, sizeof b->key, "%s", key);
+        snprintf(b->token, sizeof b->token, "%s", token);
+    }
+    /* Out of memory: release anyway; a master that misses it keeps the key
+     * until its TTL. */
+    mpool_eval(e->pool, &script_release, mask, 1, 2, args, lens, b ? bg_release_done : NULL, b);
 }
 
 /* ---- acquire ---- */
@@ -344,14 +385,19 @@ static void on_notice(void *arg, const char *msg, size_t len)
 }
 
 /* Step 5 done (or not needed): answer or retry as the attempt decided. */
-static void acquire_after_release(void *arg, const master_reply *replies)
+static void acquire_go_on(rl_task *op)
 {
-    rl_task *op = arg;
-    (void)replies;
     if (op->res.outcome == RL_NO_QUORUM)
         op_answer(op);
     else
         acquire_refused(op);
+}
+
+static void acquire_after_release(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    release_failed_on_return(op->e, replies, op->key, op->res.token);
+    acquire_go_on(op);
 }
 
 /* Step 5: release on every master that may hold our token, then go on. */
@@ -359,7 +405,7 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
 {
     op->res.outcome = why;
     if (!mask) {
-        acquire_after_release(op, NULL);
+        acquire_go_on(op);
         return;
     }
     const char *args[] = {op->key, op->res.token};
@@ -437,16 +483,10 @@ static void acquire_voted(void *arg, const master_reply *replies)
         }
     }
     op->yes_mask = yes_mask;
-    /* A master that missed its deadline after the SET was written may still
-     * apply it (a paused master does, on SIGCONT), leaving our token there
-     * for a whole TTL and splitting later votes. Step 5 cannot reach it now:
-     * release there as soon as it is back. */
-    uint64_t expires = mpool_now_us() + (uint64_t)op->req.ttl_ms * 1000ULL;
-    for (int i = 0; i < e->n; i++) {
-        if (replies[i].kind == MREPLY_FAIL && replies[i].sent)
-            release_on_return(e, i, op->key, op->res.token, expires);
-    }
-    /* Masters that answered "held" cannot hold our token; all others might. */
+    /* Masters that answered "held" cannot hold our token; all others might,
+     * a master that missed its deadline too: it may still apply the SET (a
+     * paused master does, on SIGCONT). Step 5 releases there when it is
+     * back. */
     uint32_t maybe_ours = all_mask(e) & ~no_mask;
 
     switch (quorum_decide(e->n, yes, yes + no)) {
@@ -531,9 +571,7 @@ static void extend_voted(void *arg, const master_reply *replies)
     if (yes_mask || answered < e->n) {
         /* Every master, not only the yes votes: a quarantined or late master
          * may hold the token too. The script deletes only our own token. */
-        const char *args[] = {op->key, op->req.token};
-        size_t lens[2] = {strlen(args[0]), strlen(args[1])};
-        mpool_eval(e->pool, &script_release, all_mask(e), 1, 2, args, lens, NULL, NULL);
+        release_in_background(e, all_mask(e), op->key, op->req.token);
     }
     op_answer(op);
 }
@@ -546,13 +584,9 @@ static void release_voted(void *arg, const master_reply *replies)
     rl_engine *e = op->e;
     int deleted = 0, answered = 0;
     bool other = false;
-    uint64_t expires = mpool_now_us() + (uint64_t)e->cfg.max_ttl_ms * 1000ULL;
+    release_failed_on_return(e, replies, op->key, op->req.token);
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        /* A master that was down or paused may still hold the token and
-         * would refuse the next owner until the TTL ends. */
-        if (r->kind == MREPLY_FAIL)
-            release_on_return(e, i, op->key, op->req.token, expires);
         if (r->kind != MREPLY_VALUE || r->nints < 1)
             continue;
         answered++;

@@ -165,6 +165,87 @@ Test(faults, paused_master_costs_at_most_its_timeout)
     cr_assert_lt(worst, 0.5, "worst acquire took %.3f s with one master paused", worst);
 }
 
+/* Milliseconds until /readyz counts `want` voting masters, or -1 after
+ * timeout_ms. */
+static long voting_after_ms(int want, int timeout_ms)
+{
+    uint64_t t0 = h_now_us();
+    while (h_now_us() < t0 + (uint64_t)timeout_ms * 1000ULL) {
+        h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
+        long long voting = h_int(&rz, "masters_voting");
+        h_resp_free(&rz);
+        if (voting >= want)
+            return (long)((h_now_us() - t0) / 1000ULL);
+        usleep(2000);
+    }
+    return -1;
+}
+
+static long long connections_received(int i)
+{
+    redisReply *x = h_redis(C, i, "INFO stats");
+    cr_assert_not_null(x);
+    const char *at = strstr(x->str, "total_connections_received:");
+    cr_assert_not_null(at);
+    long long n = atoll(at + strlen("total_connections_received:"));
+    freeReplyObject(x);
+    return n;
+}
+
+/* A master that misses a deadline keeps its connection: once it answers
+ * what it was sent it votes again, with no reconnect (and nothing lost in
+ * one). */
+Test(faults, briefly_paused_master_votes_again_without_reconnecting)
+{
+    long long before = connections_received(2);
+    h_master_pause(C, 2);
+    h_resp a = h_http(C, "POST", "/locks/brief", NULL, NULL);   /* its vote times out */
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
+    cr_assert_eq(h_int(&rz, "masters_voting"), 4, "%s", rz.body);
+    h_resp_free(&rz);
+    usleep(300000);
+    h_master_resume(C, 2);
+    long ms = voting_after_ms(5, 2000);
+    cr_assert_geq(ms, 0, "the paused master did not vote again within 2 s");
+    cr_assert_lt(ms, 100, "the paused master took %ld ms to vote again", ms);
+    cr_assert_eq(connections_received(2) - before, 1, "redlockd reconnected (only this test's "
+                 "INFO connection should be new)");
+    release("brief", &a);
+    h_resp_free(&a);
+}
+
+/* A lock released while a master was paused leaves no token there: the
+ * release waits for the master and runs before its next vote, so the name
+ * is free even where that master's vote is needed for the majority. */
+Test(faults, release_while_paused_reaches_the_master_when_back)
+{
+    h_resp w = h_http(C, "POST", "/locks/warm-up", NULL, NULL);   /* scripts cached everywhere */
+    cr_assert_eq(w.status, 201, "%s", w.body);
+    release("warm-up", &w);
+    h_resp_free(&w);
+    h_master_pause(C, 4);
+    h_resp a = h_http(C, "POST", "/locks/stale", NULL, NULL);   /* the SET waits in master 4's socket */
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    release("stale", &a);
+    h_resp_free(&a);
+    h_master_resume(C, 4);
+    cr_assert_geq(voting_after_ms(5, 3000), 0, "master 4 did not vote again");
+    redisReply *k = h_redis(C, 4, "EXISTS lock:stale");
+    cr_assert_not_null(k);
+    cr_assert_eq(k->integer, 0, "master 4 still holds the released lock");
+    freeReplyObject(k);
+
+    h_master_pause(C, 0);
+    h_master_pause(C, 1);   /* masters 2, 3 and 4 must all say yes */
+    h_resp b = h_http(C, "POST", "/locks/stale", NULL, NULL);
+    cr_assert_eq(b.status, 201, "the released name was refused: %s", b.body);
+    h_master_resume(C, 0);
+    h_master_resume(C, 1);
+    release("stale", &b);
+    h_resp_free(&b);
+}
+
 /* Masters with a password: AUTH on every connection. */
 TestSuite(faults_auth, .fini = teardown, .timeout = 60);
 
