@@ -105,7 +105,7 @@ int main(int argc, char **argv)
         cfg.quarantine ? (uint64_t)((double)cfg.max_ttl_ms + quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
                        : 0;
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
-                       quarantine_us};
+                       quarantine_us, cfg.max_ttl_ms};
     mpool *pool = m ? mpool_new(&pc) : NULL;
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify};
     rl_engine *engine = pool ? rl_engine_new(&rc, pool, m) : NULL;

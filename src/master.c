@@ -54,7 +54,7 @@ struct mrecord {
     struct undo *undo;          /* REC_UNDO: kept until answered; queued again if the connection drops */
 };
 
-/* A command to run on a master when it is back (mpool_on_return). */
+/* A command to run on a master when it is back (a redo_when_back script). */
 struct undo {
     struct undo *next;
     uint64_t expires_us;
@@ -112,6 +112,7 @@ struct mpool {
     int n;
     uint64_t timeout_us;
     uint64_t quarantine_us;     /* 0: off */
+    uint64_t redo_us;           /* how long a redo waits for its master */
     char *password;
     struct master masters[MASTER_MAX];
     quarantine_view qv[MASTER_MAX];   /* loop thread */
@@ -322,6 +323,38 @@ static void undo_keep(struct master *m, struct undo *u, uint64_t now)
     m->nundo++;
 }
 
+/* An undo of script s (EVAL: a returning master may have lost its script
+ * cache), or NULL when out of memory. */
+static struct undo *undo_new(const mscript *s, int nkeys, int nargs, const char *const *args,
+                             const size_t *lens, uint64_t expires_us)
+{
+    struct undo *u = malloc(sizeof *u + pack_size(nargs, lens));
+    if (!u)
+        return NULL;
+    u->next = NULL;
+    u->expires_us = expires_us;
+    u->argc = nargs + 3;
+    pack_command(u + 1, "EVAL", s->body, nkeys, nargs, args, lens, &u->argv, &u->lens);
+    return u;
+}
+
+/* m could not take batch b (not voting, or its connection dropped before
+ * the answer): a redo_when_back script waits to run when m is back, ahead
+ * of anything sent to m later. */
+static void batch_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
+{
+    if (!b->script->redo_when_back)
+        return;
+    /* argv: EVALSHA sha nkeys args... */
+    struct undo *u = undo_new(b->script, atoi(b->argv[2]), b->argc - 3, b->argv + 3, b->argvlen + 3,
+                              now + p->redo_us);
+    if (!u) {
+        log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
+        return;
+    }
+    undo_keep(m, u, now);
+}
+
 /* Drops the connection: every pending command is answered as failed, and
  * undo commands wait for the next one. */
 static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
@@ -343,16 +376,16 @@ static void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
         m->logged_down = true;
     }
-    master_reply failed = {.kind = MREPLY_FAIL};
+    master_reply failed = {.kind = MREPLY_FAIL, .sent = true};
     struct mrecord *r;
     while ((r = master_pop(m))) {
-        if (r->kind == REC_BATCH)
+        if (r->kind == REC_BATCH) {
+            batch_redo(p, m, r->batch, now);   /* may not have run */
             batch_answer(r->batch, r->slot, &failed);
-        else if (r->kind == REC_UNDO)
+        } else if (r->kind == REC_UNDO)
             undo_keep(m, r->undo, now);   /* it may not have run: send it again */
         free(r);
     }
-    (void)p;
 }
 
 static int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
@@ -768,6 +801,7 @@ mpool *mpool_new(const mpool_config *cfg)
     p->n = cfg->nmasters;
     p->timeout_us = (uint64_t)cfg->timeout_ms * 1000ULL;
     p->quarantine_us = cfg->quarantine_us;
+    p->redo_us = (uint64_t)cfg->max_ttl_ms * 1000ULL;
     p->quarantine_check_us = UINT64_MAX;   /* nothing known yet: INFO sets it */
     p->wake_fd = -1;
     if (cfg->password && !(p->password = strdup(cfg->password))) {
@@ -872,9 +906,11 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
         if (!master_votes(m) ||
             master_append(m, REC_BATCH, b, i, argc, argv, argvlen, now, b->deadline_us) < 0) {
             b->replies[i].kind = MREPLY_FAIL;
+            batch_redo(p, m, b, now);
             continue;
         }
         b->replies[i].kind = MREPLY_FAIL;   /* until it answers */
+        b->replies[i].sent = true;
         b->pending++;
         b->refs++;
     }
@@ -892,26 +928,6 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
     p->fifo_tail = b;
 }
 
-void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
-                     const char *const *args, const size_t *lens, uint64_t expires_us)
-{
-    struct master *m = &p->masters[i];
-    struct undo *u = malloc(sizeof *u + pack_size(nargs, lens));
-    if (!u)
-        return;   /* the key still expires with its TTL */
-    u->next = NULL;
-    u->expires_us = expires_us;
-    u->argc = nargs + 3;
-    /* EVAL: a returning master may have lost its script cache. */
-    pack_command(u + 1, "EVAL", s->body, nkeys, nargs, args, lens, &u->argv, &u->lens);
-    uint64_t now = mpool_now_us();
-    if (master_votes(m)) {
-        if (undo_send(m, u, now) == 0)
-            return;
-        master_fail(p, m, "out of memory", now);
-    }
-    undo_keep(m, u, now);
-}
 
 /* ---- timers: a binary min-heap by (when, seq) ---- */
 

@@ -51,6 +51,9 @@ typedef struct master_reply {
     enum mreply_kind kind;
     int nints;                       /* integers of the reply, in order */
     long long ints[MREPLY_MAX_INTS];
+    bool sent;                       /* FAIL after the command was written: the
+                                        master may still apply it; a FAIL not
+                                        sent never reached it */
     bool quarantined;                /* the master was in restart quarantine: its
                                         answer is no vote (see quarantine.h) */
     bool has_str;                    /* the first string of the reply */
@@ -63,6 +66,12 @@ typedef struct mscript {
     const char *name;   /* for logs */
     const char *body;
     char sha[41];
+    /* A release: a master that cannot take it now (down or lagging), or whose
+     * connection drops before it answers, runs it as soon as it is back,
+     * before any command sent after it (for up to max_ttl_ms). Decided when
+     * the master fails, never later, so it can never overtake a newer write
+     * of the same token that counted as a vote. */
+    bool redo_when_back;
 } mscript;
 
 /* Computes s->sha from s->body. */
@@ -77,6 +86,7 @@ typedef struct mpool_config {
     const char *password;       /* AUTH on every connection; NULL for none */
     uint64_t quarantine_us;     /* restart quarantine window (longest TTL plus
                                    drift); 0 turns quarantine off */
+    long long max_ttl_ms;       /* how long a redo_when_back command waits */
 } mpool_config;
 
 typedef struct master_status {
@@ -116,21 +126,14 @@ uint64_t mpool_now_us(void);
 typedef void (*mpool_done_fn)(void *arg, const master_reply *replies);
 
 /* Runs script s with keys args[0..nkeys) and arguments args[nkeys..nargs) on
- * every master whose bit is set in mask. done (may be NULL: fire and forget)
+ * every master whose bit is set in mask. A master that is down or lagging is
+ * not sent the command (its reply is FAIL with sent false), unless s is
+ * redo_when_back, which then waits for it. done (may be NULL: fire and forget)
  * is called exactly once; only when memory runs out is it called before
  * mpool_eval returns, so callers make mpool_eval their last use of arg. */
 void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
                 const char *const *args, const size_t *lens, mpool_done_fn done, void *arg);
 
-/* Runs script s (args as for mpool_eval) on master i once it is up again,
- * before any other command on its new connection, fire and forget; or now if
- * it is up. If the connection drops before the answer, it waits for the next
- * one. Dropped after expires_us (mpool_now_us time). This is how a write
- * that timed out, and may still be applied by a master that was only paused,
- * gets undone: the engine registers the release of a token on every master
- * that failed to answer a release. */
-void mpool_on_return(mpool *p, int i, const mscript *s, int nkeys, int nargs,
-                     const char *const *args, const size_t *lens, uint64_t expires_us);
 
 /* Release notices (Redis pub/sub). Call before mpool_start. The pool keeps a
  * second connection per master subscribed to channel and calls

@@ -171,56 +171,14 @@ static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int na
     mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
 }
 
-/* Step 5 for a master out of reach: release token there as soon as it is
- * back (until expires_us, after which the key has expired anyway). */
-static void release_on_return(rl_engine *e, int i, const char *key, const char *token,
-                              uint64_t expires_us)
+/* Releases token on the masters in mask, fire and forget: it goes out
+ * ahead of anything sent later, and a master that misses it runs it when it
+ * is back (redo_when_back). */
+static void release_unwatched(rl_engine *e, uint32_t mask, const char *key, const char *token)
 {
-    const char *args[] = {key, token};
-    size_t lens[] = {strlen(key), strlen(token)};
-    mpool_on_return(e->pool, i, &script_release, 1, 2, args, lens, expires_us);
-}
-
-/* After a release batch: every master that did not answer (down, paused,
- * or its connection dropped before the answer, which may lose the command)
- * gets the release when it is back. Otherwise our token could stay there
- * for a whole TTL and split the next owner's votes. */
-static void release_failed_on_return(rl_engine *e, const master_reply *replies, const char *key,
-                                     const char *token)
-{
-    uint64_t expires = mpool_now_us() + (uint64_t)e->cfg.max_ttl_ms * 1000ULL;
-    for (int i = 0; i < e->n; i++)
-        if (replies[i].kind == MREPLY_FAIL)
-            release_on_return(e, i, key, token, expires);
-}
-
-/* A release nobody waits for (the task may be answered and gone). */
-struct bg_release {
-    rl_engine *e;
-    char key[RL_KEY_MAX];
-    char token[TOKEN_MAX_LEN + 1];
-};
-
-static void bg_release_done(void *arg, const master_reply *replies)
-{
-    struct bg_release *b = arg;
-    release_failed_on_return(b->e, replies, b->key, b->token);
-    free(b);
-}
-
-static void release_in_background(rl_engine *e, uint32_t mask, const char *key, const char *token)
-{
-    struct bg_release *b = malloc(sizeof *b);
     const char *args[] = {key, token};
     size_t lens[2] = {strlen(key), strlen(token)};
-    if (b) {
-        b->e = e;
-        snprintf(b->key, sizeof b->key, "%s", key);
-        snprintf(b->token, sizeof b->token, "%s", token);
-    }
-    /* Out of memory: release anyway; a master that misses it keeps the key
-     * until its TTL. */
-    mpool_eval(e->pool, &script_release, mask, 1, 2, args, lens, b ? bg_release_done : NULL, b);
+    mpool_eval(e->pool, &script_release, mask, 1, 2, args, lens, NULL, NULL);
 }
 
 /* ---- acquire ---- */
@@ -384,32 +342,30 @@ static void on_notice(void *arg, const char *msg, size_t len)
     on_released(arg, msg, len);
 }
 
-/* Step 5 done (or not needed): answer or retry as the attempt decided. */
-static void acquire_go_on(rl_task *op)
-{
-    if (op->res.outcome == RL_NO_QUORUM)
-        op_answer(op);
-    else
-        acquire_refused(op);
-}
-
 static void acquire_after_release(void *arg, const master_reply *replies)
 {
-    rl_task *op = arg;
-    release_failed_on_return(op->e, replies, op->key, op->res.token);
-    acquire_go_on(op);
+    (void)replies;   /* a master that missed it runs it when back (redo_when_back) */
+    acquire_refused(arg);
 }
 
-/* Step 5: release on every master that may hold our token, then go on. */
+/* Step 5: release on every master that may hold our token. A refusal answers
+ * (or retries) once the masters have done so, so that the name is clean for
+ * whoever comes next. No quorum answers at once, within the master timeout:
+ * the release goes out first, ahead of anything sent later, and nobody
+ * waits for masters that are down. */
 static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
 {
     op->res.outcome = why;
-    if (!mask) {
-        acquire_go_on(op);
-        return;
+    if (why == RL_NO_QUORUM) {
+        if (mask)
+            release_unwatched(op->e, mask, op->key, op->res.token);
+        op_answer(op);
+    } else if (mask) {
+        const char *args[] = {op->key, op->res.token};
+        eval(op, &script_release, mask, 1, 2, args, acquire_after_release);
+    } else {
+        acquire_refused(op);
     }
-    const char *args[] = {op->key, op->res.token};
-    eval(op, &script_release, mask, 1, 2, args, acquire_after_release);
 }
 
 /* Step 3: a majority won without validity left is no lock. Release it on
@@ -468,9 +424,11 @@ static void acquire_voted(void *arg, const master_reply *replies)
     long long counters[MASTER_MAX] = {0};
     long long held_pttl[MASTER_MAX];
     int yes = 0, no = 0;
-    uint32_t yes_mask = 0, no_mask = 0;
+    uint32_t yes_mask = 0, no_mask = 0, unsent_mask = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
+        if (r->kind == MREPLY_FAIL && !r->sent)
+            unsent_mask |= 1u << i;
         if (!is_vote(r, 2))
             continue;
         if (r->ints[0] == 1) {
@@ -483,11 +441,11 @@ static void acquire_voted(void *arg, const master_reply *replies)
         }
     }
     op->yes_mask = yes_mask;
-    /* Masters that answered "held" cannot hold our token; all others might,
-     * a master that missed its deadline too: it may still apply the SET (a
-     * paused master does, on SIGCONT). Step 5 releases there when it is
-     * back. */
-    uint32_t maybe_ours = all_mask(e) & ~no_mask;
+    /* Masters that answered "held", and those the SET never reached (down or
+     * lagging), cannot hold our token; all others might, a master that
+     * missed its deadline too: it may still apply the SET (a paused master
+     * does, on SIGCONT). Step 5 releases there when it is back. */
+    uint32_t maybe_ours = all_mask(e) & ~no_mask & ~unsent_mask;
 
     switch (quorum_decide(e->n, yes, yes + no)) {
     case QUORUM_GRANTED: {
@@ -571,7 +529,7 @@ static void extend_voted(void *arg, const master_reply *replies)
     if (yes_mask || answered < e->n) {
         /* Every master, not only the yes votes: a quarantined or late master
          * may hold the token too. The script deletes only our own token. */
-        release_in_background(e, all_mask(e), op->key, op->req.token);
+        release_unwatched(e, all_mask(e), op->key, op->req.token);
     }
     op_answer(op);
 }
@@ -584,7 +542,6 @@ static void release_voted(void *arg, const master_reply *replies)
     rl_engine *e = op->e;
     int deleted = 0, answered = 0;
     bool other = false;
-    release_failed_on_return(e, replies, op->key, op->req.token);
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
         if (r->kind != MREPLY_VALUE || r->nints < 1)

@@ -15,7 +15,7 @@ mscript script_acquire = {"acquire",
     "  end\n"
     "  return {1, c}\n"
     "end\n"
-    "return {0, redis.call('PTTL', KEYS[1])}\n", ""};
+    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false};
 
 mscript script_raise = {"raise",
     "local f = tonumber(ARGV[2])\n"
@@ -25,7 +25,7 @@ mscript script_raise = {"raise",
     "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) > 0 then\n"
     "  return 1\n"
     "end\n"
-    "return 0\n", ""};
+    "return 0\n", "", false};
 
 mscript script_extend = {"extend",
     "local v = redis.call('GET', KEYS[1])\n"
@@ -34,7 +34,7 @@ mscript script_extend = {"extend",
     "  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
     "end\n"
     "if v then return {-1} end\n"
-    "return {0}\n", ""};
+    "return {0}\n", "", false};
 
 mscript script_release = {"release",
     "local v = redis.call('GET', KEYS[1])\n"
@@ -43,7 +43,7 @@ mscript script_release = {"release",
     "  return 1\n"
     "end\n"
     "if v then return -1 end\n"
-    "return 0\n", ""};
+    "return 0\n", "", true};
 
 mscript script_release_notify = {"release_notify",
     "local v = redis.call('GET', KEYS[1])\n"
@@ -53,12 +53,12 @@ mscript script_release_notify = {"release_notify",
     "  return 1\n"
     "end\n"
     "if v then return -1 end\n"
-    "return 0\n", ""};
+    "return 0\n", "", true};
 
 mscript script_inspect = {"inspect",
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v then return {-2} end\n"
-    "return {redis.call('PTTL', KEYS[1]), v}\n", ""};
+    "return {redis.call('PTTL', KEYS[1]), v}\n", "", false};
 
 void scripts_init(void)
 {

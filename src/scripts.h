@@ -30,7 +30,9 @@ extern mscript script_raise;
  * {1, counter} after resetting the key's expiry to ttl_ms; {-1} when another
  * token holds key; {0} when key is absent. */
 extern mscript script_extend;
-/* KEYS key; ARGV token. 1 deleted, -1 another token holds the key, 0 absent. */
+/* KEYS key; ARGV token. 1 deleted, -1 another token holds the key, 0 absent.
+ * Both releases are redo_when_back: a master that misses one runs it when it
+ * is back, so a token it may hold never outlives the release by a TTL. */
 extern mscript script_release;
 /* The same, and on delete publishes key on SCRIPT_NOTICE_CHANNEL so that
  * waiters on every redlockd using this master try at once. */

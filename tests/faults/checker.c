@@ -240,10 +240,17 @@ void fl_check(fl_record *recs, size_t n, int nnames, const fl_expect *ex, fl_rep
         lo = hi;
     }
 
-    /* After each recovery, a grant within one TTL (plus slack). */
+    /* After each recovery, a grant within one TTL (plus slack). A recovery
+     * that the next fault cut short of that is not judged. */
     for (int k = 0; k < ex->nrecovered; k++) {
         uint64_t from = ex->recovered_us[k];
         uint64_t until = from + (uint64_t)(ex->ttl_ms + ex->recovery_slack_ms) * 1000ULL;
+        bool cut = false;
+        for (int d = 0; d < ex->ndown && !cut; d++)
+            cut = ex->down[d].begin_us >= from && ex->down[d].begin_us <= until;
+        if (cut)
+            continue;
+        rep->recoveries_judged++;
         bool ok = false;
         for (size_t i = 0; i < n && !ok; i++)
             ok = recs[i].status == 201 && recs[i].answered_us >= from && recs[i].answered_us <= until;

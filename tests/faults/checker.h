@@ -58,7 +58,8 @@ typedef struct fl_report {
     long down_attempts, down_wrong; /* inside down periods; not a fast 503 */
     int down_wrong_status;      /* the first wrong one: its status and time */
     double down_wrong_ms;
-    long recoveries_missed;
+    long recoveries_judged;     /* followed by a TTL (+slack) with no new fault */
+    long recoveries_missed;     /* ...of those, with no grant in that time */
     uint64_t first_overlap_a_us, first_overlap_b_us;
 } fl_report;
 

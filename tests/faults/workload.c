@@ -413,7 +413,11 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
         cr_assert_eq(p.down_wrong, 0, "%s: %ld of %ld attempts with a majority down were not a 503 "
                      "within %d ms (the first: %d in %.1f ms)", sc->label, p.down_wrong, p.down_attempts,
                      FL_MASTER_TIMEOUT_MS + FL_MARGIN_MS, p.down_wrong_status, p.down_wrong_ms);
-        cr_assert_eq(p.recoveries_missed, 0, "%s: no grant within one TTL after recovery", sc->label);
+        cr_assert_eq(p.recoveries_missed, 0, "%s: no grant within one TTL after %ld of %ld recoveries",
+                     sc->label, p.recoveries_missed, p.recoveries_judged);
+        if (r->nrecovered)
+            cr_assert_gt(p.recoveries_judged, 0, "%s: no recovery was followed by a TTL without faults",
+                         sc->label);
         if (sc->late_client_pause_ms) {
             cr_assert_gt(p.late_stale, 0, "%s: the stalled client never wrote after a newer holder",
                          sc->label);

@@ -110,5 +110,22 @@ Test(checker, free_name_refusals_and_recovery)
     fl_check(r, 4, 1, &ex, &p);
     cr_assert_eq(p.free_attempts, 3);
     cr_assert_eq(p.free_granted, 2);
+    cr_assert_eq(p.recoveries_judged, 2);
     cr_assert_eq(p.recoveries_missed, 1, "no grant within a TTL of 5000 ms");
+}
+
+Test(checker, recovery_cut_short_by_the_next_fault_is_not_judged)
+{
+    fl_record r[] = {grant(1, 300, 900, 10, 350)};
+    fl_period down[] = {{5500 * MS, 6000 * MS}};   /* begins within a TTL of 5000 */
+    uint64_t recovered[] = {250 * MS, 5000 * MS, 7000 * MS};
+    fl_expect ex = plain;
+    ex.down = down;
+    ex.ndown = 1;
+    ex.recovered_us = recovered;
+    ex.nrecovered = 3;
+    fl_report p;
+    fl_check(r, 1, 1, &ex, &p);
+    cr_assert_eq(p.recoveries_judged, 2, "the one at 5000 ms is cut short");
+    cr_assert_eq(p.recoveries_missed, 1, "no grant after 7000 ms");
 }
