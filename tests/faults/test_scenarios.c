@@ -22,10 +22,7 @@ static int env_int(const char *name, int dflt)
 static int seconds(void) { return env_int("FAULTS_SECONDS", 4); }
 static int clients(void) { return env_int("FAULTS_CLIENTS", 16); }
 
-static void header(void)
-{
-    fprintf(stderr, "| %-30s | attempts |  grants |    409 |    503 | noans | overlaps | fence viol | lost | late stale rej | free ok%% | p99 ms |\n", "scenario");
-}
+static void header(void) { fputs(FL_TABLE_HEADER, stderr); }
 
 TestSuite(faults, .init = header, .timeout = 600);
 

@@ -309,6 +309,9 @@ static void print_row(const char *label, const fl_report *p, long lost, double f
     const char *path = getenv("FAULTS_TABLE");
     FILE *f = fopen(path ? path : "faults-table.md", "a");
     if (f) {
+        /* The first row of a new table brings the column names. */
+        if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0)
+            fputs(FL_TABLE_HEADER, f);
         fputs(row, f);
         fclose(f);
     }

@@ -72,6 +72,17 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
 /* Starts redlockd again (after h_daemon_kill) with the same flags and port. */
 void fl_daemon_start(fl_run *r);
 
+/* The column names of the scenario table (Markdown), rows from
+ * fl_run_scenario: answers counted by status (noans: no HTTP answer),
+ * overlapping holders, fence violations, resource writes lost, late writes
+ * rejected of those that came after a newer holder, grants on a free name in
+ * healthy time, and p99 acquire latency in healthy time. */
+#define FL_TABLE_HEADER                                                                             \
+    "| scenario                       | attempts |  grants |    409 |    503 | noans | overlaps | "     \
+    "fence viol | lost | late stale rej | free ok% | p99 ms |\n"                                     \
+    "|--------------------------------|---------:|--------:|-------:|-------:|------:|---------:|"      \
+    "-----------:|-----:|:--------------:|---------:|-------:|\n"
+
 /* Runs the scenario for `seconds` of load (plus time to recover), checks it,
  * prints its row of the table and asserts its properties. */
 void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -31,16 +32,51 @@ uint64_t h_now_us(void)
     return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000ULL;
 }
 
-int h_free_port(void)
+/* Ports for test servers come from below the kernel's ephemeral range, so
+ * no outgoing connection (of redlockd, curl or a master) can be holding one,
+ * and each is reserved by a lock on a file in H_PORT_DIR that this process
+ * holds until it exits (criterion runs every test in a process of its own).
+ * Test processes running side by side thus never pick the same port; a bind
+ * test skips ports that something else listens on. */
+#define H_PORT_DIR "/tmp/redlockd-test-ports"
+#define H_PORT_MIN 20000
+#define H_PORT_SPAN 12000
+
+static bool port_bindable(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-        die("free port");
+    if (fd < 0)
+        die("socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);   /* as redis-server does */
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);
-    return ntohs(a.sin_port);
+    return ok;
+}
+
+int h_free_port(void)
+{
+    static unsigned next;
+    if (!next)
+        next = (unsigned)getpid() * 7919u + (unsigned)(h_now_us() % 100000);
+    if (mkdir(H_PORT_DIR, 01777) < 0 && errno != EEXIST)
+        die("mkdir " H_PORT_DIR);
+    for (int tries = 0; tries < H_PORT_SPAN; tries++) {
+        int port = H_PORT_MIN + (int)(next++ % H_PORT_SPAN);
+        char path[64];
+        snprintf(path, sizeof path, H_PORT_DIR "/%d", port);
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0)
+            die(path);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && port_bindable(port))
+            return port;   /* fd stays open: the reservation lasts as long as this process */
+        close(fd);
+    }
+    errno = EADDRINUSE;
+    die("free port");
+    return -1;
 }
 
 static pid_t spawn(char *const argv[], const char *log_path, bool is_daemon)
@@ -115,7 +151,9 @@ static void master_spawn(h_cluster *c, int i)
     argv[a] = NULL;
     m->pid = spawn(argv, log, false);
     for (int tries = 0; tries < 200; tries++) {
-        if (redis_ping(m->port))
+        /* The answer must come from the process just started, not from a
+         * server that already had the port. */
+        if (redis_ping(m->port) && waitpid(m->pid, NULL, WNOHANG) == 0)
             return;
         usleep(10000);
     }
@@ -173,7 +211,7 @@ void h_daemon_start(h_cluster *c, ...)
     va_end(ap);
     argv[a] = NULL;
     c->daemon = spawn(argv, c->log, true);
-    if (!h_wait_status(c, "/healthz", 200, 5000)) {
+    if (!h_wait_status(c, "/healthz", 200, 5000) || waitpid(c->daemon, NULL, WNOHANG) != 0) {
         fprintf(stderr, "harness: redlockd did not start (log %s)\n", c->log);
         abort();
     }
