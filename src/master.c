@@ -928,7 +928,6 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
     p->fifo_tail = b;
 }
 
-
 /* ---- timers: a binary min-heap by (when, seq) ---- */
 
 static bool timer_before(const struct timer *a, const struct timer *b)
