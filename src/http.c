@@ -466,7 +466,13 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
         free(s);
         return NULL;
     }
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop blocks in a second
+     * epoll_wait when the first returned exactly its 128-event batch, before
+     * serving those connections, so that 128 or 256 keep-alive clients in
+     * lockstep hang for good (tests/integration: many_connections_all_answered).
+     * Its poll loop has no such batch; a worker polls only its own
+     * connections. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(

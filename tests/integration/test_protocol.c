@@ -4,6 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -267,6 +272,103 @@ Test(protocol, fifty_waiters_do_not_hold_workers, .timeout = 60)
         cr_assert_gt(w[i].done_us, others_done,
                      "waiter %d answered before the 20 other acquires finished", i);
     }
+}
+
+/* One keep-alive client of many_connections_all_answered: a GET in flight,
+ * or none. */
+struct kaclient {
+    int fd;
+    char in[2048];
+    size_t inlen;
+    uint64_t sent_us;          /* 0: nothing in flight */
+    long answers;
+};
+
+static void ka_send(struct kaclient *k, int i)
+{
+    char req[128];
+    int len = snprintf(req, sizeof req, "GET /locks/many-%d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+    cr_assert_eq(write(k->fd, req, (size_t)len), len, "client %d: write: %s", i, strerror(errno));
+    k->inlen = 0;
+    k->sent_us = h_now_us();
+}
+
+/* A whole answer is in k->in: checks it and returns true. */
+static bool ka_answered(struct kaclient *k, int i)
+{
+    k->in[k->inlen] = '\0';
+    char *end = strstr(k->in, "\r\n\r\n");
+    char *cl = strcasestr(k->in, "\r\nContent-Length:");
+    if (!end || !cl || cl > end || k->inlen < (size_t)(end + 4 - k->in) + strtoul(cl + 17, NULL, 10))
+        return false;
+    cr_assert(!strncmp(k->in, "HTTP/1.1 200", 12), "client %d: %.40s", i, k->in);
+    k->answers++;
+    k->sent_us = 0;
+    return true;
+}
+
+/* 128 keep-alive connections on one HTTP thread, each sending its next
+ * request as soon as it has the answer, so that they are ready in lockstep.
+ * libmicrohttpd 0.9.75's epoll loop takes at most 128 events per epoll_wait
+ * and, when it got exactly 128, calls epoll_wait again, blocking, before it
+ * serves any of them: with every client waiting for an answer nothing wakes
+ * it, and all hang (the benchmark hung so at 256 clients). Every request
+ * must be answered, and soon. */
+Test(protocol, many_connections_all_answered, .timeout = 60)
+{
+    h_daemon_start(C, "--threads", "1", NULL);
+    enum { N = 128 };
+    static struct kaclient k[N];
+    struct pollfd pfd[N];
+    for (int i = 0; i < N; i++) {
+        k[i] = (struct kaclient){.fd = socket(AF_INET, SOCK_STREAM, 0)};
+        cr_assert_geq(k[i].fd, 0);
+        int one = 1;
+        setsockopt(k[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)C->http_port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(connect(k[i].fd, (struct sockaddr *)&a, sizeof a), 0, "connect %d: %s", i,
+                     strerror(errno));
+        pfd[i] = (struct pollfd){.fd = k[i].fd, .events = POLLIN};
+    }
+    /* All send at once, again and again, for 4 s; then every request still in
+     * flight gets 3 s to be answered. */
+    uint64_t t0 = h_now_us(), stop = t0 + 4000000, give_up = stop + 3000000;
+    for (int i = 0; i < N; i++)
+        ka_send(&k[i], i);
+    uint64_t worst_us = 0;
+    int in_flight = N;
+    while (in_flight > 0 && h_now_us() < give_up) {
+        int rc = poll(pfd, N, 100);
+        cr_assert_geq(rc, 0);
+        for (int i = 0; rc > 0 && i < N; i++) {
+            if (!pfd[i].revents)
+                continue;
+            ssize_t r = read(k[i].fd, k[i].in + k[i].inlen, sizeof k[i].in - 1 - k[i].inlen);
+            cr_assert_gt(r, 0, "client %d: connection closed by redlockd", i);
+            k[i].inlen += (size_t)r;
+            uint64_t sent = k[i].sent_us;
+            if (!ka_answered(&k[i], i))
+                continue;
+            uint64_t now = h_now_us();
+            if (now - sent > worst_us)
+                worst_us = now - sent;
+            if (now < stop)
+                ka_send(&k[i], i);
+            else
+                in_flight--;
+        }
+    }
+    long total = 0, unanswered = 0;
+    for (int i = 0; i < N; i++) {
+        total += k[i].answers;
+        unanswered += k[i].sent_us != 0;
+        close(k[i].fd);
+    }
+    cr_assert_eq(unanswered, 0, "%ld of %d connections got no answer within 3 s (%ld answers before)",
+                 unanswered, N, total);
+    cr_assert_gt(total, 3 * N, "only %ld answers in 4 s", total);
+    cr_assert_lt(worst_us, 2000000, "an answer took %.3f s", (double)worst_us / 1e6);
 }
 
 Test(protocol, sigterm_exits_zero)
