@@ -299,9 +299,10 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->drift_factor = CONF_DEFAULT_DRIFT_FACTOR;
     c->retry_delay_ms = CONF_DEFAULT_RETRY_DELAY_MS;
     /* As many HTTP threads as CPUs, at least 2: libmicrohttpd then runs a
-     * thread pool. (With --threads 1 it runs one internal thread instead;
-     * bench/ saw that mode stop answering under 256 connections in 2 of
-     * about 10 runs, not yet explained: see the README.) */
+     * thread pool, so that parsing on one thread never queues every
+     * connection behind it. (--threads 1, one internal thread, works too; its
+     * old hangs under 256 connections were libmicrohttpd's epoll loop, see
+     * http_start.) */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->threads = cpus > 2 ? (int)cpus : 2;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
