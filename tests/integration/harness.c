@@ -61,13 +61,15 @@ int h_free_port(void)
     static unsigned next;
     if (!next)
         next = (unsigned)getpid() * 7919u + (unsigned)(h_now_us() % 100000);
-    if (mkdir(H_PORT_DIR, 01777) < 0 && errno != EEXIST)
+    if (mkdir(H_PORT_DIR, 01777) == 0)
+        chmod(H_PORT_DIR, 01777);   /* past the umask: every user's tests share it */
+    else if (errno != EEXIST)
         die("mkdir " H_PORT_DIR);
     for (int tries = 0; tries < H_PORT_SPAN; tries++) {
         int port = H_PORT_MIN + (int)(next++ % H_PORT_SPAN);
         char path[64];
         snprintf(path, sizeof path, H_PORT_DIR "/%d", port);
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0666);   /* flock needs no write access */
         if (fd < 0)
             die(path);
         if (flock(fd, LOCK_EX | LOCK_NB) == 0 && port_bindable(port))
