@@ -190,33 +190,42 @@ static void pack_command(void *mem, const char *verb, const char *script, int nk
 
 /* ---- batches ---- */
 
-static void batch_unref(struct mbatch *b)
+/* Drops n references to b (n >= 1) and frees it when none is left. Every
+ * release of a reference goes through here once per event, so no path can
+ * touch b after the decrement that freed it. */
+static void batch_drop(struct mbatch *b, int n)
 {
-    if (--b->refs == 0) {
+    b->refs -= n;
+    if (b->refs == 0) {
         free(b->argv);
         free(b);
     }
 }
 
-static void batch_complete(struct mbatch *b)
+/* Calls b's callback if it has not run yet. Returns the references the
+ * caller must drop for it: 1 (the "uncompleted" reference) the first time,
+ * 0 after. Never frees b. */
+static int batch_complete(struct mbatch *b)
 {
     if (b->completed)
-        return;
+        return 0;
     b->completed = true;
     if (b->done)
         b->done(b->arg, b->replies);
-    batch_unref(b);
+    return 1;
 }
 
-/* A master answered (or failed) for batch b. */
+/* A master answered (or failed) for batch b: drops the record's reference,
+ * and the uncompleted one if this was the last answer owed. */
 static void batch_answer(struct mbatch *b, int slot, const master_reply *r)
 {
+    int drop = 1;
     if (!b->completed) {
         b->replies[slot] = *r;
         if (--b->pending == 0)
-            batch_complete(b);
+            drop += batch_complete(b);
     }
-    batch_unref(b);
+    batch_drop(b, drop);
 }
 
 static void convert_reply(const redisReply *rr, master_reply *out)
@@ -1002,7 +1011,7 @@ static void run_ready(mpool *p)
     while (p->ready) {
         struct mbatch *b = p->ready;
         p->ready = b->next;
-        batch_complete(b);
+        batch_drop(b, batch_complete(b));
     }
 }
 
@@ -1026,8 +1035,8 @@ static void check_deadlines(mpool *p, uint64_t now)
         p->fifo_head = b->next;
         if (!p->fifo_head)
             p->fifo_tail = NULL;
-        batch_complete(b);   /* unanswered slots stay MREPLY_FAIL */
-        batch_unref(b);
+        /* unanswered slots stay MREPLY_FAIL; the FIFO's reference goes too */
+        batch_drop(b, 1 + batch_complete(b));
     }
 }
 
