@@ -181,7 +181,7 @@ h_cluster *h_cluster_start(int n, const char *extra_redis)
     return c;
 }
 
-void h_daemon_start(h_cluster *c, ...)
+static void daemon_startv(h_cluster *c, va_list ap)
 {
     const char *bin = getenv("REDLOCKD_BIN");
     if (!bin)
@@ -189,7 +189,10 @@ void h_daemon_start(h_cluster *c, ...)
     if (!c->http_port)
         c->http_port = h_free_port();   /* a restart keeps the port clients use */
     snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", c->http_port);
-    snprintf(c->log, sizeof c->log, "%s/redlockd.log", c->dir);
+    if (c->peer)
+        snprintf(c->log, sizeof c->log, "%s/redlockd-peer%d.log", c->dir, c->peer);
+    else
+        snprintf(c->log, sizeof c->log, "%s/redlockd.log", c->dir);
     char listen[64], masters[512] = "";
     snprintf(listen, sizeof listen, "127.0.0.1:%d", c->http_port);
     size_t o = 0;
@@ -205,12 +208,9 @@ void h_daemon_start(h_cluster *c, ...)
     argv[a++] = masters;
     argv[a++] = "--log-format";
     argv[a++] = "text";
-    va_list ap;
-    va_start(ap, c);
     const char *arg;
     while ((arg = va_arg(ap, const char *)) && a < 62)
         argv[a++] = (char *)arg;
-    va_end(ap);
     argv[a] = NULL;
     c->daemon = spawn(argv, c->log, true);
     if (!h_wait_status(c, "/healthz", 200, 5000) || waitpid(c->daemon, NULL, WNOHANG) != 0) {
@@ -227,6 +227,29 @@ void h_daemon_start(h_cluster *c, ...)
             break;
         usleep(10000);
     }
+}
+
+void h_daemon_start(h_cluster *c, ...)
+{
+    va_list ap;
+    va_start(ap, c);
+    daemon_startv(c, ap);
+    va_end(ap);
+}
+
+h_cluster *h_peer_start(h_cluster *c, ...)
+{
+    static int next_peer;
+    h_cluster *p = malloc(sizeof *p);
+    *p = *c;
+    p->daemon = 0;
+    p->http_port = 0;
+    p->peer = ++next_peer;
+    va_list ap;
+    va_start(ap, c);
+    daemon_startv(p, ap);
+    va_end(ap);
+    return p;
 }
 
 /* Fails the test (abort) when the daemon's log holds a sanitizer report. */
@@ -298,6 +321,20 @@ void h_master_restart(h_cluster *c, int i)
 {
     h_master_kill(c, i);
     master_spawn(c, i);
+}
+
+void h_peer_free(h_cluster *p)
+{
+    if (!p)
+        return;
+    if (p->daemon > 0) {
+        int st = h_daemon_stop(p);
+        if (st != 0) {
+            fprintf(stderr, "harness: peer redlockd exited with %d on SIGTERM (log %s)\n", st, p->log);
+            abort();
+        }
+    }
+    free(p);
 }
 
 void h_cluster_free(h_cluster *c)

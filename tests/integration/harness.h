@@ -30,6 +30,7 @@ typedef struct h_cluster {
     char base[64];            /* http://127.0.0.1:PORT */
     char log[300];            /* the daemon's stderr */
     const char *extra_redis;  /* extra redis-server arguments, space separated */
+    int peer;                 /* 0: the cluster itself; else a peer view (h_peer_start) */
 } h_cluster;
 
 typedef struct h_resp {
@@ -55,6 +56,12 @@ int h_daemon_stop(h_cluster *c);
 /* SIGKILL, as a crash; a later h_daemon_start listens on the same port. */
 void h_daemon_kill(h_cluster *c);
 void h_cluster_free(h_cluster *c);
+/* Another redlockd on the same masters, with its own port and log: a view of
+ * c whose h_http and h_daemon_* act on that instance. Free it (SIGTERM,
+ * sanitizer check) with h_peer_free before the cluster. Masters are stopped,
+ * paused and restarted through c only. */
+h_cluster *h_peer_start(h_cluster *c, ...) __attribute__((sentinel));
+void h_peer_free(h_cluster *peer);
 
 void h_master_pause(h_cluster *c, int i);    /* SIGSTOP */
 void h_master_resume(h_cluster *c, int i);   /* SIGCONT */
