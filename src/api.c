@@ -386,12 +386,12 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
                  RL_NAME_MAX - 1);
         goto out;
     }
-    for (size_t i = 0; i < rl; i++) {
-        unsigned char c = (unsigned char)resource[i];
-        if (c < 0x20 || c == 0x7f) {
-            snprintf(msg, msglen, "resourceId must not hold control characters");
-            goto out;
-        }
+    /* The lock is the native name store:resource, under the native name
+     * rules: no Dapr name can reach an internal key (those hold '#'). */
+    if (!api_name_valid(resource, rl)) {
+        snprintf(msg, msglen, "resourceId must be 1 to %d bytes of A-Z a-z 0-9 . _ : -",
+                 RL_NAME_MAX - 1 - (int)sl);
+        goto out;
     }
     if (!token_valid(owner, strlen(owner))) {
         snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of printable ASCII without spaces, "

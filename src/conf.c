@@ -10,7 +10,8 @@
 #include <unistd.h>
 
 enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
-                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_STORES, OPT_FLAG };
+                OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_STORES, OPT_CHOICE,
+                OPT_FLAG };
 
 struct opt {
     const char *name;     /* flag without the leading dashes */
@@ -45,11 +46,23 @@ static const struct opt opts[] = {
     {"notify", OPT_ONOFF, 0, 0, 0, 0,
      "on or off: publish a notice on the masters when a lock is released and subscribe to them, "
      "so waiting acquires on every instance try at once (default on)"},
+    {"fence-keep-ms", OPT_INT, 0, 3600000, 0, 0,
+     "how long a name's fence counter outlives its lock; must exceed the largest clock "
+     "difference between two masters (default 60000)"},
+    {"cluster-setup", OPT_CHOICE, 0, 0, 0, 0,
+     "auto or manual: auto marks a brand-new set of masters (no marker on any, every one "
+     "answering) as a cluster by itself; manual never does, see --setup-cluster (default auto)"},
+    {"unsafe-masters", OPT_CHOICE, 0, 0, 0, 0,
+     "warn or refuse: what to do with a master that may lose locks (maxmemory-policy other "
+     "than noeviction, or appendonly off); refuse keeps it out of every vote (default warn)"},
     {"dapr-stores", OPT_STORES, 0, 0, 0, 0,
      "comma-separated lock store names served on Dapr's lock API; store S and resource R are "
      "the lock named S:R (default \"lockstore\")"},
     {"log-level", OPT_LEVEL, 0, 0, 0, 0, "error, warn, info or debug (default info)"},
     {"log-format", OPT_FORMAT, 0, 0, 0, 0, "json or text (default json)"},
+    {"setup-cluster", OPT_FLAG, 0, 0, 0, 0,
+     "mark the masters as one new cluster (every master must answer and none may hold a "
+     "marker yet), print the result and exit; for --cluster-setup manual"},
     {"help", OPT_FLAG, 0, 0, 0, 0, "print this help and exit"},
     {"version", OPT_FLAG, 0, 0, 0, 0, "print the version and exit"},
 };
@@ -184,8 +197,11 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         }
         return 0;
     case OPT_STR:
-        if (strlen(val) > (size_t)o->max) {
-            snprintf(err, errlen, "%s: at most %lld bytes", from, o->max);
+        /* The name's own characters only: then no prefix and name can spell
+         * an internal key (those hold '#'). */
+        if (strlen(val) > (size_t)o->max || strspn(val, CONF_NAME_CHARS) != strlen(val)) {
+            snprintf(err, errlen, "%s: at most %lld bytes of A-Z a-z 0-9 . _ : -, got \"%s\"", from,
+                     o->max, val);
             return -1;
         }
         strcpy(c->key_prefix, val);
@@ -205,6 +221,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(o->name, "retry-delay-ms")) c->retry_delay_ms = v;
         else if (!strcmp(o->name, "threads")) c->threads = (int)v;
         else if (!strcmp(o->name, "max-body-bytes")) c->max_body_bytes = v;
+        else if (!strcmp(o->name, "fence-keep-ms")) c->fence_keep_ms = v;
         return 0;
     }
     case OPT_DOUBLE: {
@@ -254,6 +271,17 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else c->notify = v;
         return 0;
     }
+    case OPT_CHOICE:
+        if (!strcmp(o->name, "cluster-setup")) {
+            if (!strcmp(val, "auto")) c->cluster_setup_manual = false;
+            else if (!strcmp(val, "manual")) c->cluster_setup_manual = true;
+            else goto bad;
+        } else {
+            if (!strcmp(val, "warn")) c->refuse_unsafe = false;
+            else if (!strcmp(val, "refuse")) c->refuse_unsafe = true;
+            else goto bad;
+        }
+        return 0;
     case OPT_STORES: {
         size_t len = strlen(val);
         bool ok = len > 0 && len <= CONF_MAX_DAPR_STORES && val[0] != ',' && val[len - 1] != ',' &&
@@ -298,6 +326,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->master_timeout_ms = CONF_DEFAULT_MASTER_TIMEOUT_MS;
     c->drift_factor = CONF_DEFAULT_DRIFT_FACTOR;
     c->retry_delay_ms = CONF_DEFAULT_RETRY_DELAY_MS;
+    c->fence_keep_ms = CONF_DEFAULT_FENCE_KEEP_MS;
     /* As many HTTP threads as CPUs, at least 2: libmicrohttpd then runs a
      * thread pool, so that parsing on one thread never queues every
      * connection behind it. (--threads 1, one internal thread, works too; its
@@ -343,6 +372,10 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
             if (eq) {
                 snprintf(err, errlen, "%s takes no value", from);
                 return CONF_ERROR;
+            }
+            if (!strcmp(o->name, "setup-cluster")) {
+                c->setup_cluster = true;
+                continue;
             }
             if (result == CONF_OK)
                 result = !strcmp(o->name, "help") ? CONF_HELP : CONF_VERSION;

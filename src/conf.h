@@ -23,6 +23,9 @@
 #define CONF_DEFAULT_DRIFT_FACTOR 0.01
 #define CONF_DEFAULT_RETRY_DELAY_MS 100
 #define CONF_DEFAULT_MAX_BODY_BYTES 16384
+#define CONF_DEFAULT_FENCE_KEEP_MS 60000
+/* The bytes of a lock name (API.md), and so of a key prefix. */
+#define CONF_NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
 #define CONF_MAX_MASTERS 15
 #define CONF_MAX_KEY_PREFIX 100
 #define CONF_MAX_AUTH_TOKEN 4096
@@ -54,6 +57,10 @@ typedef struct conf {
     char *redis_password;          /* NULL: no AUTH to masters */
     bool quarantine;               /* restart quarantine (quarantine.h) */
     bool notify;                   /* release notices by Redis pub/sub */
+    long long fence_keep_ms;       /* a fence counter outlives its lock by this much */
+    bool cluster_setup_manual;     /* never mark a brand-new cluster by itself */
+    bool refuse_unsafe;            /* masters that may lose locks do not vote */
+    bool setup_cluster;            /* --setup-cluster: mark the cluster and exit */
     char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock store names, comma-separated */
     enum conf_log_level log_level;
     enum conf_log_format log_format;

@@ -113,6 +113,12 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
         cJSON_AddBoolToObject(mo, "notices", st.subscribed);
         if (st.quarantined)
             cJSON_AddNumberToObject(mo, "quarantine_left_ms", (double)st.quarantine_left_ms);
+        static const char *const markers[] = {"unknown", "missing", "pending", "ready"};
+        static const char *const persist[] = {"unknown", "off", "always", "everysec", "no"};
+        cJSON_AddStringToObject(mo, "marker", markers[st.marker + 1]);
+        cJSON_AddStringToObject(mo, "persistence", persist[st.persistence]);
+        cJSON_AddStringToObject(mo, "maxmemory_policy", st.policy[0] ? st.policy : "unknown");
+        cJSON_AddBoolToObject(mo, "may_lose_locks", st.may_lose_locks);
         cJSON_AddItemToArray(arr, mo);
     }
     if (!arr) {
@@ -140,6 +146,8 @@ static const struct {
     {"redlockd_master_quarantined", "gauge", "1 while the master is in restart quarantine (its votes do not count)."},
     {"redlockd_master_restarts_total", "counter", "Restarts of the master seen (its run_id changed)."},
     {"redlockd_master_notices_up", "gauge", "1 while subscribed to the master's release notices."},
+    {"redlockd_master_may_lose_locks", "gauge",
+     "1 while the master may lose locks: maxmemory-policy other than noeviction, or appendonly off."},
 };
 
 static unsigned long long master_family_value(const master_status *st, size_t family)
@@ -149,7 +157,8 @@ static unsigned long long master_family_value(const master_status *st, size_t fa
     case 1: return st->errors;
     case 2: return st->quarantined;
     case 3: return st->restarts;
-    default: return st->subscribed;
+    case 4: return st->subscribed;
+    default: return st->may_lose_locks;
     }
 }
 

@@ -7,16 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "conf.h"
 #include "http.h"
 #include "log.h"
+#include "marker.h"
 #include "master.h"
 #include "metrics.h"
+#include "quarantine.h"
 #include "quorum.h"
 #include "redlock.h"
 
 #define SHUTDOWN_DRAIN_MS 10000
+#define SETUP_WAIT_MS 10000       /* --setup-cluster waits this long for every master */
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
@@ -52,7 +56,9 @@ static void log_config(const conf *c)
               "threads", threads, "max_body_bytes", body,
               "auth", c->auth_token ? "on" : "off",
               "redis_auth", c->redis_password ? "on" : "off",
-              "quarantine", c->quarantine ? "on" : "off", "notify", c->notify ? "on" : "off", NULL);
+              "quarantine", c->quarantine ? "on" : "off", "notify", c->notify ? "on" : "off",
+              "cluster_setup", c->cluster_setup_manual ? "manual" : "auto", "unsafe_masters",
+              c->refuse_unsafe ? "refuse" : "warn", NULL);
     if (c->nmasters < 3)
         log_event(LOG_LEVEL_WARN, "config_few_masters", "nmasters", n, "why",
                   "with fewer than 3 masters one failure stops all locking; use 5", NULL);
@@ -60,6 +66,39 @@ static void log_config(const conf *c)
         log_event(LOG_LEVEL_WARN, "config_even_masters", "nmasters", n, "why",
                   "an even count needs the same majority as one more master but tolerates no "
                   "more failures; use an odd count", NULL);
+}
+
+/* --setup-cluster: marks a brand-new set of masters as one cluster and
+ * waits until every master holds a ready marker; prints each master's state.
+ * Exit 0 when all are ready, 1 otherwise. */
+static int setup_cluster(conf *cfg, mpool *pool, uint64_t window_us, metrics *m)
+{
+    marker_check *mc = pool ? marker_check_new(pool, window_us, true) : NULL;
+    if (!mc || mpool_start(pool) < 0) {
+        fprintf(stderr, "redlockd: cannot start: out of memory or threads\n");
+        return 1;
+    }
+    int n = mpool_size(pool), ready = 0;
+    master_status st[MASTER_MAX];
+    for (int tries = 0; tries < SETUP_WAIT_MS / 50 && ready < n; tries++) {
+        usleep(50000);
+        ready = 0;
+        for (int i = 0; i < n; i++) {
+            mpool_status(pool, i, &st[i]);
+            ready += st[i].up && st[i].marker == QMARK_READY;
+        }
+    }
+    static const char *const marker_names[] = {"no answer", "no marker", "pending", "ready"};
+    for (int i = 0; i < n; i++)
+        printf("%s: %s%s\n", st[i].addr, st[i].up ? marker_names[st[i].marker + 1] : "down",
+               st[i].quarantine_left_ms > 0 ? " (sits out: lost its data)" : "");
+    printf("%s\n", ready == n ? "cluster ready" : "cluster not ready: every master must answer");
+    mpool_stop(pool);
+    marker_check_free(mc);
+    mpool_free(pool);
+    metrics_free(m);
+    conf_free(cfg);
+    return ready == n ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -105,11 +144,18 @@ int main(int argc, char **argv)
         cfg.quarantine ? (uint64_t)((double)cfg.max_ttl_ms + quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
                        : 0;
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
-                       quarantine_us, cfg.max_ttl_ms};
+                       quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe};
     mpool *pool = m ? mpool_new(&pc) : NULL;
-    rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify};
+    if (cfg.setup_cluster)
+        return setup_cluster(&cfg, pool, quarantine_us, m);
+    rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify,
+                    cfg.quarantine, cfg.fence_keep_ms};
     rl_engine *engine = pool ? rl_engine_new(&rc, pool, m) : NULL;
-    if (!engine || mpool_start(pool) < 0) {
+    /* Quarantine off (--quarantine off) skips the guard and every marker. */
+    marker_check *mc = engine && cfg.quarantine
+                           ? marker_check_new(pool, quarantine_us, !cfg.cluster_setup_manual)
+                           : NULL;
+    if (!engine || (cfg.quarantine && !mc) || mpool_start(pool) < 0) {
         fprintf(stderr, "redlockd: cannot start: out of memory or threads\n");
         return 1;
     }
@@ -118,6 +164,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "redlockd: %s\n", err);
         mpool_stop(pool);
         rl_engine_free(engine);
+        marker_check_free(mc);
         mpool_free(pool);
         metrics_free(m);
         conf_free(&cfg);
@@ -141,6 +188,7 @@ int main(int argc, char **argv)
     http_stop(http);
     mpool_stop(pool);
     rl_engine_free(engine);
+    marker_check_free(mc);
     mpool_free(pool);
     metrics_free(m);
     conf_free(&cfg);

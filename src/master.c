@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "quarantine.h"
+#include "scripts.h"
 #include "sha1.h"
 
 #define MASTER_PING_INTERVAL_US 1000000ULL
@@ -25,7 +26,8 @@
 #define MASTER_LAG_LIMIT_US 1000000ULL   /* an overdue reply this much later drops the connection */
 
 enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
-enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_HANDSHAKE_PING, REC_UNDO };
+enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_CONFIG, REC_OBSERVE, REC_HANDSHAKE_PING,
+                REC_UNDO };
 
 #define MASTER_UNDO_MAX 4096    /* queued undo commands per master; the oldest go first */
 
@@ -65,6 +67,8 @@ struct undo {
 
 struct master {
     int idx;
+    mpool *pool;
+    bool marker_report_due;     /* a marker_due timer is pending; loop thread */
     conf_addr addr;
     char name[280];             /* host:port */
     enum mstate state;
@@ -79,10 +83,14 @@ struct master {
     bool want_write;
     bool lagging;               /* M_UP with a reply overdue: no votes until it catches up */
     bool logged_down;           /* "down" logged since it was last up */
-    char run_id[QUARANTINE_RUN_ID_LEN + 1]; /* from INFO server; "" until known */
+    quarantine_info info;       /* from INFO on the current connection; loop thread */
+    bool persists;              /* appendonly yes with appendfsync always */
     atomic_bool up;
-    atomic_bool quarantined;    /* its votes do not count (quarantine.h) */
-    atomic_ullong quarantine_until_us;
+    atomic_int marker;          /* enum quarantine_marker, as last reported */
+    atomic_ullong quarantine_until_us; /* monotonic; 0 when its guard lets it vote */
+    atomic_int persistence;     /* enum master_persistence */
+    atomic_int policy_idx;      /* index in policies[] */
+    atomic_bool may_lose;       /* may lose locks (quarantine_may_lose) */
     atomic_ullong restarts;
     atomic_ullong errors;
     atomic_ullong replies;
@@ -113,10 +121,11 @@ struct mpool {
     uint64_t timeout_us;
     uint64_t quarantine_us;     /* 0: off */
     uint64_t redo_us;           /* how long a redo waits for its master */
+    bool refuse_unsafe;
     char *password;
     struct master masters[MASTER_MAX];
-    quarantine_view qv[MASTER_MAX];   /* loop thread */
-    uint64_t quarantine_check_us;     /* next time a quarantine may end; loop thread */
+    mpool_marker_fn marker_fn;  /* loop thread */
+    void *marker_arg;
 
     pthread_t thread;
     bool started;
@@ -355,7 +364,8 @@ static void batch_redo(mpool *p, struct master *m, const struct mbatch *b, uint6
     if (!b->script->redo_when_back)
         return;
     /* argv: EVALSHA sha nkeys args... */
-    struct undo *u = undo_new(b->script, atoi(b->argv[2]), b->argc - 3, b->argv + 3, b->argvlen + 3,
+    const mscript *rs = b->script->redo_as ? b->script->redo_as : b->script;
+    struct undo *u = undo_new(rs, atoi(b->argv[2]), b->argc - 3, b->argv + 3, b->argvlen + 3,
                               now + p->redo_us);
     if (!u) {
         log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
@@ -450,13 +460,14 @@ static void master_handshake(mpool *p, struct master *m, uint64_t now)
         if (master_append(m, REC_AUTH, NULL, 0, 2, argv, lens, now, deadline) < 0)
             goto oom;
     }
-    const char *info[] = {"INFO", "server"};
-    size_t ilen[] = {4, 6};
-    if (master_append(m, REC_INFO, NULL, 0, 2, info, ilen, now, deadline) < 0)
+    const char *info[] = {"INFO", "server", "persistence", "memory"};
+    size_t ilen[] = {4, 6, 11, 6};
+    if (master_append(m, REC_INFO, NULL, 0, 4, info, ilen, now, deadline) < 0)
         goto oom;
-    const char *ping[] = {"PING"};
-    size_t plen[] = {4};
-    if (master_append(m, REC_HANDSHAKE_PING, NULL, 0, 1, ping, plen, now, deadline) < 0)
+    /* Refused where CONFIG is renamed: then appendfsync is unknown. */
+    const char *config[] = {"CONFIG", "GET", "appendfsync"};
+    size_t clen[] = {6, 3, 11};
+    if (master_append(m, REC_CONFIG, NULL, 0, 3, config, clen, now, deadline) < 0)
         goto oom;
     return;
 oom:
@@ -498,7 +509,9 @@ static void undo_flush(struct master *m, uint64_t now)
 
 /* m answers in time (after its handshake, or after catching up): the undo
  * commands go first, then it takes votes again. */
-static void master_became_up(struct master *m, uint64_t now)
+static void marker_report(mpool *p, struct master *m);
+
+static void master_became_up(mpool *p, struct master *m, uint64_t now)
 {
     undo_flush(m, now);
     m->state = M_UP;
@@ -508,6 +521,8 @@ static void master_became_up(struct master *m, uint64_t now)
     atomic_store(&m->up, true);
     m->logged_down = false;
     log_event(LOG_LEVEL_INFO, "master_up", "addr", m->name, NULL);
+    if (p->quarantine_us && atomic_load(&m->marker) != QMARK_READY)
+        marker_report(p, m);
 }
 
 /* A reply is overdue. The master takes no new votes until it has answered
@@ -531,66 +546,165 @@ static uint64_t head_due_us(const struct master *m)
     return m->head->deadline_us + (m->lagging ? MASTER_LAG_LIMIT_US : 0);
 }
 
-/* Recomputes every master's quarantine and logs each change. Runs when a
- * master's INFO arrives and when a quarantine is due to end. Loop thread. */
-static void quarantine_refresh(mpool *p, uint64_t now)
+static const char *const policies[] = {"", "noeviction", "allkeys-lru", "allkeys-lfu",
+                                       "allkeys-random", "volatile-lru", "volatile-lfu",
+                                       "volatile-random", "volatile-ttl"};
+#define NPOLICIES (sizeof policies / sizeof policies[0])
+
+static void marker_due(void *arg);
+
+/* Tells the marker callback, from a timer (never from inside a reply), that m
+ * answered without a ready marker. At most one such timer per master. */
+static void marker_report(mpool *p, struct master *m)
 {
-    p->quarantine_check_us = UINT64_MAX;
-    for (int i = 0; i < p->n; i++) {
-        struct master *m = &p->masters[i];
-        uint64_t until = quarantine_until(p->qv, p->n, i, now, p->quarantine_us);
-        bool q = until != 0;
-        atomic_store(&m->quarantine_until_us, until);
-        if (q && until < p->quarantine_check_us)
-            p->quarantine_check_us = until;
-        if (q == atomic_load(&m->quarantined))
-            continue;
-        atomic_store(&m->quarantined, q);
-        if (q) {
-            char left[24];
-            snprintf(left, sizeof left, "%llu", (unsigned long long)((until - now) / 1000ULL));
-            log_event(LOG_LEVEL_WARN, "master_quarantined", "addr", m->name, "reason",
-                      p->qv[i].restarted ? "restarted" : "younger than the other masters",
-                      "left_ms", left, NULL);
-        } else {
-            log_event(LOG_LEVEL_INFO, "master_quarantine_over", "addr", m->name, NULL);
-        }
-    }
+    if (!p->marker_fn || m->marker_report_due)
+        return;
+    if (mpool_after(p, 0, marker_due, m) == 0)
+        m->marker_report_due = true;
 }
 
-/* INFO server answered on a new connection: learn run_id and uptime. Returns
+static void marker_due(void *arg)
+{
+    struct master *m = arg;
+    m->marker_report_due = false;
+    if (!mpool_is_stopping(m->pool))
+        m->pool->marker_fn(m->pool->marker_arg, m->idx);
+}
+
+void mpool_note_marker(mpool *p, int i, int state, long long ms_left)
+{
+    struct master *m = &p->masters[i];
+    uint64_t until = ms_left > 0 ? mpool_now_us() + (uint64_t)ms_left * 1000ULL : 0;
+    int was = atomic_exchange(&m->marker, state);
+    uint64_t was_until = atomic_exchange(&m->quarantine_until_us, until);
+    char left[24];
+    snprintf(left, sizeof left, "%lld", ms_left);
+    if (state == QMARK_READY && until && !was_until)
+        log_event(LOG_LEVEL_WARN, "master_quarantined", "addr", m->name, "left_ms", left, NULL);
+    else if (state != QMARK_READY && was == QMARK_READY)
+        log_event(LOG_LEVEL_WARN, "master_quarantined", "addr", m->name, "reason",
+                  "no ready cluster marker: it lost its data or the cluster is not set up", NULL);
+    else if (state == QMARK_READY && !until && (was != QMARK_READY || was_until))
+        log_event(LOG_LEVEL_INFO, "master_votes", "addr", m->name, NULL);
+}
+
+const char *mpool_run_id(const mpool *p, int i) { return p->masters[i].info.run_id; }
+
+void mpool_set_marker_fn(mpool *p, mpool_marker_fn fn, void *arg)
+{
+    p->marker_fn = fn;
+    p->marker_arg = arg;
+}
+
+/* INFO (server, persistence, memory) answered on a new connection. Returns
  * -1 when the connection was dropped. */
 static int master_info(mpool *p, struct master *m, const redisReply *rr, uint64_t now)
 {
-    char run_id[QUARANTINE_RUN_ID_LEN + 1];
-    long long uptime_s = 0;
-    if (rr->type != REDIS_REPLY_STRING ||
-        quarantine_parse_info(rr->str, rr->len, run_id, &uptime_s) < 0) {
-        if (!p->quarantine_us)
-            return 0;   /* quarantine is off: INFO is only informative */
+    quarantine_info qi;
+    if (rr->type != REDIS_REPLY_STRING || quarantine_parse_info(rr->str, rr->len, &qi) < 0) {
+        if (!p->quarantine_us) {
+            if (rr->type == REDIS_REPLY_STRING)
+                m->info = qi;   /* quarantine is off: INFO is only informative */
+            return 0;
+        }
         char why[200];
-        snprintf(why, sizeof why, "INFO server unreadable (%.80s); restart quarantine needs it, "
+        snprintf(why, sizeof why, "INFO unreadable (%.80s); restart quarantine needs run_id, "
                  "or run with --quarantine off", rr->type == REDIS_REPLY_ERROR ? rr->str : "no run_id");
         master_fail(p, m, why, now);
         return -1;
     }
-    quarantine_view *v = &p->qv[m->idx];
-    uint64_t up_us = (uint64_t)uptime_s * 1000000ULL;
-    uint64_t born = now > up_us ? now - up_us : 0;
-    if (!v->known) {
-        v->known = true;
-        v->born_us = v->first_born_us = born;
-    } else if (strcmp(run_id, m->run_id) != 0) {
-        v->restarted = true;
-        v->born_us = born;
+    if (m->info.run_id[0] && strcmp(qi.run_id, m->info.run_id) != 0) {
         atomic_fetch_add(&m->restarts, 1);
-        char up[24];
-        snprintf(up, sizeof up, "%lld", uptime_s);
-        log_event(LOG_LEVEL_WARN, "master_restarted", "addr", m->name, "uptime_s", up, NULL);
+        log_event(LOG_LEVEL_WARN, "master_restarted", "addr", m->name, NULL);
     }
-    memcpy(m->run_id, run_id, sizeof run_id);
-    quarantine_refresh(p, now);
+    m->info = qi;
+    int idx = 0;
+    for (size_t k = 1; k < NPOLICIES; k++)
+        if (!strcmp(qi.policy, policies[k]))
+            idx = (int)k;
+    atomic_store(&m->policy_idx, idx);
     return 0;
+}
+
+/* CONFIG GET appendfsync answered (or was refused): the handshake's last
+ * question before the marker's "observe" and the closing PING. Returns -1
+ * when the connection was dropped. */
+static int master_config(mpool *p, struct master *m, const redisReply *rr, uint64_t now)
+{
+    const char *fsync = NULL;
+    if (rr->type == REDIS_REPLY_ARRAY && rr->elements == 2 && rr->element[1]->type == REDIS_REPLY_STRING)
+        fsync = rr->element[1]->str;
+    m->persists = quarantine_persists(&m->info, fsync);
+    enum master_persistence per = !m->info.aof_enabled ? MPERSIST_OFF
+                                  : !fsync ? MPERSIST_UNKNOWN
+                                  : !strcmp(fsync, "always") ? MPERSIST_ALWAYS
+                                  : !strcmp(fsync, "everysec") ? MPERSIST_EVERYSEC
+                                  : MPERSIST_NO;
+    atomic_store(&m->persistence, per);
+    bool lose = quarantine_may_lose(&m->info);
+    atomic_store(&m->may_lose, lose);
+    if (lose)
+        log_event(LOG_LEVEL_WARN, "master_may_lose_locks", "addr", m->name, "maxmemory_policy",
+                  m->info.policy[0] ? m->info.policy : "unknown", "appendonly",
+                  m->info.aof_enabled ? "yes" : "no", "votes",
+                  p->refuse_unsafe ? "refused (--unsafe-masters refuse)" : "counted", NULL);
+    uint64_t deadline = now + MASTER_HANDSHAKE_TIMEOUT_US;
+    if (p->quarantine_us) {
+        char window[24];
+        snprintf(window, sizeof window, "%llu", (unsigned long long)p->quarantine_us);
+        const char *argv[] = {"EVAL", script_marker.body, "1", SCRIPT_MARKER_KEY, "observe",
+                              m->info.run_id, window, m->persists ? "1" : "0"};
+        size_t lens[8];
+        for (int k = 0; k < 8; k++)
+            lens[k] = strlen(argv[k]);
+        if (master_append(m, REC_OBSERVE, NULL, 0, 8, argv, lens, now, deadline) < 0)
+            goto oom;
+    }
+    const char *ping[] = {"PING"};
+    size_t plen[] = {4};
+    if (master_append(m, REC_HANDSHAKE_PING, NULL, 0, 1, ping, plen, now, deadline) < 0)
+        goto oom;
+    return 0;
+oom:
+    master_fail(p, m, "out of memory", now);
+    return -1;
+}
+
+/* The marker script's "observe" answered {state, ms_left}. */
+static void master_observed(mpool *p, struct master *m, const redisReply *rr)
+{
+    if (rr->type == REDIS_REPLY_ARRAY && rr->elements == 2 &&
+        rr->element[0]->type == REDIS_REPLY_INTEGER && rr->element[1]->type == REDIS_REPLY_INTEGER) {
+        mpool_note_marker(p, m->idx, (int)rr->element[0]->integer, rr->element[1]->integer);
+        return;
+    }
+    /* Its guard fails the same way, so it casts no vote. */
+    log_event(LOG_LEVEL_ERROR, "master_marker_unreadable", "addr", m->name, "key", SCRIPT_MARKER_KEY,
+              "error", rr->type == REDIS_REPLY_ERROR ? rr->str : "unexpected reply", NULL);
+    mpool_note_marker(p, m->idx, QMARK_UNKNOWN, 0);
+}
+
+/* What a reply to a vote script says of m's marker: the guard refused, or
+ * let it vote. Returns true when the answer is no vote. */
+static bool master_guard(mpool *p, struct master *m, const mscript *s, const master_reply *mr)
+{
+    bool refused = p->refuse_unsafe && atomic_load(&m->may_lose);
+    if (!s->guarded || !p->quarantine_us || mr->kind != MREPLY_VALUE || mr->nints < 1)
+        return refused;
+    if (mr->ints[0] == SCRIPT_NOT_SET_UP) {
+        if (atomic_load(&m->marker) == QMARK_READY)
+            mpool_note_marker(p, m->idx, QMARK_MISSING, 0);
+        marker_report(p, m);
+        return true;
+    }
+    if (mr->ints[0] == SCRIPT_QUARANTINED) {
+        long long left = mr->nints >= 2 ? mr->ints[1] : 1;
+        mpool_note_marker(p, m->idx, QMARK_READY, left > 0 ? left : 1);
+        return true;
+    }
+    if (atomic_load(&m->marker) != QMARK_READY || atomic_load(&m->quarantine_until_us))
+        mpool_note_marker(p, m->idx, QMARK_READY, 0);
+    return refused;
 }
 
 /* One reply arrived for the record at the head of m's queue. Returns -1 when
@@ -630,7 +744,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         }
         master_reply mr;
         convert_reply(rr, &mr);
-        mr.quarantined = atomic_load(&m->quarantined);
+        mr.quarantined = master_guard(p, m, b->script, &mr);
         if (mr.kind == MREPLY_ERROR)
             log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", b->script->name,
                       "error", mr.str, NULL);
@@ -648,6 +762,12 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
     case REC_INFO:
         rc = master_info(p, m, rr, now);
         break;
+    case REC_CONFIG:
+        rc = master_config(p, m, rr, now);
+        break;
+    case REC_OBSERVE:
+        master_observed(p, m, rr);
+        break;
     case REC_AUTH:
     case REC_HANDSHAKE_PING:
         if (rr->type == REDIS_REPLY_ERROR) {
@@ -657,7 +777,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
             master_fail(p, m, why, now);
             rc = -1;
         } else if (r->kind == REC_HANDSHAKE_PING) {
-            master_became_up(m, now);
+            master_became_up(p, m, now);
         }
         break;
     }
@@ -679,7 +799,7 @@ static void master_read(mpool *p, struct master *m, uint64_t now)
         }
         if (!reply) {
             if (m->lagging && (!m->head || now < m->head->deadline_us))
-                master_became_up(m, now);   /* caught up */
+                master_became_up(p, m, now);   /* caught up */
             return;
         }
         int rc = master_dispatch(p, m, reply, now);
@@ -811,7 +931,7 @@ mpool *mpool_new(const mpool_config *cfg)
     p->timeout_us = (uint64_t)cfg->timeout_ms * 1000ULL;
     p->quarantine_us = cfg->quarantine_us;
     p->redo_us = (uint64_t)cfg->max_ttl_ms * 1000ULL;
-    p->quarantine_check_us = UINT64_MAX;   /* nothing known yet: INFO sets it */
+    p->refuse_unsafe = cfg->refuse_unsafe;
     p->wake_fd = -1;
     if (cfg->password && !(p->password = strdup(cfg->password))) {
         free(p);
@@ -820,6 +940,8 @@ mpool *mpool_new(const mpool_config *cfg)
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         m->idx = i;
+        m->pool = p;
+        atomic_store(&m->marker, QMARK_UNKNOWN);
         m->addr = cfg->masters[i];
         snprintf(m->name, sizeof m->name, "%s:%d", m->addr.host, m->addr.port);
         m->backoff_us = MASTER_BACKOFF_MIN_US;
@@ -836,8 +958,13 @@ void mpool_status(mpool *p, int i, master_status *out)
     struct master *m = &p->masters[i];
     snprintf(out->addr, sizeof out->addr, "%s", m->name);
     out->up = atomic_load(&m->up);
-    out->quarantined = out->up && atomic_load(&m->quarantined);
     uint64_t until = atomic_load(&m->quarantine_until_us), now = mpool_now_us();
+    out->marker = atomic_load(&m->marker);
+    out->may_lose_locks = atomic_load(&m->may_lose);
+    out->persistence = (enum master_persistence)atomic_load(&m->persistence);
+    snprintf(out->policy, sizeof out->policy, "%s", policies[atomic_load(&m->policy_idx)]);
+    bool guard_refuses = p->quarantine_us && (out->marker != QMARK_READY || until > now);
+    out->quarantined = out->up && (guard_refuses || (p->refuse_unsafe && out->may_lose_locks));
     out->quarantine_left_ms = out->quarantined && until > now ? (long long)((until - now + 999) / 1000) : 0;
     out->restarts = atomic_load(&m->restarts);
     out->subscribed = atomic_load(&m->subscribed);
@@ -1050,8 +1177,6 @@ static void run_timers(mpool *p, uint64_t now)
 
 static void housekeeping(mpool *p, uint64_t now)
 {
-    if (now >= p->quarantine_check_us)
-        quarantine_refresh(p, now);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (p->notice_channel) {
@@ -1080,7 +1205,6 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
         EARLIER(p->fifo_head->deadline_us);
     if (p->ntimers)
         EARLIER(p->timers[0].when_us);
-    EARLIER(p->quarantine_check_us);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (m->state == M_DOWN)

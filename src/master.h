@@ -17,11 +17,14 @@
  * One that stays silent for a second more has its connection dropped, every
  * command pending on it answered as failed, and is reconnected in the
  * background with backoff. After a connect, a master is used for votes only
- * once it has answered INFO server and PING, and is pinged every second while
- * idle. INFO tells its
- * run_id and uptime, from which quarantine.h decides whether a restarted
- * master's answers count; a quarantined master is still written to, and its
- * replies carry the quarantined flag so the engine counts them as no vote.
+ * once it has answered INFO, CONFIG GET appendfsync, the marker script's
+ * "observe" (restart quarantine, quarantine.h) and PING, and is pinged every
+ * second while idle. Whether a master's answer is a vote is decided on the
+ * master itself by the guard each vote script starts with (scripts.h); a
+ * guard's refusal, or a master that may lose locks under --unsafe-masters
+ * refuse, sets the reply's quarantined flag so the engine counts it as no
+ * vote. A master seen without a usable marker is reported to the marker
+ * callback (marker.h), which sets the cluster's markers right.
  *
  * Replies never leave this layer as redisReply: they are converted to
  * master_reply (integers and at most one string) before any callback sees them.
@@ -38,7 +41,7 @@
 
 #define MASTER_MAX CONF_MAX_MASTERS
 #define MREPLY_MAX_INTS 4
-#define MREPLY_STR_MAX TOKEN_MAX_LEN
+#define MREPLY_STR_MAX (TOKEN_MAX_LEN + 32)   /* a grant's value: token, space, suffix */
 
 enum mreply_kind {
     MREPLY_NONE = 0,  /* the master was not asked */
@@ -54,8 +57,10 @@ typedef struct master_reply {
     bool sent;                       /* FAIL after the command was written: the
                                         master may still apply it; a FAIL not
                                         sent never reached it */
-    bool quarantined;                /* the master was in restart quarantine: its
-                                        answer is no vote (see quarantine.h) */
+    bool quarantined;                /* the master's guard refused (restart
+                                        quarantine, no marker) or it may lose
+                                        locks under --unsafe-masters refuse: its
+                                        answer is no vote */
     bool has_str;                    /* the first string of the reply */
     size_t str_len;
     char str[MREPLY_STR_MAX + 1];
@@ -72,6 +77,10 @@ typedef struct mscript {
      * the master fails, never later, so it can never overtake a newer write
      * of the same token that counted as a vote. */
     bool redo_when_back;
+    bool guarded;       /* starts with the marker guard (scripts.h) */
+    /* What a redo runs instead, with the same keys and arguments (NULL: this
+     * script): a later replay may need a narrower match than the original. */
+    const struct mscript *redo_as;
 } mscript;
 
 /* Computes s->sha from s->body. */
@@ -87,13 +96,23 @@ typedef struct mpool_config {
     uint64_t quarantine_us;     /* restart quarantine window (longest TTL plus
                                    drift); 0 turns quarantine off */
     long long max_ttl_ms;       /* how long a redo_when_back command waits */
+    bool refuse_unsafe;         /* masters that may lose locks do not vote */
 } mpool_config;
+
+/* What a master persists (CONFIG GET appendfsync with INFO's aof_enabled). */
+enum master_persistence { MPERSIST_UNKNOWN, MPERSIST_OFF, MPERSIST_ALWAYS, MPERSIST_EVERYSEC,
+                          MPERSIST_NO };
 
 typedef struct master_status {
     char addr[280];
     bool up;                    /* answered PING on its current connection */
-    bool quarantined;           /* up, but its votes do not count yet */
-    long long quarantine_left_ms; /* until its votes count; 0 when not quarantined */
+    bool quarantined;           /* up, but its votes do not count */
+    long long quarantine_left_ms; /* until its votes count; 0 when not quarantined
+                                     or when it waits for a marker */
+    int marker;                 /* enum quarantine_marker as last seen */
+    enum master_persistence persistence;
+    char policy[32];            /* maxmemory-policy; "" before the handshake */
+    bool may_lose_locks;        /* policy other than noeviction, or appendonly off */
     unsigned long long restarts; /* run_id changes seen */
     bool subscribed;            /* its release-notice subscription is active */
     unsigned long long errors;  /* connections lost or refused, timeouts */
@@ -142,6 +161,17 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
  * nothing arrives, so users must not rely on notices alone. */
 typedef void (*mpool_notice_fn)(void *arg, const char *msg, size_t len);
 void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *arg);
+
+/* Restart quarantine's markers (marker.h). Call before mpool_start. fn(arg,
+ * i) runs on the loop thread, from a timer, when master i answered without a
+ * ready marker. */
+typedef void (*mpool_marker_fn)(void *arg, int master);
+void mpool_set_marker_fn(mpool *p, mpool_marker_fn fn, void *arg);
+/* Loop thread: records master i's marker state and its time left in
+ * quarantine, as a marker script reported it. */
+void mpool_note_marker(mpool *p, int i, int state, long long ms_left);
+/* Loop thread: master i's run_id from its current connection ("" unknown). */
+const char *mpool_run_id(const mpool *p, int i);
 
 /* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM or
  * once the loop is ending. Timers still pending when the loop ends run then,

@@ -3,27 +3,33 @@
 
 #include <string.h>
 
-#include "quorum.h"
-
-uint64_t quarantine_until(const quarantine_view *v, int n, int i, uint64_t now_us,
-                          uint64_t window_us)
+int quarantine_plan(const enum quarantine_marker *st, int n, bool auto_setup,
+                    enum quarantine_action *act)
 {
-    const quarantine_view *m = &v[i];
-    if (!m->known || window_us == 0)
-        return 0;
-    uint64_t until = m->born_us + window_us;
-    if (now_us >= until)
-        return 0;
-    if (m->restarted)
-        return until;
-    int older = 0;
-    for (int k = 0; k < n; k++)
-        if (k != i && v[k].known && v[k].first_born_us + QUARANTINE_TOGETHER_US < m->born_us)
-            older++;
-    int need = quorum_of(n) - 1;
-    if (need < 1)
-        need = 1;
-    return older >= need ? until : 0;
+    int ready = 0, pending = 0, missing = 0, unknown = 0;
+    for (int i = 0; i < n; i++) {
+        act[i] = QACT_NONE;
+        ready += st[i] == QMARK_READY;
+        pending += st[i] == QMARK_PENDING;
+        missing += st[i] == QMARK_MISSING;
+        unknown += st[i] == QMARK_UNKNOWN;
+    }
+    int acts = 0;
+    for (int i = 0; i < n; i++) {
+        if (ready > 0) {
+            if (st[i] == QMARK_MISSING)
+                act[i] = QACT_RESTORE;
+            else if (st[i] == QMARK_PENDING)
+                act[i] = QACT_PROMOTE;
+        } else if (unknown == 0) {
+            if (missing > 0 && st[i] == QMARK_MISSING && (pending > 0 || auto_setup))
+                act[i] = QACT_PENDING;
+            else if (missing == 0)
+                act[i] = QACT_PROMOTE;
+        }
+        acts += act[i] != QACT_NONE;
+    }
+    return acts;
 }
 
 /* Finds "field:" at the start of a line of info; returns its value's start
@@ -48,21 +54,34 @@ static const char *info_field(const char *info, size_t len, const char *field, s
     return NULL;
 }
 
-int quarantine_parse_info(const char *info, size_t len, char *run_id, long long *uptime_s)
+int quarantine_parse_info(const char *info, size_t len, quarantine_info *out)
 {
-    size_t rl, ul;
+    memset(out, 0, sizeof *out);
+    size_t rl, al, pl;
     const char *r = info_field(info, len, "run_id", &rl);
-    const char *u = info_field(info, len, "uptime_in_seconds", &ul);
-    if (!r || !u || rl == 0 || rl > QUARANTINE_RUN_ID_LEN || ul == 0 || ul > 18)
-        return -1;
-    long long up = 0;
-    for (size_t k = 0; k < ul; k++) {
-        if (u[k] < '0' || u[k] > '9')
-            return -1;
-        up = up * 10 + (u[k] - '0');
+    const char *a = info_field(info, len, "aof_enabled", &al);
+    const char *p = info_field(info, len, "maxmemory_policy", &pl);
+    out->aof_enabled = a && al == 1 && a[0] == '1';
+    if (p && pl <= QUARANTINE_POLICY_LEN) {
+        memcpy(out->policy, p, pl);
+        out->policy[pl] = '\0';
     }
-    memcpy(run_id, r, rl);
-    run_id[rl] = '\0';
-    *uptime_s = up;
+    if (!r || rl == 0 || rl > QUARANTINE_RUN_ID_LEN)
+        return -1;
+    for (size_t k = 0; k < rl; k++)
+        if (!((r[k] >= '0' && r[k] <= '9') || (r[k] >= 'a' && r[k] <= 'f')))
+            return -1;
+    memcpy(out->run_id, r, rl);
+    out->run_id[rl] = '\0';
     return 0;
+}
+
+bool quarantine_persists(const quarantine_info *qi, const char *appendfsync)
+{
+    return qi->aof_enabled && appendfsync && !strcmp(appendfsync, "always");
+}
+
+bool quarantine_may_lose(const quarantine_info *qi)
+{
+    return !qi->aof_enabled || strcmp(qi->policy, "noeviction") != 0;
 }

@@ -1,55 +1,84 @@
-/* quarantine.h - restart quarantine: which masters may vote after a restart.
+/* quarantine.h - the pure rules of restart quarantine, decided from state kept
+ * on the masters themselves (see scripts.h for the marker).
  *
- * A master restarted without its data may have lost the key of a lock that is
- * still valid; if its yes counted, a second client could win a majority while
- * the first still holds the lock. The Redlock page's remedy is to keep a
- * restarted master out of every lock for longer than the longest TTL. The
- * master layer learns each master's run_id and uptime from INFO server on every
- * new connection and asks this module whether that master's votes count.
+ * A master that lost its data may have lost the key of a lock that is still
+ * valid; if its yes counted, a second client could win a majority while the
+ * first still holds the lock. The Redlock page's remedy is to keep such a
+ * master out of every vote for longer than the longest TTL. Whether a master
+ * lost its data is read from its marker, never from what one redlockd process
+ * happened to see, so a sidecar started a moment ago, a restarted one and an
+ * old one all decide alike:
+ *  - a master with no marker while another master has a ready one lost its
+ *    data (a restart without persistence, FLUSHALL, eviction, a new server
+ *    behind the same address): it gets a marker that keeps it out of votes
+ *    until max TTL plus drift from then;
+ *  - a master whose run_id differs from its marker's restarted with its data:
+ *    it votes at once when it persists every write (appendonly yes with
+ *    appendfsync always), else it sits out the same window;
+ *  - no marker anywhere is a new cluster, set up only when every configured
+ *    master answers (and never by itself with --cluster-setup manual): a
+ *    "pending" marker on each, then "ready" on each. Pending masters never
+ *    voted, so they hold no lock and may become ready at any time.
  *
- * Pure: no I/O, no clock reads. Times are microseconds on the caller's
- * monotonic clock; a master's "birth" is the estimate now - uptime.
+ * Pure: no I/O, no clock reads.
  */
 #ifndef RL_QUARANTINE_H
 #define RL_QUARANTINE_H
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
-
-/* Masters started within this much of each other count as started together:
- * none of them can have lost a lock the others hold, so none is quarantined
- * for its youth alone. Covers uptime's one-second granularity and scripts or
- * compose files that start masters one after another. */
-#define QUARANTINE_TOGETHER_US 5000000ULL
 
 #define QUARANTINE_RUN_ID_LEN 40
+#define QUARANTINE_POLICY_LEN 31
 
-/* What this process knows of one master. */
-typedef struct quarantine_view {
-    bool known;              /* INFO server seen on some connection */
-    bool restarted;          /* its run_id changed while this process watched it */
-    uint64_t born_us;        /* start of the current incarnation (now - uptime) */
-    uint64_t first_born_us;  /* start of the first incarnation this process saw */
-} quarantine_view;
+/* A master's marker, as the marker script reports it. */
+enum quarantine_marker {
+    QMARK_UNKNOWN = -1,   /* no answer */
+    QMARK_MISSING = 0,
+    QMARK_PENDING = 1,
+    QMARK_READY = 2,
+};
 
-/* When master i's votes may count again: 0 when they count now, else the
- * time its quarantine ends. Master i is quarantined while its uptime is below
- * window_us (the longest TTL plus drift) and either
- *  - it was seen to restart (run_id changed), or
- *  - it is younger, by more than QUARANTINE_TOGETHER_US, than at least
- *    max(1, quorum - 1) other known masters: enough of them ran before it to
- *    have granted, together with a previous life of i, a lock that may still
- *    be valid. Masters started together are usable at once.
- * Masters not yet known do not count as older: a master down since this
- * process started is judged when it first answers (the result is
- * recomputed as masters become known; it only ever grows stricter). */
-uint64_t quarantine_until(const quarantine_view *v, int n, int i, uint64_t now_us,
-                          uint64_t window_us);
+/* What a cluster check does to one master. */
+enum quarantine_action {
+    QACT_NONE,
+    QACT_PENDING,   /* write a pending marker (set up, or join a set-up) */
+    QACT_PROMOTE,   /* pending becomes ready, votes at once */
+    QACT_RESTORE,   /* lost its data: ready, sitting out the window */
+};
 
-/* Reads run_id and uptime_in_seconds from the text of INFO server.
- * run_id gets QUARANTINE_RUN_ID_LEN + 1 bytes. Returns 0, or -1 if either
- * field is missing or malformed. */
-int quarantine_parse_info(const char *info, size_t len, char *run_id, long long *uptime_s);
+/* Plans one step of the cluster check from the markers of all n masters.
+ * auto_setup allows starting a new cluster's set-up (no marker anywhere).
+ * Fills act[0..n); returns how many masters get an action. Rules, in order:
+ *  - any ready marker: missing ones are restored, pending ones promoted;
+ *  - else, only when every master answered: missing ones get pending
+ *    markers when some master is pending already or auto_setup is on; when
+ *    every master is pending, all are promoted;
+ *  - else nothing (a master that did not answer may hold a ready marker). */
+int quarantine_plan(const enum quarantine_marker *st, int n, bool auto_setup,
+                    enum quarantine_action *act);
+
+/* What INFO (server, persistence, memory) and CONFIG GET appendfsync tell of
+ * one master. */
+typedef struct quarantine_info {
+    char run_id[QUARANTINE_RUN_ID_LEN + 1];
+    bool aof_enabled;
+    char policy[QUARANTINE_POLICY_LEN + 1];   /* maxmemory_policy; "" unknown */
+} quarantine_info;
+
+/* Reads run_id, aof_enabled and maxmemory_policy from the text of INFO.
+ * Returns 0, or -1 when run_id is missing or malformed (the others default
+ * to off and unknown). */
+int quarantine_parse_info(const char *info, size_t len, quarantine_info *out);
+
+/* Does the master persist every acknowledged write before it answers?
+ * appendfsync is the CONFIG GET answer, NULL where CONFIG is refused (then
+ * this cannot be known, and the answer is no). */
+bool quarantine_persists(const quarantine_info *qi, const char *appendfsync);
+
+/* May the master lose a lock it acknowledged (evict its key, or lose it in a
+ * restart)? True for any maxmemory-policy other than noeviction (unknown
+ * counts as unsafe) or appendonly off. */
+bool quarantine_may_lose(const quarantine_info *qi);
 
 #endif

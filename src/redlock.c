@@ -61,7 +61,9 @@ typedef struct rl_task {
 
     char key[RL_KEY_MAX];
     char fence_key[RL_KEY_MAX];
+    char value[MREPLY_STR_MAX + 1]; /* acquire: what SET stores, unique to this grant */
     char ttl_str[24];
+    char keep_str[24];           /* fence_keep_ms */
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
     uint32_t yes_mask;           /* acquire: masters that granted this attempt */
@@ -171,14 +173,21 @@ static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int na
     mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
 }
 
-/* Releases token on the masters in mask, fire and forget: it goes out
- * ahead of anything sent later, and a master that misses it runs it when it
- * is back (redo_when_back). */
-static void release_unwatched(rl_engine *e, uint32_t mask, const char *key, const char *token)
+/* The guard argument of every vote script (scripts.h). */
+static const char *guard_arg(const rl_engine *e) { return e->cfg.guard ? "1" : "0"; }
+
+/* Releases the grant stored as value on the masters in mask, fire and
+ * forget: it goes out ahead of anything sent later, and a master that
+ * misses it runs it when it is back (redo_when_back). value is one grant's
+ * own, so a late replay can never delete another grant. */
+static void release_unwatched(rl_task *op, uint32_t mask, const char *value)
 {
-    const char *args[] = {key, token};
-    size_t lens[2] = {strlen(key), strlen(token)};
-    mpool_eval(e->pool, &script_release, mask, 1, 2, args, lens, NULL, NULL);
+    rl_engine *e = op->e;
+    const char *args[] = {op->key, op->fence_key, value, "=", op->keep_str, ""};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++)
+        lens[i] = strlen(args[i]);
+    mpool_eval(e->pool, &script_release, mask, 2, 6, args, lens, NULL, NULL);
 }
 
 /* ---- acquire ---- */
@@ -358,11 +367,11 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
     op->res.outcome = why;
     if (why == RL_NO_QUORUM) {
         if (mask)
-            release_unwatched(op->e, mask, op->key, op->res.token);
+            release_unwatched(op, mask, op->value);
         op_answer(op);
     } else if (mask) {
-        const char *args[] = {op->key, op->res.token};
-        eval(op, &script_release, mask, 1, 2, args, acquire_after_release);
+        const char *args[] = {op->key, op->fence_key, op->value, "=", op->keep_str, ""};
+        eval(op, &script_release, mask, 2, 6, args, acquire_after_release);
     } else {
         acquire_refused(op);
     }
@@ -392,7 +401,7 @@ static void acquire_grant(rl_task *op)
     op_answer(op);
 }
 
-static void acquire_raised(void *arg, const master_reply *replies)
+static void acquire_settled(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -417,6 +426,21 @@ static void acquire_raised(void *arg, const master_reply *replies)
     acquire_fail(op, RL_NO_QUORUM, all_mask(e));
 }
 
+/* Sets the counter to exactly the fence on the masters in mask where the
+ * grant holds (script_settle), waiting for the answers when done is set. */
+static void acquire_settle(rl_task *op, uint32_t mask, mpool_done_fn done)
+{
+    char fence[24], px[24];
+    snprintf(fence, sizeof fence, "%lld", op->res.fence);
+    snprintf(px, sizeof px, "%lld", op->req.ttl_ms + op->e->cfg.fence_keep_ms);
+    const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, fence, px,
+                          guard_arg(op->e)};
+    size_t lens[7];
+    for (int i = 0; i < 7; i++)
+        lens[i] = strlen(args[i]);
+    mpool_eval(op->e->pool, &script_settle, mask, 3, 7, args, lens, done, done ? op : NULL);
+}
+
 static void acquire_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
@@ -424,11 +448,13 @@ static void acquire_voted(void *arg, const master_reply *replies)
     long long counters[MASTER_MAX] = {0};
     long long held_pttl[MASTER_MAX];
     int yes = 0, no = 0;
-    uint32_t yes_mask = 0, no_mask = 0, unsent_mask = 0;
+    uint32_t yes_mask = 0, no_mask = 0, unsent_mask = 0, late_mask = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
         if (r->kind == MREPLY_FAIL && !r->sent)
             unsent_mask |= 1u << i;
+        if (r->kind == MREPLY_FAIL && r->sent)
+            late_mask |= 1u << i;   /* its SET NX may still apply */
         if (!is_vote(r, 2))
             continue;
         if (r->ints[0] == 1) {
@@ -452,16 +478,17 @@ static void acquire_voted(void *arg, const master_reply *replies)
         uint32_t raise_mask;
         op->res.fence = quorum_fence(e->n, counters, yes_mask, &raise_mask, &op->at_fence);
         if (!raise_mask) {
+            /* A late SET NX gets its counter from a later clock: settle it
+             * to the fence, so every holder reports the grant's fence. */
+            if (late_mask)
+                acquire_settle(op, late_mask, NULL);
             acquire_grant(op);
             return;
         }
         /* The counters differ: raise them to the fence on the yes masters
          * before answering, so every later majority exceeds it. */
         metrics_count(e->m, METRICS_FENCE_RAISES);
-        char fence[24];
-        snprintf(fence, sizeof fence, "%lld", op->res.fence);
-        const char *args[] = {op->key, op->fence_key, op->res.token, fence};
-        eval(op, &script_raise, raise_mask, 2, 4, args, acquire_raised);
+        acquire_settle(op, raise_mask | late_mask, acquire_settled);
         return;
     }
     case QUORUM_REFUSED:
@@ -480,8 +507,9 @@ static void acquire_attempt(rl_task *op)
 {
     op->noticed = false;
     op->start_us = mpool_now_us();   /* step 1 */
-    const char *args[] = {op->key, op->fence_key, op->res.token, op->ttl_str};
-    eval(op, &script_acquire, all_mask(op->e), 2, 4, args, acquire_voted);   /* step 2 */
+    const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, op->ttl_str,
+                          op->keep_str, guard_arg(op->e)};
+    eval(op, &script_acquire, all_mask(op->e), 3, 7, args, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
@@ -529,7 +557,7 @@ static void extend_voted(void *arg, const master_reply *replies)
     if (yes_mask || answered < e->n) {
         /* Every master, not only the yes votes: a quarantined or late master
          * may hold the token too. The script deletes only our own token. */
-        release_unwatched(e, all_mask(e), op->key, op->req.token);
+        release_unwatched(op, all_mask(e), op->req.token);
     }
     op_answer(op);
 }
@@ -616,37 +644,46 @@ static void op_start(void *arg)
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
+    snprintf(op->keep_str, sizeof op->keep_str, "%lld", e->cfg.fence_keep_ms);
     op->start_us = mpool_now_us();
 
     switch (op->req.op) {
     case RL_ACQUIRE:
-        if (op->req.token_given) {
-            snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token);
-        } else if (token_new(op->res.token) < 0) {
+        /* Each grant stores a value of its own: a fresh token, or the
+         * caller's token with a fresh suffix (scripts.h). */
+        char fresh[TOKEN_TEXT_LEN + 1];
+        if (token_new(fresh) < 0) {
             op->res.outcome = RL_INTERNAL;
             op_answer(op);
             return;
         }
+        snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token_given ? op->req.token : fresh);
+        snprintf(op->value, sizeof op->value, "%s%s%s", op->res.token, op->req.token_given ? " " : "",
+                 op->req.token_given ? fresh : "");
         op->wait_deadline_us = op->start_us + (uint64_t)op->req.wait_ms * 1000ULL;
         op->arrival_us = op->start_us;
         acquire_attempt(op);
         return;
     case RL_EXTEND: {
-        const char *args[] = {op->key, op->fence_key, op->req.token, op->ttl_str};
-        eval(op, &script_extend, all_mask(e), 2, 4, args, extend_voted);
+        const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->req.token, op->ttl_str,
+                              op->keep_str, guard_arg(e)};
+        eval(op, &script_extend, all_mask(e), 3, 7, args, extend_voted);
         return;
     }
     case RL_RELEASE: {
         /* The release script publishes a notice where it deleted, which
          * wakes waiters on every redlockd using these masters. */
-        const char *args[] = {op->key, op->req.token};
-        eval(op, e->cfg.notify ? &script_release_notify : &script_release, all_mask(e), 1, 2, args,
-             release_voted);
+        /* A caller's token releases whichever grant of it holds (a Dapr
+         * lockOwner is stored with a suffix); a later replay on a master
+         * that missed it matches only the exact value (scripts.h). */
+        const char *args[] = {op->key, op->fence_key, op->req.token, "~", op->keep_str,
+                              e->cfg.notify ? SCRIPT_NOTICE_CHANNEL : ""};
+        eval(op, &script_release, all_mask(e), 2, 6, args, release_voted);
         return;
     }
     case RL_INSPECT: {
-        const char *args[] = {op->key};
-        eval(op, &script_inspect, all_mask(e), 1, 1, args, inspect_voted);
+        const char *args[] = {op->key, SCRIPT_MARKER_KEY, guard_arg(e)};
+        eval(op, &script_inspect, all_mask(e), 2, 3, args, inspect_voted);
         return;
     }
     }

@@ -38,7 +38,9 @@ typedef struct rl_request {
     enum rl_op op;
     char name[RL_NAME_MAX + 1];
     char token[TOKEN_MAX_LEN + 1];  /* extend/release; acquire when token_given */
-    bool token_given;               /* acquire with the caller's token (Dapr lockOwner) */
+    bool token_given;               /* the caller's own token (a Dapr lockOwner): an acquire
+                                       stores it with a fresh suffix, a release deletes
+                                       any grant of it */
     long long ttl_ms;               /* acquire/extend */
     long long wait_ms;              /* acquire */
 } rl_request;
@@ -47,7 +49,8 @@ typedef struct rl_result {
     enum rl_outcome outcome;
     enum rl_reason reason;            /* with RL_NOT_HELD */
     char token[TOKEN_MAX_LEN + 1];    /* acquire/extend */
-    long long validity_ms;            /* time the caller may rely on the lock from the answer */
+    long long validity_ms;            /* time the caller may rely on the lock, counted from
+                                         when it sent the request */
     long long ttl_ms;
     long long fence;
     long long retry_after_ms;         /* with RL_LOCKED */
@@ -70,6 +73,8 @@ typedef struct rl_config {
     long long retry_delay_ms;
     long long max_ttl_ms;      /* for a key found without expiry */
     bool notify;               /* publish release notices and subscribe to them */
+    bool guard;                /* vote scripts check the cluster marker (quarantine) */
+    long long fence_keep_ms;   /* a fence counter outlives its lock by this much */
 } rl_config;
 
 /* Creates an engine over a started master pool (not owned). cfg is copied. */

@@ -1,71 +1,125 @@
 /* scripts.c - see scripts.h. Numbers pass through Redis as strings: Lua
  * prints large doubles in exponent form, so counters are formatted with %d
- * (exact below 2^53, which every fence is). */
+ * (exact below 2^53, which every fence is) and compared as digit strings
+ * where they come from outside the script. */
 #include "scripts.h"
 
+/* The marker check every vote script starts with (scripts.h). */
+#define GUARD \
+    "if ARGV[#ARGV] == '1' then\n" \
+    "  local u = redis.call('HGET', KEYS[#KEYS], 'until')\n" \
+    "  if not u then return {-100} end\n" \
+    "  if u ~= '0' then\n" \
+    "    local t = redis.call('TIME')\n" \
+    "    local left = tonumber(u) - (tonumber(t[1]) * 1000000 + tonumber(t[2]))\n" \
+    "    if left > 0 then return {-101, math.ceil(left / 1000)} end\n" \
+    "  end\n" \
+    "end\n"
+
+/* True when c is the text of an integer in 0..2^53-1. */
+#define COUNTER_OK "local function counter_ok(c)\n" \
+    "  return string.match(c, '^%d+$') ~= nil and #c <= 16 and tonumber(c) <= 9007199254740991\n" \
+    "end\n"
+
 mscript script_acquire = {"acquire",
+    GUARD COUNTER_OK
+    "local c = redis.call('GET', KEYS[2])\n"
+    "if c and not counter_ok(c) then\n"
+    "  return redis.error_reply('ERR redlockd: fence counter ' .. KEYS[2] .. ' is not an integer below 2^53')\n"
+    "end\n"
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  local c = redis.call('GET', KEYS[2])\n"
+    "  local f\n"
     "  if c then\n"
-    "    c = redis.call('INCR', KEYS[2])\n"
+    "    f = tonumber(c) + 1\n"
     "  else\n"
     "    local t = redis.call('TIME')\n"
-    "    c = tonumber(t[1] .. string.sub('00000' .. t[2], -6))\n"
-    "    redis.call('SET', KEYS[2], string.format('%d', c))\n"
+    "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
     "  end\n"
-    "  return {1, c}\n"
+    "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
+    "  return {1, f}\n"
     "end\n"
-    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false};
+    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL};
 
-mscript script_raise = {"raise",
-    "local f = tonumber(ARGV[2])\n"
-    "if tonumber(redis.call('GET', KEYS[2]) or '0') < f then\n"
-    "  redis.call('SET', KEYS[2], ARGV[2])\n"
-    "end\n"
+mscript script_settle = {"settle",
+    GUARD
     "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) > 0 then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "  return 1\n"
     "end\n"
-    "return 0\n", "", false};
+    "return 0\n", "", true, true, NULL};
 
 mscript script_extend = {"extend",
+    GUARD COUNTER_OK
     "local v = redis.call('GET', KEYS[1])\n"
-    "if v == ARGV[1] then\n"
+    "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}\n"
+    "  local c = redis.call('GET', KEYS[2])\n"
+    "  if not c or not counter_ok(c) then return {1, 0} end\n"
+    "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
+    "  return {1, tonumber(c)}\n"
     "end\n"
     "if v then return {-1} end\n"
-    "return {0}\n", "", false};
-
-mscript script_release = {"release",
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if v == ARGV[1] then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  return 1\n"
-    "end\n"
-    "if v then return -1 end\n"
-    "return 0\n", "", true};
-
-mscript script_release_notify = {"release_notify",
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if v == ARGV[1] then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  redis.call('PUBLISH', '" SCRIPT_NOTICE_CHANNEL "', KEYS[1])\n"
-    "  return 1\n"
-    "end\n"
-    "if v then return -1 end\n"
-    "return 0\n", "", true};
+    "return {0}\n", "", false, true, NULL};
 
 mscript script_inspect = {"inspect",
+    GUARD
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v then return {-2} end\n"
-    "return {redis.call('PTTL', KEYS[1]), v}\n", "", false};
+    "return {redis.call('PTTL', KEYS[1]), v}\n", "", false, true, NULL};
+
+/* A release: match is the Lua test of the stored value v (scripts.h). */
+#define RELEASE_BODY(match) \
+    "local v = redis.call('GET', KEYS[1])\n" \
+    "if v and (" match ") then\n" \
+    "  redis.call('DEL', KEYS[1])\n" \
+    "  local keep, left = tonumber(ARGV[3]), redis.call('PTTL', KEYS[2])\n" \
+    "  if left == -1 or left > keep then redis.call('PEXPIRE', KEYS[2], keep) end\n" \
+    "  if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], KEYS[1]) end\n" \
+    "  return 1\n" \
+    "end\n" \
+    "if v then return -1 end\n" \
+    "return 0\n"
+#define MATCH_TOKEN "v == ARGV[1] or (ARGV[2] == '~' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ')"
+
+mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL};
+mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay};
+
+mscript script_marker = {"marker",
+    "local mk, act, run_id = KEYS[1], ARGV[1], ARGV[2]\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "local later = string.format('%d', now + tonumber(ARGV[3]))\n"
+    "local st = redis.call('HGET', mk, 'state')\n"
+    "if act == 'pending' and not st then\n"
+    "  redis.call('HSET', mk, 'state', 'pending', 'run_id', run_id, 'since', string.format('%d', now))\n"
+    "  st = 'pending'\n"
+    "elseif act == 'promote' and st == 'pending' then\n"
+    "  redis.call('HSET', mk, 'state', 'ready', 'until', '0')\n"
+    "  st = 'ready'\n"
+    "elseif act == 'restore' and not st then\n"
+    "  redis.call('HSET', mk, 'state', 'ready', 'until', later, 'run_id', run_id,\n"
+    "             'since', string.format('%d', now), 'reason', 'lost its data')\n"
+    "  st = 'ready'\n"
+    "elseif act == 'observe' and st and redis.call('HGET', mk, 'run_id') ~= run_id then\n"
+    "  redis.call('HSET', mk, 'run_id', run_id)\n"
+    "  local u = tonumber(redis.call('HGET', mk, 'until') or '0') or 0\n"
+    "  if st == 'ready' and ARGV[4] ~= '1' and u < now + tonumber(ARGV[3]) then\n"
+    "    redis.call('HSET', mk, 'until', later, 'reason', 'restarted without appendfsync always')\n"
+    "  end\n"
+    "end\n"
+    "if not st then return {0, 0} end\n"
+    "if st ~= 'ready' then return {1, 0} end\n"
+    "local left = (tonumber(redis.call('HGET', mk, 'until') or '0') or 0) - now\n"
+    "if left < 0 then left = 0 end\n"
+    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL};
 
 void scripts_init(void)
 {
     mscript_init(&script_acquire);
-    mscript_init(&script_raise);
+    mscript_init(&script_settle);
     mscript_init(&script_extend);
-    mscript_init(&script_release);
-    mscript_init(&script_release_notify);
     mscript_init(&script_inspect);
+    mscript_init(&script_release);
+    mscript_init(&script_release_replay);
+    mscript_init(&script_marker);
 }

@@ -1,14 +1,36 @@
-/* scripts.h - the Lua scripts the engine runs on every master.
+/* scripts.h - the Lua scripts the engine and the master layer run on every
+ * master.
  *
- * Keys of one lock, for key = <key_prefix><name> ('#' never occurs in a
- * name, so these never collide with another lock's key):
- *   key                  the lock: value = the holder's token, PX = ttl
- *   key#fence            the fence counter; no expiry, survives the lock
+ * Keys of one lock, for key = <key_prefix><name>. A name and a prefix hold only
+ * A-Z a-z 0-9 . _ : - (conf.h, API.md), so no lock key holds '#', and every
+ * internal key does: no name reachable through any API can address one.
+ *   key                  the lock: value = the grant's value, PX = ttl
+ *   key#fence            the fence counter, PX = ttl + fence keep; refreshed
+ *                        by every grant and extension, so it outlives the lock
+ *   SCRIPT_MARKER_KEY    one per master, no expiry: the cluster marker below
  *
- * While key holds a token on a master, that master's counter is the holder's
- * fence there: the counter moves only when SET NX takes the key (or when the
- * holder's own grant raises it), and SET NX cannot take a held key. So the
- * holder's fence needs no key of its own.
+ * A grant's value is its token; for a caller-chosen token (a Dapr lockOwner,
+ * reused across grants) it is the token, a space and a fresh random suffix, so
+ * a release remembered for one grant never deletes another grant of the same
+ * caller. A space never occurs in a caller's token (token.h).
+ *
+ * Fences are a hybrid logical clock per name: a grant takes counter + 1, or
+ * the master's TIME in microseconds where the counter has expired or was
+ * lost. With fewer than one grant per microsecond per name, a counter never
+ * runs ahead of the clock, so a counter that expired keep_ms after its lock
+ * (keep_ms longer than any clock difference between masters) is replaced by
+ * a larger clock reading (docs/safety.md has the argument). While key holds a value
+ * on a master, that master's counter is the holder's fence there or below it:
+ * the counter moves only when SET NX takes the key, or when the holder's own
+ * grant raises it. Counters pass through as exact integers below 2^53; a
+ * counter that does not parse is an error before SET NX runs.
+ *
+ * The marker (a hash) says whether a master may vote: state "pending" (a new
+ * cluster being set up: no votes) or "ready" with "until", the master's TIME
+ * in microseconds before which it sits out (0: votes now), and "run_id", the
+ * server it was last seen as. Every vote script starts with the guard: no
+ * marker, a pending one, or an "until" still ahead answers {-100} or
+ * {-101, ms_left}, which is no vote. See marker.h for who writes it.
  */
 #ifndef RL_SCRIPTS_H
 #define RL_SCRIPTS_H
@@ -16,30 +38,58 @@
 #include "master.h"
 
 #define SCRIPT_FENCE_SUFFIX "#fence"
-
-/* KEYS key, key#fence; ARGV token, ttl_ms.
- * {1, counter} when SET NX took the key (the counter is incremented, or seeded
- * from the master's clock in microseconds when absent); {0, pttl} when the key
- * is held (pttl -1: no expiry). */
-extern mscript script_acquire;
-/* KEYS key, key#fence; ARGV token, fence.
- * Raises the counter to at least fence; 1 when key still holds token with
- * time left, else 0. */
-extern mscript script_raise;
-/* KEYS key, key#fence; ARGV token, ttl_ms.
- * {1, counter} after resetting the key's expiry to ttl_ms; {-1} when another
- * token holds key; {0} when key is absent. */
-extern mscript script_extend;
-/* KEYS key; ARGV token. 1 deleted, -1 another token holds the key, 0 absent.
- * Both releases are redo_when_back: a master that misses one runs it when it
- * is back, so a token it may hold never outlives the release by a TTL. */
-extern mscript script_release;
-/* The same, and on delete publishes key on SCRIPT_NOTICE_CHANNEL so that
- * waiters on every redlockd using this master try at once. */
-extern mscript script_release_notify;
+#define SCRIPT_MARKER_KEY "redlockd#marker"
 #define SCRIPT_NOTICE_CHANNEL "redlockd:released"
-/* KEYS key. {pttl, value} when present, {-2} when absent. */
+/* The guard's answers (first integer of the reply). */
+#define SCRIPT_NOT_SET_UP (-100)
+#define SCRIPT_QUARANTINED (-101)
+
+/* Vote scripts: the marker is the last key, and the last argument is "1" to
+ * run the guard, "0" (--quarantine off) to skip it. */
+
+/* KEYS key, key#fence, marker; ARGV value, ttl_ms, keep_ms, guard.
+ * {1, fence} when SET NX took the key; {0, pttl} when the key is held (pttl -1:
+ * no expiry). */
+extern mscript script_acquire;
+/* KEYS key, key#fence, marker; ARGV value, fence, counter_px_ms, guard.
+ * When key holds value with time left: sets the counter to exactly fence and
+ * answers 1; else 0 and changes nothing. Run after a grant on every master
+ * that may hold the grant with another counter: yes votes below the fence,
+ * and masters whose SET NX may still apply late (its counter then came from
+ * a later clock). Lowering a counter to the fence is safe: the higher value
+ * was never handed out. redo_when_back, so every holder ends with exactly the
+ * grant's fence and an extension reports it, whichever majority answers. */
+extern mscript script_settle;
+/* KEYS key, key#fence, marker; ARGV value, ttl_ms, keep_ms, guard.
+ * value matches as with release mode "~". {1, counter} after resetting the
+ * key's expiry to ttl_ms (the counter's to ttl_ms + keep_ms); {-1} when
+ * another value holds key; {0} when absent. */
+extern mscript script_extend;
+/* KEYS key, marker; ARGV guard. {pttl, value} when present, {-2} when absent. */
 extern mscript script_inspect;
+
+/* KEYS key, key#fence; ARGV value, mode, keep_ms, channel.
+ * mode "=": deletes key where it holds exactly value; mode "~": where it holds
+ * value or value followed by a space (any grant of a caller's token: what
+ * DELETE and Dapr's unlock send). On delete, shortens the counter's life to
+ * keep_ms and publishes key on channel unless it is empty. 1 deleted, -1
+ * another value holds the key, 0 absent. redo_when_back: a master that misses
+ * it runs it when it is back, so a grant it may hold never outlives the
+ * release by a TTL; but the replay is script_release_replay, which matches
+ * the exact value only: replayed later, "~" could delete a newer grant of the
+ * same caller token (a Dapr lockOwner is reused). */
+extern mscript script_release;
+extern mscript script_release_replay;
+
+/* KEYS marker; ARGV action, run_id, window_us, persists.
+ * action "read": nothing changes. "pending": creates a pending marker where
+ * there is none. "promote": a pending marker becomes ready with until 0.
+ * "restore": where there is no marker, a ready one with until = now + window
+ * (the master lost its data). "observe": when run_id differs from the
+ * marker's, records it, and unless persists is "1" (appendonly with
+ * appendfsync always), pushes until to at least now + window.
+ * Answers {state, ms_left}: state 0 no marker, 1 pending, 2 ready. */
+extern mscript script_marker;
 
 /* Computes every script's SHA-1; call once before use. */
 void scripts_init(void);

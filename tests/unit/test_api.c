@@ -300,10 +300,10 @@ Test(api, dapr_lock_body_maps_store_and_owner)
 {
     rl_request req;
     const char *code;
-    cr_assert_eq(dapr(false, "orders", "{\"resourceId\":\"a/b c\",\"lockOwner\":\"o-1\",\"expiryInSeconds\":7}",
+    cr_assert_eq(dapr(false, "orders", "{\"resourceId\":\"a.b-c_1:x\",\"lockOwner\":\"o-1\",\"expiryInSeconds\":7}",
                       &req, &code), 0);
     cr_assert_eq(req.op, RL_ACQUIRE);
-    cr_assert_str_eq(req.name, "orders:a/b c");
+    cr_assert_str_eq(req.name, "orders:a.b-c_1:x");
     cr_assert_str_eq(req.token, "o-1");
     cr_assert(req.token_given);
     cr_assert_eq(req.ttl_ms, 7000);
@@ -325,6 +325,10 @@ Test(api, dapr_rejects_like_dapr)
         "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":3601}",
         "{\"resourceId\":\"r\",\"lockOwner\":\"two words\",\"expiryInSeconds\":1}",
         "{\"resourceId\":\"r\\u0001\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
+        /* Native name rules: no resourceId reaches an internal key ('#'). */
+        "{\"resourceId\":\"y#fence\",\"lockOwner\":\"9999999999999999\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"a/b c\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"caf\u00e9\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
         "[1]",
         "{} trailing",
     };

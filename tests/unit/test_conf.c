@@ -220,3 +220,54 @@ Test(conf, dapr_stores)
         conf_free(&c);
     }
 }
+
+Test(conf, key_prefix_takes_only_name_characters)
+{
+    conf c;
+    char err[256];
+    char *ok[] = {"redlockd", "--key-prefix", "app.v2:locks-_"};
+    cr_assert_eq(run(&c, err, 3, ok), CONF_OK, "%s", err);
+    cr_assert_str_eq(c.key_prefix, "app.v2:locks-_");
+    conf_free(&c);
+    /* '#' would let a prefix and a name spell an internal key. */
+    const char *bad[] = {"lock#", "a b", "x/", "redlockd#marker"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *av[] = {"redlockd", "--key-prefix", (char *)bad[i]};
+        cr_assert_eq(run(&c, err, 3, av), CONF_ERROR, "\"%s\"", bad[i]);
+        cr_assert(strstr(err, "--key-prefix"), "%s", err);
+        conf_free(&c);
+    }
+}
+
+Test(conf, safety_flags)
+{
+    conf c;
+    char err[256];
+    char *argv[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
+    cr_assert_eq(c.fence_keep_ms, CONF_DEFAULT_FENCE_KEEP_MS);
+    cr_assert_not(c.cluster_setup_manual);
+    cr_assert_not(c.refuse_unsafe);
+    cr_assert_not(c.setup_cluster);
+    conf_free(&c);
+
+    setenv_fake("REDLOCKD_CLUSTER_SETUP", "manual");
+    char *set[] = {"redlockd", "--fence-keep-ms", "1500", "--unsafe-masters", "refuse", "--setup-cluster"};
+    cr_assert_eq(run(&c, err, 6, set), CONF_OK, "%s", err);
+    cr_assert_eq(c.fence_keep_ms, 1500);
+    cr_assert(c.cluster_setup_manual);
+    cr_assert(c.refuse_unsafe);
+    cr_assert(c.setup_cluster);
+    conf_free(&c);
+
+    char *bad1[] = {"redlockd", "--cluster-setup", "sometimes"};
+    cr_assert_eq(run(&c, err, 3, bad1), CONF_ERROR);
+    cr_assert(strstr(err, "--cluster-setup"), "%s", err);
+    conf_free(&c);
+    char *bad2[] = {"redlockd", "--unsafe-masters", "ignore"};
+    cr_assert_eq(run(&c, err, 3, bad2), CONF_ERROR);
+    conf_free(&c);
+    char *bad3[] = {"redlockd", "--fence-keep-ms", "-1"};
+    cr_assert_eq(run(&c, err, 3, bad3), CONF_ERROR);
+    conf_free(&c);
+}

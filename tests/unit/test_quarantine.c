@@ -1,133 +1,131 @@
-/* Unit tests: restart quarantine rules and INFO parsing (quarantine.c). */
+/* Unit tests: restart quarantine's pure rules (quarantine.h): the cluster
+ * check's plan, and what INFO and CONFIG tell of a master. */
 #include <criterion/criterion.h>
 #include <string.h>
 
 #include "quarantine.h"
 
-#define S 1000000ULL            /* one second in microseconds */
-#define WINDOW (3600 * S)       /* the longest TTL plus drift */
-#define T0 (100000 * S)         /* "now" when the cluster had long been running */
+#define M QMARK_MISSING
+#define P QMARK_PENDING
+#define R QMARK_READY
+#define U QMARK_UNKNOWN
 
-static quarantine_view old_master(void) { return (quarantine_view){true, false, 1 * S, 1 * S}; }
-
-Test(quarantine, masters_started_together_vote_at_once)
+static int plan(const enum quarantine_marker *st, int n, bool auto_setup, enum quarantine_action *act)
 {
-    quarantine_view v[5];
+    return quarantine_plan(st, n, auto_setup, act);
+}
+
+Test(quarantine_plan, new_cluster_needs_every_master)
+{
+    enum quarantine_action act[5];
+    enum quarantine_marker all_missing[5] = {M, M, M, M, M};
+    cr_assert_eq(plan(all_missing, 5, true, act), 5);
     for (int i = 0; i < 5; i++)
-        v[i] = (quarantine_view){true, false, T0 - 2 * S + (uint64_t)i * S / 2, 0};
+        cr_assert_eq(act[i], QACT_PENDING, "master %d", i);
+    /* One master unknown: it may hold a ready marker, so nothing is set up. */
+    enum quarantine_marker one_unknown[5] = {M, M, M, M, U};
+    cr_assert_eq(plan(one_unknown, 5, true, act), 0);
     for (int i = 0; i < 5; i++)
-        v[i].first_born_us = v[i].born_us;
+        cr_assert_eq(act[i], QACT_NONE);
+}
+
+Test(quarantine_plan, manual_setup_never_starts_one)
+{
+    enum quarantine_action act[5];
+    enum quarantine_marker all_missing[5] = {M, M, M, M, M};
+    cr_assert_eq(plan(all_missing, 5, false, act), 0);
+    /* ...but joins a set-up under way (pending markers exist). */
+    enum quarantine_marker joining[5] = {P, P, M, M, M};
+    cr_assert_eq(plan(joining, 5, false, act), 3);
+    cr_assert_eq(act[0], QACT_NONE);
+    cr_assert_eq(act[2], QACT_PENDING);
+}
+
+Test(quarantine_plan, all_pending_are_promoted)
+{
+    enum quarantine_action act[5];
+    enum quarantine_marker st[5] = {P, P, P, P, P};
+    cr_assert_eq(plan(st, 5, true, act), 5);
     for (int i = 0; i < 5; i++)
-        cr_assert_eq(quarantine_until(v, 5, i, T0, WINDOW), 0, "master %d", i);
+        cr_assert_eq(act[i], QACT_PROMOTE);
+    /* Pending with one unknown and none ready: the unknown one may be
+     * missing, so the set-up is not finished yet. */
+    enum quarantine_marker partial[5] = {P, P, P, P, U};
+    cr_assert_eq(plan(partial, 5, true, act), 0);
 }
 
-Test(quarantine, restart_seen_quarantines_until_uptime_passes_window)
+Test(quarantine_plan, lost_data_beside_a_ready_marker_is_restored)
 {
-    quarantine_view v[5];
-    for (int i = 0; i < 5; i++)
-        v[i] = old_master();
-    v[2].restarted = true;
-    v[2].born_us = T0 - 10 * S;
-    cr_assert_eq(quarantine_until(v, 5, 2, T0, WINDOW), T0 - 10 * S + WINDOW);
-    cr_assert_eq(quarantine_until(v, 5, 2, T0 - 10 * S + WINDOW - 1, WINDOW),
-                 T0 - 10 * S + WINDOW);
-    cr_assert_eq(quarantine_until(v, 5, 2, T0 - 10 * S + WINDOW, WINDOW), 0,
-                 "uptime reached the window: votes count again");
-    for (int i = 0; i < 5; i++)
-        if (i != 2)
-            cr_assert_eq(quarantine_until(v, 5, i, T0, WINDOW), 0);
+    enum quarantine_action act[5];
+    /* Four restarted empty, one kept its marker: the four sit out. */
+    enum quarantine_marker st[5] = {M, M, M, M, R};
+    cr_assert_eq(plan(st, 5, true, act), 4);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(act[i], QACT_RESTORE);
+    cr_assert_eq(act[4], QACT_NONE);
+    /* With unknowns too: a ready marker is enough to know data was lost. */
+    enum quarantine_marker unk[5] = {M, U, M, R, U};
+    cr_assert_eq(plan(unk, 5, false, act), 2);
+    cr_assert_eq(act[0], QACT_RESTORE);
+    cr_assert_eq(act[2], QACT_RESTORE);
+    cr_assert_eq(act[1], QACT_NONE);
+    /* Pending beside ready: never voted, so promoted at once. */
+    enum quarantine_marker mixed[5] = {P, R, R, M, R};
+    cr_assert_eq(plan(mixed, 5, true, act), 2);
+    cr_assert_eq(act[0], QACT_PROMOTE);
+    cr_assert_eq(act[3], QACT_RESTORE);
 }
 
-Test(quarantine, restart_seen_is_quarantined_even_when_all_are_young)
+Test(quarantine_plan, settled_cluster_needs_nothing)
 {
-    quarantine_view v[3] = {{true, true, T0 - S, T0 - 2 * S},
-                            {true, false, T0 - 2 * S, T0 - 2 * S},
-                            {true, false, T0 - 2 * S, T0 - 2 * S}};
-    cr_assert_neq(quarantine_until(v, 3, 0, T0, WINDOW), 0);
-    cr_assert_eq(quarantine_until(v, 3, 1, T0, WINDOW), 0);
+    enum quarantine_action act[5];
+    enum quarantine_marker st[5] = {R, R, R, R, R};
+    cr_assert_eq(plan(st, 5, true, act), 0);
+    enum quarantine_marker down[5] = {R, U, U, R, R};
+    cr_assert_eq(plan(down, 5, true, act), 0);
 }
 
-Test(quarantine, first_sight_of_a_young_master_among_older_ones)
+static const char info_text[] =
+    "# Server\r\nredis_version:7.0.15\r\nrun_id:9f1c0d6e2a4b8c7d5e3f1a2b3c4d5e6f7a8b9c0d\r\n"
+    "uptime_in_seconds:42\r\n\r\n# Persistence\r\nloading:0\r\naof_enabled:1\r\n\r\n"
+    "# Memory\r\nused_memory:1000\r\nmaxmemory_policy:noeviction\r\n";
+
+Test(quarantine_info, parses_run_id_persistence_and_policy)
 {
-    /* This process just started: master 4 came up 60 s ago, the others
-     * have run for a day. Enough of them ran before it to have granted a
-     * lock with its previous life. */
-    quarantine_view v[5];
-    for (int i = 0; i < 5; i++)
-        v[i] = old_master();
-    v[4].born_us = v[4].first_born_us = T0 - 60 * S;
-    cr_assert_eq(quarantine_until(v, 5, 4, T0, WINDOW), T0 - 60 * S + WINDOW);
-    /* Two older masters suffice with five (quorum 3 = two plus it). */
-    v[0].known = v[1].known = false;
-    cr_assert_neq(quarantine_until(v, 5, 4, T0, WINDOW), 0);
-    v[2].known = false;
-    cr_assert_eq(quarantine_until(v, 5, 4, T0, WINDOW), 0,
-                 "one older master cannot have made a majority with it");
+    quarantine_info qi;
+    cr_assert_eq(quarantine_parse_info(info_text, strlen(info_text), &qi), 0);
+    cr_assert_str_eq(qi.run_id, "9f1c0d6e2a4b8c7d5e3f1a2b3c4d5e6f7a8b9c0d");
+    cr_assert(qi.aof_enabled);
+    cr_assert_str_eq(qi.policy, "noeviction");
+    cr_assert(quarantine_persists(&qi, "always"));
+    cr_assert_not(quarantine_persists(&qi, "everysec"));
+    cr_assert_not(quarantine_persists(&qi, NULL), "CONFIG refused: persistence cannot be known");
+    cr_assert_not(quarantine_may_lose(&qi));
 }
 
-Test(quarantine, together_tolerance_is_five_seconds)
+Test(quarantine_info, flags_masters_that_may_lose_locks)
 {
-    quarantine_view v[3];
-    for (int i = 0; i < 3; i++)
-        v[i] = (quarantine_view){true, false, T0 - 100 * S, T0 - 100 * S};
-    v[2].born_us = v[2].first_born_us = T0 - 100 * S + QUARANTINE_TOGETHER_US;
-    cr_assert_eq(quarantine_until(v, 3, 2, T0, WINDOW), 0, "within the tolerance");
-    v[2].born_us = v[2].first_born_us = T0 - 100 * S + QUARANTINE_TOGETHER_US + 1;
-    cr_assert_neq(quarantine_until(v, 3, 2, T0, WINDOW), 0, "just past it");
+    const char *evicting = "run_id:abc\nmaxmemory_policy:volatile-lru\naof_enabled:1\n";
+    quarantine_info qi;
+    cr_assert_eq(quarantine_parse_info(evicting, strlen(evicting), &qi), 0);
+    cr_assert(quarantine_may_lose(&qi), "volatile-* evicts exactly the lock keys");
+    const char *no_aof = "run_id:abc\nmaxmemory_policy:noeviction\naof_enabled:0\n";
+    cr_assert_eq(quarantine_parse_info(no_aof, strlen(no_aof), &qi), 0);
+    cr_assert(quarantine_may_lose(&qi));
+    cr_assert_not(quarantine_persists(&qi, "always"), "appendfsync without appendonly persists nothing");
+    const char *unknown = "run_id:abc\n";
+    cr_assert_eq(quarantine_parse_info(unknown, strlen(unknown), &qi), 0);
+    cr_assert(quarantine_may_lose(&qi), "an unknown policy counts as unsafe");
 }
 
-Test(quarantine, an_older_master_that_restarted_still_counts_as_older)
+Test(quarantine_info, refuses_missing_or_malformed_run_id)
 {
-    /* first_born, not born: master 0 ran before master 2 even though it has
-     * since restarted itself. */
-    quarantine_view v[3];
-    for (int i = 0; i < 3; i++)
-        v[i] = old_master();
-    v[2].born_us = v[2].first_born_us = T0 - 60 * S;
-    v[0].restarted = true;
-    v[0].born_us = T0 - S;
-    cr_assert_neq(quarantine_until(v, 3, 2, T0, WINDOW), 0);
-}
-
-Test(quarantine, single_master_and_off)
-{
-    quarantine_view one = {true, false, T0 - S, T0 - S};
-    cr_assert_eq(quarantine_until(&one, 1, 0, T0, WINDOW), 0);
-    quarantine_view v[3] = {old_master(), old_master(), {true, true, T0 - S, 1 * S}};
-    cr_assert_eq(quarantine_until(v, 3, 2, T0, 0), 0, "window 0 turns quarantine off");
-    quarantine_view unknown[3] = {old_master(), old_master(), {false, true, T0 - S, T0 - S}};
-    cr_assert_eq(quarantine_until(unknown, 3, 2, T0, WINDOW), 0);
-}
-
-Test(quarantine, parse_info_server)
-{
-    const char *info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"
-                       "run_id:0f7a1c3e5b2d4f6a8c9e0b1d3f5a7c9e1b3d5f7a\r\nuptime_in_seconds:42\r\n"
-                       "uptime_in_days:0\r\n";
-    char run_id[QUARANTINE_RUN_ID_LEN + 1];
-    long long up = -1;
-    cr_assert_eq(quarantine_parse_info(info, strlen(info), run_id, &up), 0);
-    cr_assert_str_eq(run_id, "0f7a1c3e5b2d4f6a8c9e0b1d3f5a7c9e1b3d5f7a");
-    cr_assert_eq(up, 42);
-}
-
-Test(quarantine, parse_info_rejects_missing_or_bad_fields)
-{
-    char run_id[QUARANTINE_RUN_ID_LEN + 1];
-    long long up;
-    const char *cases[] = {
-        "# Server\r\nuptime_in_seconds:5\r\n",
-        "run_id:abc\r\n",
-        "run_id:abc\r\nuptime_in_seconds:5x\r\n",
-        "run_id:abc\r\nuptime_in_seconds:\r\n",
-        "xrun_id:abc\r\nuptime_in_seconds:5\r\n",
-        "run_id:0123456789012345678901234567890123456789X\r\nuptime_in_seconds:5\r\n",
-        "",
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        cr_assert_eq(quarantine_parse_info(cases[i], strlen(cases[i]), run_id, &up), -1, "case %zu", i);
-    /* A field in the last line without a line end is still read. */
-    const char *last = "run_id:abc\nuptime_in_seconds:7";
-    cr_assert_eq(quarantine_parse_info(last, strlen(last), run_id, &up), 0);
-    cr_assert_eq(up, 7);
+    quarantine_info qi;
+    const char *none = "uptime_in_seconds:5\naof_enabled:1\n";
+    cr_assert_eq(quarantine_parse_info(none, strlen(none), &qi), -1);
+    const char *bad = "run_id:not hex!\n";
+    cr_assert_eq(quarantine_parse_info(bad, strlen(bad), &qi), -1);
+    char longer[80] = "run_id:";
+    memset(longer + 7, 'a', 41);
+    cr_assert_eq(quarantine_parse_info(longer, strlen(longer), &qi), -1);
 }

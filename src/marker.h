@@ -1,0 +1,30 @@
+/* marker.h - the cluster check: sets every master's restart-quarantine marker
+ * right (see quarantine.h for the rules, scripts.h for the marker itself).
+ *
+ * The master layer reports each master that answers without a ready marker;
+ * the check then reads the marker of every master, plans with
+ * quarantine_plan, writes what the plan says (pending, promote, restore), and
+ * reads again until nothing is left to do; while a master is missing, unknown
+ * or not set up it checks again every second. All decisions rest on what the
+ * masters hold, so every redlockd on the same masters reaches the same
+ * result, and the scripts make concurrent checks agree.
+ *
+ * Everything runs on the master pool's loop thread; the check is owned by
+ * main, created before the pool starts and freed after it stopped.
+ */
+#ifndef RL_MARKER_H
+#define RL_MARKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct mpool;
+typedef struct marker_check marker_check;
+
+/* window_us: how long a master that lost its data sits out (the longest TTL
+ * plus drift). auto_setup: a brand-new cluster (no marker anywhere, every
+ * master answering) is set up by the check itself. NULL on OOM. */
+marker_check *marker_check_new(struct mpool *p, uint64_t window_us, bool auto_setup);
+void marker_check_free(marker_check *mc);
+
+#endif
