@@ -125,6 +125,33 @@ static void script_flush(fl_run *r)
     }
 }
 
+/* redlockd churn during master restarts: the instances (the first and
+ * the peers) are SIGKILLed and started afresh in turn, and between those,
+ * three masters are SIGKILLed and restarted empty. A new instance knows
+ * nothing of the masters' past; only the markers on the masters keep the
+ * restarted ones out of the vote. */
+static void churn(fl_run *r)
+{
+    uint64_t ready;
+    int next = 0;
+    do {
+        fl_sleep_ms(r, 400);
+        fl_instance_restart(r, next++ % (r->sc->peers + 1));
+        for (int i = 0; i < 3; i++)
+            h_master_kill(r->c, (next + i) % 5);
+        uint64_t begin = h_now_us();
+        for (int i = 0; i < 3; i++)
+            h_master_restart(r->c, (next + i) % 5);
+        fl_instance_restart(r, next++ % (r->sc->peers + 1));
+        uint64_t last_down = fl_wait_voting(r, 3, 15000, &ready);
+        if (last_down)
+            fl_mark_down(r, begin, last_down);
+        if (ready)
+            fl_mark_recovered(r, ready);
+        fl_wait_voting(r, 5, 15000, &ready);
+    } while (fl_running(r));
+}
+
 static void kill_redlockd(fl_run *r)
 {
     do {
@@ -139,28 +166,32 @@ static void kill_redlockd(fl_run *r)
 
 #define LONG_HOLD 1200   /* ms of a 2000 ms lock: holders still hold when masters restart */
 
-static const fl_scenario baseline = {"no faults", 16, 2, 2000, 5, 0, {NULL}, NULL, no_fault, true, false};
+static const fl_scenario baseline = {"no faults", 16, 2, 2000, 5, 0, {NULL}, NULL, no_fault, true, false, 0};
 static const fl_scenario pause1 = {"SIGSTOP one master, cycles", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_one, true, false};
+                                   pause_one, true, false, 0};
 static const fl_scenario pause2 = {"SIGSTOP two masters, cycles", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_two, true, false};
+                                   pause_two, true, false, 0};
 static const fl_scenario pause3 = {"SIGSTOP three masters", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_three, false, false};
+                                   pause_three, false, false, 0};
 static const fl_scenario restart_q = {"SIGKILL+restart empty, quar", 16, 2, 2000, LONG_HOLD, 0,
-                                      {NULL}, NULL, kill_three, false, false};
+                                      {NULL}, NULL, kill_three, false, false, 0};
 static const fl_scenario restart_noq = {"NEGATIVE: same, quarantine off", 16, 2, 2000, LONG_HOLD, 0,
-                                        {"--quarantine", "off", NULL}, NULL, kill_three, false, true};
-static const fl_scenario restart_aof = {"SIGKILL+restart AOF, quar off", 16, 2, 2000, LONG_HOLD, 0,
-                                        {"--quarantine", "off", NULL},
-                                        "--appendonly yes --appendfsync always", kill_three, false, false};
+                                        {"--quarantine", "off", NULL}, NULL, kill_three, false, true, 0};
+static const fl_scenario restart_aof = {"SIGKILL+restart AOF always", 16, 2, 2000, LONG_HOLD, 0,
+                                        {NULL},
+                                        "--appendonly yes --appendfsync always", kill_three, false, false, 0};
 static const fl_scenario late_client = {"client stalls past validity", 16, 1, 1000, 5, 300, {NULL}, NULL,
-                                        no_fault, false, false};
+                                        no_fault, false, false, 0};
 static const fl_scenario pexpire = {"PEXPIRE early + one paused", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                    pexpire_while_paused, true, false};
+                                    pexpire_while_paused, true, false, 0};
 static const fl_scenario flush = {"SCRIPT FLUSH during load", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                  script_flush, true, false};
+                                  script_flush, true, false, 0};
+static const fl_scenario churn_q = {"redlockd churn, masters empty", 18, 2, 2000, LONG_HOLD, 0, {NULL},
+                                    NULL, churn, false, false, 2};
+static const fl_scenario churn_noq = {"NEGATIVE: churn, quar off", 18, 2, 2000, LONG_HOLD, 0,
+                                      {"--quarantine", "off", NULL}, NULL, churn, false, true, 2};
 static const fl_scenario daemon_kill = {"redlockd SIGKILL+restart", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                        kill_redlockd, false, false};
+                                        kill_redlockd, false, false, 0};
 
 Test(faults, no_faults) { fl_run_scenario(&baseline, seconds(), clients()); }
 Test(faults, sigstop_one_master_cycles) { fl_run_scenario(&pause1, seconds(), clients()); }
@@ -172,4 +203,6 @@ Test(faults, sigkill_restart_with_appendonly) { fl_run_scenario(&restart_aof, se
 Test(faults, client_paused_past_validity_rejected_by_fence) { fl_run_scenario(&late_client, seconds(), clients()); }
 Test(faults, pexpire_early_while_one_paused) { fl_run_scenario(&pexpire, seconds(), clients()); }
 Test(faults, script_flush_during_load) { fl_run_scenario(&flush, seconds(), clients()); }
+Test(faults, redlockd_churn_during_empty_master_restarts) { fl_run_scenario(&churn_q, seconds(), clients() + 2); }
+Test(faults, negative_control_churn_without_markers_is_caught) { fl_run_scenario(&churn_noq, seconds(), clients() + 2); }
 Test(faults, redlockd_sigkill_and_restart) { fl_run_scenario(&daemon_kill, seconds(), clients()); }

@@ -96,13 +96,23 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
     return last_short;
 }
 
-void fl_daemon_start(fl_run *r)
+/* Starts instance x (the cluster or a peer view) with the run's flags.
+ * h_daemon_start is variadic; the array goes through fixed slots, and the
+ * first NULL ends it. */
+static void instance_start(fl_run *r, h_cluster *x)
 {
     const char **v = r->dargv;
-    /* h_daemon_start is variadic; the array goes through fixed slots, and
-     * the first NULL ends it. */
-    h_daemon_start(r->c, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
+    h_daemon_start(x, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11],
                    v[12], v[13], v[14], NULL);
+}
+
+void fl_daemon_start(fl_run *r) { instance_start(r, r->c); }
+
+void fl_instance_restart(fl_run *r, int k)
+{
+    h_cluster *x = k == 0 ? r->c : r->peers[k - 1];
+    h_daemon_kill(x);
+    instance_start(r, x);
 }
 
 /* ---- the resource ---- */
@@ -184,7 +194,9 @@ static void *client_main(void *arg)
     while (!atomic_load(&r->stop)) {
         fl_record rec = {.client = cl->id, .name = (int)rnd(cl, (uint32_t)sc->names)};
         char url[160], token[300] = "";
-        snprintf(url, sizeof url, "%s/locks/fl-%d", r->c->base, rec.name);
+        int inst = cl->id % (sc->peers + 1);
+        snprintf(url, sizeof url, "%s/locks/fl-%d", inst ? r->peers[inst - 1]->base : r->c->base,
+                 rec.name);
         rec.sent_us = h_now_us();
         rec.status = (int)http(h, "POST", url, body, NULL, &out);
         rec.answered_us = h_now_us();
@@ -351,6 +363,11 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
         argv[a++] = sc->daemon_flags[i];
     argv[a] = NULL;
     fl_daemon_start(r);
+    for (int k = 0; k < sc->peers && k < FL_MAX_PEERS; k++) {
+        const char **v = r->dargv;
+        r->peers[k] = h_peer_start(r->c, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
+                                   v[10], v[11], v[12], v[13], v[14], NULL);
+    }
     snprintf(r->jsonl, sizeof r->jsonl, "%s/clients.jsonl", r->c->dir);
 
     struct client *cls = calloc((size_t)nclients, sizeof *cls);
@@ -441,6 +458,8 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
         free(cls[i].recs);
     free(cls);
     free(th);
+    for (int k = 0; k < sc->peers && k < FL_MAX_PEERS; k++)
+        h_peer_free(r->peers[k]);
     h_cluster_free(r->c);
     free(r);
 }

@@ -14,6 +14,7 @@
 
 #define FL_MAX_NAMES 8
 #define FL_MAX_PERIODS 64
+#define FL_MAX_PEERS 4
 
 /* The protected resource of one name, as a fenced store would do it: every
  * operation carries the holder's fence; a write is accepted only with a fence
@@ -39,6 +40,8 @@ typedef struct fl_scenario {
     void (*fault)(fl_run *r);   /* the fault thread's body; returns when done */
     bool check_availability;    /* 99% of free-name attempts granted, p99 bound */
     bool expect_violation;      /* negative control: the checker must find one */
+    int peers;                  /* extra redlockd instances on the same masters; client i
+                                   goes through instance i % (peers + 1) */
 } fl_scenario;
 
 struct fl_run {
@@ -58,6 +61,7 @@ struct fl_run {
     size_t nrecs, caprecs;
     char jsonl[400];
     const char *dargv[16];      /* redlockd's flags, for a restart */
+    h_cluster *peers[FL_MAX_PEERS]; /* views of the extra instances (harness.h) */
 };
 
 /* Fault helpers, for fault threads. */
@@ -71,6 +75,10 @@ void fl_mark_recovered(fl_run *r, uint64_t at_us);
 uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us);
 /* Starts redlockd again (after h_daemon_kill) with the same flags and port. */
 void fl_daemon_start(fl_run *r);
+/* SIGKILLs instance k (0: the first, 1..peers: the extra ones) and starts a
+ * new process in its place: same flags and port, nothing of the old one's
+ * memory. Waits until it serves. */
+void fl_instance_restart(fl_run *r, int k);
 
 /* The column names of the scenario table (Markdown), rows from
  * fl_run_scenario: answers counted by status (noans: no HTTP answer),
