@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The run command: installs what is missing, builds redlockd, starts five
 # independent Redis masters on 127.0.0.1:6381..6385 (data in ./state,
-# appendonly on) and runs redlockd on 127.0.0.1:8080 in the foreground.
+# appendonly yes with appendfsync always, so a restart of run.sh keeps
+# every lock and the masters vote at once; noeviction) and runs redlockd on
+# 127.0.0.1:8080 in the foreground.
 # Ctrl-C stops redlockd and the masters. Extra arguments go to redlockd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +29,7 @@ for port in 6381 6382 6383 6384 6385; do
     dir="state/redis-$port"
     mkdir -p "$dir"
     redis-server --port "$port" --bind 127.0.0.1 --dir "$PWD/$dir" \
-        --appendonly yes --appendfsync everysec --save "" \
+        --appendonly yes --appendfsync always --maxmemory 256mb --maxmemory-policy noeviction --save "" \
         --logfile "$PWD/$dir/redis.log" &
     pids+=("$!")
     masters="$masters${masters:+,}127.0.0.1:$port"
