@@ -272,7 +272,9 @@ static long long used_memory(int i)
 Test(safety, unique_names_leave_no_keys, .timeout = 240)
 {
     C = h_cluster_start(5, NULL);
-    h_daemon_start(C, "--fence-keep-ms", "1000", NULL);
+    /* A generous master timeout: four busy clients on a loaded machine (or
+     * under the sanitizers) must not turn into 503s here. */
+    h_daemon_start(C, "--fence-keep-ms", "1000", "--master-timeout-ms", "1000", NULL);
     long long before = used_memory(0);
     enum { NAMES = 20000, WORKERS = 4 };
     struct names_job jobs[WORKERS];
