@@ -20,6 +20,8 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_NO_QUORUM] = {503, "no_quorum"},
     [API_E_INTERNAL] = {500, "internal"},
     [API_E_SHUTTING_DOWN] = {503, "shutting_down"},
+    [API_E_TOO_MANY_WAITERS] = {429, "too_many_waiters"},
+    [API_E_BAD_FRAMING] = {400, "bad_request"},
 };
 
 #define LOCKS_PREFIX "/locks/"
@@ -213,6 +215,8 @@ int api_err_of_outcome(enum rl_outcome o)
     case RL_NOT_HELD: return API_E_NOT_HELD;
     case RL_NO_QUORUM: return API_E_NO_QUORUM;
     case RL_SHUTTING_DOWN: return API_E_SHUTTING_DOWN;
+    case RL_TOO_MANY_WAITERS: return API_E_TOO_MANY_WAITERS;
+    case RL_CANCELLED:   /* never sent: the client is gone */
     case RL_INTERNAL: break;
     }
     return API_E_INTERNAL;
@@ -264,6 +268,8 @@ static const char *outcome_message(const rl_request *req, const rl_result *res)
         return "fewer than a majority of the Redis masters answered in time";
     case RL_SHUTTING_DOWN:
         return "the service is shutting down";
+    case RL_TOO_MANY_WAITERS:
+        return "the lock is held and too many acquires are waiting already (--max-waiters)";
     default:
         return req->op == RL_ACQUIRE ? "the lock could not be acquired because of an internal error"
                                      : "an internal error occurred";
@@ -280,7 +286,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         cJSON *o = error_object((enum api_err)e, outcome_message(req, res));
         if (!o)
             return NULL;
-        if (res->outcome == RL_LOCKED) {
+        if (res->outcome == RL_LOCKED || res->outcome == RL_TOO_MANY_WAITERS) {
             add_int(o, "retry_after_ms", res->retry_after_ms);
             long long s = (res->retry_after_ms + 999) / 1000;
             *retry_after_s = s < 1 ? 1 : s;

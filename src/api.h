@@ -34,6 +34,8 @@ enum api_err {
     API_E_NO_QUORUM,
     API_E_INTERNAL,
     API_E_SHUTTING_DOWN,
+    API_E_TOO_MANY_WAITERS,
+    API_E_BAD_FRAMING,   /* Content-Length with Transfer-Encoding, or two lengths: closes */
     API_E_COUNT
 };
 
@@ -84,7 +86,8 @@ int api_err_of_outcome(enum rl_outcome o);
 char *api_error_json(enum api_err e, const char *message);
 
 /* Builds the answer to a finished lock operation: sets *status and returns
- * the body (NULL for 204). For RL_LOCKED also sets *retry_after_s. */
+ * the body (NULL for 204). For RL_LOCKED and RL_TOO_MANY_WAITERS also sets
+ * *retry_after_s. */
 char *api_result_json(const rl_request *req, const rl_result *res, int *status,
                       long long *retry_after_s);
 

@@ -36,7 +36,17 @@ static const struct opt opts[] = {
     {"retry-delay-ms", OPT_INT, 1, 60000, 0, 0,
      "base of the random delay between tries of a waiting acquire (default 100)"},
     {"threads", OPT_INT, 1, 1024, 0, 0, "HTTP worker threads (default: the number of CPUs, at least 2)"},
-    {"max-body-bytes", OPT_INT, 64, 16 * 1024 * 1024, 0, 0, "largest request body (default 16384)"},
+    {"max-body-bytes", OPT_INT, 64, CONF_MAX_BODY_LIMIT, 0, 0,
+     "largest request body, at most 1 MiB (default 16384)"},
+    {"max-connections", OPT_INT, 16, 1000000, 0, 0,
+     "HTTP connections at once; about 20 KB of memory each (default 1024)"},
+    {"max-connections-per-ip", OPT_INT, 1, 1000000, 0, 0,
+     "HTTP connections at once from one client address (default 512)"},
+    {"request-timeout-ms", OPT_INT, 100, 3600000, 0, 0,
+     "time a connection has, from its start or its last answer, to send a complete request; "
+     "longer is closed (default 10000)"},
+    {"max-waiters", OPT_INT, 1, 10000000, 0, 0,
+     "acquires waiting for a held lock at once; more answer 429 too_many_waiters (default 10000)"},
     {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token every /locks call must send (default: no auth)"},
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
@@ -222,6 +232,10 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(o->name, "threads")) c->threads = (int)v;
         else if (!strcmp(o->name, "max-body-bytes")) c->max_body_bytes = v;
         else if (!strcmp(o->name, "fence-keep-ms")) c->fence_keep_ms = v;
+        else if (!strcmp(o->name, "max-connections")) c->max_connections = (int)v;
+        else if (!strcmp(o->name, "max-connections-per-ip")) c->max_connections_per_ip = (int)v;
+        else if (!strcmp(o->name, "request-timeout-ms")) c->request_timeout_ms = v;
+        else if (!strcmp(o->name, "max-waiters")) c->max_waiters = (int)v;
         return 0;
     }
     case OPT_DOUBLE: {
@@ -327,6 +341,10 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->drift_factor = CONF_DEFAULT_DRIFT_FACTOR;
     c->retry_delay_ms = CONF_DEFAULT_RETRY_DELAY_MS;
     c->fence_keep_ms = CONF_DEFAULT_FENCE_KEEP_MS;
+    c->max_waiters = CONF_DEFAULT_MAX_WAITERS;
+    c->max_connections = CONF_DEFAULT_MAX_CONNECTIONS;
+    c->max_connections_per_ip = CONF_DEFAULT_MAX_CONNECTIONS_PER_IP;
+    c->request_timeout_ms = CONF_DEFAULT_REQUEST_TIMEOUT_MS;
     /* As many HTTP threads as CPUs, at least 2: libmicrohttpd then runs a
      * thread pool, so that parsing on one thread never queues every
      * connection behind it. (--threads 1, one internal thread, works too; its

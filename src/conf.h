@@ -24,6 +24,11 @@
 #define CONF_DEFAULT_RETRY_DELAY_MS 100
 #define CONF_DEFAULT_MAX_BODY_BYTES 16384
 #define CONF_DEFAULT_FENCE_KEEP_MS 60000
+#define CONF_MAX_BODY_LIMIT (1024 * 1024)  /* a larger body's parse costs too much memory */
+#define CONF_DEFAULT_MAX_WAITERS 10000
+#define CONF_DEFAULT_MAX_CONNECTIONS 1024
+#define CONF_DEFAULT_MAX_CONNECTIONS_PER_IP 512
+#define CONF_DEFAULT_REQUEST_TIMEOUT_MS 10000
 /* The bytes of a lock name (API.md), and so of a key prefix. */
 #define CONF_NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
 #define CONF_MAX_MASTERS 15
@@ -58,6 +63,10 @@ typedef struct conf {
     bool quarantine;               /* restart quarantine (quarantine.h) */
     bool notify;                   /* release notices by Redis pub/sub */
     long long fence_keep_ms;       /* a fence counter outlives its lock by this much */
+    int max_waiters;               /* acquires asleep at once */
+    int max_connections;           /* HTTP connections at once */
+    int max_connections_per_ip;
+    long long request_timeout_ms;  /* from connect (or the last answer) to a complete request */
     bool cluster_setup_manual;     /* never mark a brand-new cluster by itself */
     bool refuse_unsafe;            /* masters that may lose locks do not vote */
     bool setup_cluster;            /* --setup-cluster: mark the cluster and exit */

@@ -6,7 +6,10 @@
 #include <stdarg.h>
 #include <unistd.h>
 #include <microhttpd.h>
+#include <malloc.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,10 +20,26 @@
 #include "api.h"
 #include "log.h"
 
-#define HTTP_CONNECTION_LIMIT 8192
 #define HTTP_IDLE_TIMEOUT_S 60
 #define HTTP_CONNECTION_MEMORY 16384
+#define HTTP_WATCH_INTERVAL_MS 100   /* how often gone clients and slow requests are looked for */
+#define HTTP_TRIM_AFTER_CLOSES 256   /* return freed connection memory to the system */
 
+/* One connection, from libmicrohttpd's start notice to its close notice.
+ * Every field is guarded by the server's reg_lock. */
+typedef struct conn_info {
+    struct conn_info *prev, *next;
+    int fd;
+    uint64_t phase_start_us;    /* connect, or the end of the last request */
+    bool busy;                  /* a complete request is being served */
+    bool shut;                  /* closed for --request-timeout-ms */
+    struct req_ctx *suspended;  /* the request waiting for the engine, if any */
+} conn_info;
+
+/* The server's threads: libmicrohttpd's pool (requests), the engine's loop
+ * (lock_done), and the watcher (gone clients, slow requests). The registry
+ * of connections is shared by all three under reg_lock; libmicrohttpd is
+ * never called with reg_lock held (its own locks call back into ours). */
 struct http_server {
     struct MHD_Daemon *daemon;
     const conf *cfg;
@@ -29,11 +48,27 @@ struct http_server {
     metrics *m;
     api_limits limits;
     atomic_bool quiescing;      /* SIGTERM seen: no new connections */
+
+    pthread_mutex_t reg_lock;
+    pthread_cond_t reg_cond;    /* signalled when a request completes */
+    conn_info *conns;
+    int nconns, nbusy;
+    int closed_since_trim;
+    pthread_t watcher;
+    bool watching;
+    atomic_bool stop_watch;
 };
 
 typedef struct req_ctx {
     http_server *s;
     struct MHD_Connection *conn;
+    conn_info *ci;
+    atomic_int refs;          /* libmicrohttpd's, and the engine's until lock_done */
+    rl_handle *h;             /* the engine's request, until rl_finish */
+    bool susp;                /* suspended for the engine (reg_lock) */
+    bool gone;                /* the client went away before the answer (reg_lock) */
+    bool forced;              /* answered 503 by a shutdown before the engine answered */
+    bool close;               /* answer with Connection: close */
     uint64_t start_us;
     enum api_route route;
     enum metrics_route mroute;
@@ -76,7 +111,7 @@ static enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const cha
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     /* Stopping: serve what arrives on open connections, then close them so
      * clients move on to another instance instead of meeting a 503. */
-    if (atomic_load(&ctx->s->quiescing))
+    if (atomic_load(&ctx->s->quiescing) || ctx->close)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -205,7 +240,7 @@ static bool authorized(req_ctx *ctx, bool dapr)
         return true;
     const char *got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND,
                                                   MHD_HTTP_HEADER_AUTHORIZATION);
-    if (got && strncmp(got, "Bearer ", 7) == 0)
+    if (got && strncasecmp(got, "Bearer ", 7) == 0)   /* the scheme is case-insensitive */
         got += 7;
     else
         got = dapr ? MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token") : NULL;
@@ -219,19 +254,62 @@ static bool authorized(req_ctx *ctx, bool dapr)
     return diff == 0;
 }
 
+static void ctx_unref(req_ctx *ctx)
+{
+    if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
+        free(ctx->body);
+        free(ctx);
+    }
+}
+
+/* Takes ctx out of its suspension with result res (once, whoever comes
+ * first: the engine's answer, or a shutdown that could not wait for it) and
+ * resumes the connection. Returns false when it was no longer suspended:
+ * res is then not the one answered. */
+static bool ctx_resume(req_ctx *ctx, const rl_result *res)
+{
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    bool was = ctx->susp;
+    if (was) {
+        ctx->res = *res;
+        atomic_store(&ctx->result_ready, true);
+        ctx->susp = false;
+        if (ctx->ci)
+            ctx->ci->suspended = NULL;
+    }
+    pthread_mutex_unlock(&s->reg_lock);
+    if (was)
+        MHD_resume_connection(ctx->conn);
+    return was;
+}
+
 /* Engine callback, on the loop thread. */
 static void lock_done(void *arg, const rl_result *res)
 {
     req_ctx *ctx = arg;
-    ctx->res = *res;
-    atomic_store(&ctx->result_ready, true);
-    MHD_resume_connection(ctx->conn);
+    ctx_resume(ctx, res);   /* when a shutdown answered first, rl_finish releases a grant */
+    ctx_unref(ctx);
+}
+
+/* Has the client closed (or half-closed) its side? Then an answer cannot
+ * reach it, or will not be read. */
+static bool client_gone(int fd)
+{
+    struct pollfd pfd = {fd, POLLRDHUP, 0};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 static enum MHD_Result lock_answer(req_ctx *ctx)
 {
     int status;
     long long retry_after_s = 0;
+    /* A grant nobody will read is not sent: on_completed releases it. */
+    if (ctx->res.outcome == RL_CANCELLED ||
+        (ctx->res.outcome == RL_OK && ctx->req.op == RL_ACQUIRE && ctx->ci && client_gone(ctx->ci->fd))) {
+        ctx->gone = true;
+        return MHD_NO;
+    }
     if (ctx->dapr) {
         char *body = api_dapr_result_json(ctx->req.op == RL_RELEASE, &ctx->res, &status);
         if (!body)
@@ -249,14 +327,25 @@ static enum MHD_Result submit(req_ctx *ctx)
 {
     http_server *s = ctx->s;
     /* Suspend before submitting: the engine may answer (and resume) at once. */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
     MHD_suspend_connection(ctx->conn);
     ctx->submitted = true;
     metrics_inflight(s->m, 1);
-    if (rl_submit(s->engine, &ctx->req, lock_done, ctx) < 0) {
-        ctx->res.outcome = RL_SHUTTING_DOWN;
-        atomic_store(&ctx->result_ready, true);
-        MHD_resume_connection(ctx->conn);
+    atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
+    rl_handle *h = NULL;
+    if (rl_submit(s->engine, &ctx->req, lock_done, ctx, &h) < 0) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        rl_result down = {.outcome = RL_SHUTTING_DOWN};
+        ctx_resume(ctx, &down);
+        return MHD_YES;
     }
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->h = h;   /* from now on the watcher may cancel it */
+    pthread_mutex_unlock(&s->reg_lock);
     return MHD_YES;
 }
 
@@ -302,6 +391,40 @@ static enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
     return submit(ctx);
 }
 
+struct header_scan {
+    int lengths;            /* Content-Length headers */
+    bool lengths_differ;
+    bool chunked;           /* any Transfer-Encoding */
+    const char *first_length;
+};
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    struct header_scan *hs = cls;
+    (void)kind;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (hs->lengths++ && strcmp(hs->first_length, value ? value : ""))
+            hs->lengths_differ = true;
+        else if (hs->lengths == 1)
+            hs->first_length = value ? value : "";
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        hs->chunked = true;
+    }
+    return MHD_YES;
+}
+
+/* RFC 9112 section 6.3: a message with both Content-Length and
+ * Transfer-Encoding, or with differing Content-Length values, has no
+ * trustworthy end. Behind a proxy that reads it otherwise, whatever follows
+ * would be another request (smuggling): answer 400 and close. */
+static bool framing_ambiguous(struct MHD_Connection *conn)
+{
+    struct header_scan hs = {0, false, false, ""};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &hs);
+    return (hs.chunked && hs.lengths) || hs.lengths_differ;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -317,6 +440,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         ctx->s = s;
         ctx->conn = conn;
+        atomic_init(&ctx->refs, 1);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        ctx->ci = ci ? ci->socket_context : NULL;
         ctx->start_us = mpool_now_us();
         const char *name;
         ctx->route = api_route_of(url, &name);
@@ -328,6 +454,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                       : ctx->route == ROUTE_DAPR_UNLOCK ? METRICS_ROUTE_DAPR_UNLOCK
                                                  : METRICS_ROUTE_OTHER;
         *con_cls = ctx;
+        if (framing_ambiguous(conn)) {
+            ctx->close = true;
+            return send_error(ctx, API_E_BAD_FRAMING,
+                              "Content-Length with Transfer-Encoding, or two different "
+                              "Content-Length values: the message has no clear end", NULL);
+        }
         /* Refuse a declared oversize body before reading it. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -359,8 +491,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     if (ctx->answered)
         return MHD_YES;
-    if (ctx->submitted)
+    if (ctx->submitted) {
+        if (ctx->gone)
+            return MHD_NO;   /* nobody to answer: close */
         return atomic_load(&ctx->result_ready) ? lock_answer(ctx) : MHD_YES;
+    }
+    if (ctx->ci) {
+        pthread_mutex_lock(&s->reg_lock);
+        if (!ctx->ci->busy) {
+            ctx->ci->busy = true;   /* complete: the request deadline no longer applies */
+            s->nbusy++;
+        }
+        pthread_mutex_unlock(&s->reg_lock);
+    }
 
     const char *name;
     enum api_route route = api_route_of(url, &name);
@@ -405,16 +548,124 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     req_ctx *ctx = *con_cls;
-    (void)cls;
+    http_server *s = cls;
     (void)conn;
-    (void)toe;
     if (!ctx)
         return;
-    if (ctx->submitted)
-        metrics_inflight(ctx->s->m, -1);
-    free(ctx->body);
-    free(ctx);
+    if (ctx->submitted) {
+        metrics_inflight(s->m, -1);
+        /* An answer that did not reach the client: a grant is released. */
+        bool delivered = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered && !ctx->gone &&
+                         !ctx->forced;
+        rl_finish(s->engine, ctx->h, delivered);
+    }
+    pthread_mutex_lock(&s->reg_lock);
+    if (ctx->ci) {
+        if (ctx->ci->busy)
+            s->nbusy--;
+        ctx->ci->busy = false;
+        ctx->ci->phase_start_us = mpool_now_us();   /* the next request's deadline starts */
+    }
+    pthread_cond_broadcast(&s->reg_cond);
+    pthread_mutex_unlock(&s->reg_lock);
     *con_cls = NULL;
+    ctx_unref(ctx);
+}
+
+/* libmicrohttpd's connection start and close: the registry the watcher and
+ * the shutdown walk. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_info *ci = calloc(1, sizeof *ci);
+        const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !fdi) {
+            free(ci);
+            *socket_context = NULL;
+            return;
+        }
+        ci->fd = fdi->connect_fd;
+        ci->phase_start_us = mpool_now_us();
+        pthread_mutex_lock(&s->reg_lock);
+        ci->next = s->conns;
+        if (s->conns)
+            s->conns->prev = ci;
+        s->conns = ci;
+        s->nconns++;
+        pthread_mutex_unlock(&s->reg_lock);
+        *socket_context = ci;
+        return;
+    }
+    conn_info *ci = *socket_context;
+    if (!ci)
+        return;
+    pthread_mutex_lock(&s->reg_lock);
+    if (ci->prev)
+        ci->prev->next = ci->next;
+    else
+        s->conns = ci->next;
+    if (ci->next)
+        ci->next->prev = ci->prev;
+    s->nconns--;
+    s->closed_since_trim++;
+    if (ci->busy)
+        s->nbusy--;
+    pthread_mutex_unlock(&s->reg_lock);
+    free(ci);
+    *socket_context = NULL;
+}
+
+/* The watcher: every HTTP_WATCH_INTERVAL_MS it
+ *  - cancels the engine request of every suspended connection whose client
+ *    closed or half-closed its side (libmicrohttpd does not look at
+ *    suspended connections), so a waiter stops waiting and no grant goes
+ *    to a client that left;
+ *  - closes connections that have not sent a complete request within
+ *    --request-timeout-ms of their start or their last answer (slowloris);
+ *  - gives memory freed by many closed connections back to the system. */
+static void *watch_main(void *arg)
+{
+    http_server *s = arg;
+    uint64_t timeout_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
+    static log_limit slow_log = LOG_LIMIT_INIT;
+    while (!atomic_load(&s->stop_watch)) {
+        usleep(HTTP_WATCH_INTERVAL_MS * 1000);
+        uint64_t now = mpool_now_us();
+        unsigned long long slow = 0;
+        bool trim = false;
+        pthread_mutex_lock(&s->reg_lock);
+        for (conn_info *ci = s->conns; ci; ci = ci->next) {
+            req_ctx *ctx = ci->suspended;
+            if (ctx && ctx->h && !ctx->gone && client_gone(ci->fd)) {
+                ctx->gone = true;
+                rl_cancel(s->engine, ctx->h);
+            } else if (!ci->busy && !ci->shut && now - ci->phase_start_us > timeout_us) {
+                ci->shut = true;   /* libmicrohttpd sees the end and closes it */
+                shutdown(ci->fd, SHUT_RDWR);
+                slow++;
+            }
+        }
+        if (s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES) {
+            s->closed_since_trim = 0;
+            trim = true;
+        }
+        pthread_mutex_unlock(&s->reg_lock);
+        for (unsigned long long k = 0; k < slow; k++)
+            metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
+        unsigned long long suppressed;
+        if (slow && log_allow(&slow_log, now, &suppressed)) {
+            char n[24], more[24];
+            snprintf(n, sizeof n, "%llu", slow);
+            snprintf(more, sizeof more, "%llu", suppressed);
+            log_event(LOG_LEVEL_WARN, "http_request_timeout", "connections", n, "suppressed_since_last",
+                      more, NULL);
+        }
+        if (trim)
+            malloc_trim(0);
+    }
+    return NULL;
 }
 
 /* Percent-decodes in place. A decoded NUL becomes 0x7f so that it cannot cut
@@ -438,15 +689,22 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
     return (size_t)(w - s);
 }
 
+/* libmicrohttpd's messages are mostly caused by clients (a connection
+ * dropped mid-request): rate-limited, with a count of what was left out. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static log_limit limit = LOG_LIMIT_INIT;
     (void)cls;
-    char msg[512];
+    unsigned long long suppressed;
+    if (!log_allow(&limit, mpool_now_us(), &suppressed))
+        return;
+    char msg[512], more[24];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    log_event(LOG_LEVEL_WARN, "http_error", "error", msg, NULL);
+    snprintf(more, sizeof more, "%llu", suppressed);
+    log_event(LOG_LEVEL_WARN, "http_error", "error", msg, "suppressed_since_last", more, NULL);
 }
 
 http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, char *err,
@@ -462,6 +720,8 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
     s->pool = pool;
     s->m = m;
     s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
+    pthread_mutex_init(&s->reg_lock, NULL);
+    pthread_cond_init(&s->reg_cond, NULL);
 
     char port[8];
     snprintf(port, sizeof port, "%d", cfg->listen.port);
@@ -489,14 +749,14 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, to catch every message */
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTION_LIMIT,
-        /* A sidecar sees every caller from loopback: no per-IP cap. */
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)0,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
@@ -505,6 +765,7 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
         free(s);
         return NULL;
     }
+    s->watching = pthread_create(&s->watcher, NULL, watch_main, s) == 0;
     return s;
 }
 
@@ -516,10 +777,63 @@ void http_quiesce(http_server *s)
         close(fd);
 }
 
+int http_drain(http_server *s, long long timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->reg_lock);
+    while (s->nbusy > 0)
+        if (pthread_cond_timedwait(&s->reg_cond, &s->reg_lock, &until) != 0)
+            break;
+    /* Still waiting for the engine past the limit: answer 503
+     * shutting_down, so no connection is closed without an answer and
+     * none is left suspended (libmicrohttpd 0.9.75 aborts on stopping with
+     * one). */
+    int forced = 0;
+    for (;;) {
+        req_ctx *ctx = NULL;
+        for (conn_info *ci = s->conns; ci && !ctx; ci = ci->next)
+            ctx = ci->suspended;
+        if (!ctx)
+            break;
+        ctx->susp = false;
+        ctx->ci->suspended = NULL;
+        ctx->forced = true;
+        memset(&ctx->res, 0, sizeof ctx->res);
+        ctx->res.outcome = RL_SHUTTING_DOWN;
+        atomic_store(&ctx->result_ready, true);
+        forced++;
+        pthread_mutex_unlock(&s->reg_lock);
+        MHD_resume_connection(ctx->conn);
+        pthread_mutex_lock(&s->reg_lock);
+    }
+    if (forced) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        while (s->nbusy > 0)
+            if (pthread_cond_timedwait(&s->reg_cond, &s->reg_lock, &until) != 0)
+                break;
+    }
+    int left = s->nbusy;
+    pthread_mutex_unlock(&s->reg_lock);
+    return forced + left;
+}
+
 void http_stop(http_server *s)
 {
     if (!s)
         return;
+    atomic_store(&s->stop_watch, true);
+    if (s->watching)
+        pthread_join(s->watcher, NULL);
     MHD_stop_daemon(s->daemon);
+    pthread_cond_destroy(&s->reg_cond);
+    pthread_mutex_destroy(&s->reg_lock);
     free(s);
 }

@@ -26,7 +26,14 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
 /* Stops accepting new connections; open ones are still served. */
 void http_quiesce(http_server *s);
 
-/* Closes every connection and frees the server. Drain the engine first. */
+/* Waits (up to timeout_ms) until every request under way has been answered
+ * and its answer sent; past that, requests still waiting for the engine are
+ * answered 503 shutting_down. Drain the engine first, so waiting acquires
+ * answer 409. Returns how many were not answered in time (0 on a clean
+ * drain). */
+int http_drain(http_server *s, long long timeout_ms);
+
+/* Closes every connection and frees the server. Call http_drain first. */
 void http_stop(http_server *s);
 
 #endif

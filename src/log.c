@@ -12,6 +12,21 @@ static enum conf_log_format log_format = LOG_FORMAT_JSON;
 
 static const char *level_names[] = {"error", "warn", "info", "debug"};
 
+bool log_allow(log_limit *l, uint64_t now_us, unsigned long long *suppressed)
+{
+    pthread_mutex_lock(&l->mu);
+    bool ok = now_us >= l->next_us;
+    if (ok) {
+        *suppressed = l->suppressed;
+        l->suppressed = 0;
+        l->next_us = now_us + LOG_LIMIT_INTERVAL_US;
+    } else {
+        l->suppressed++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
 void log_init(enum conf_log_level level, enum conf_log_format format)
 {
     log_level = level;

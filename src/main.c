@@ -20,6 +20,7 @@
 #include "redlock.h"
 
 #define SHUTDOWN_DRAIN_MS 10000
+#define SHUTDOWN_SEND_MS 3000      /* answers to reach their connections */
 #define SETUP_WAIT_MS 10000       /* --setup-cluster waits this long for every master */
 
 static const char *env_lookup(const char *name) { return getenv(name); }
@@ -149,7 +150,7 @@ int main(int argc, char **argv)
     if (cfg.setup_cluster)
         return setup_cluster(&cfg, pool, quarantine_us, m);
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify,
-                    cfg.quarantine, cfg.fence_keep_ms};
+                    cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters};
     rl_engine *engine = pool ? rl_engine_new(&rc, pool, m) : NULL;
     /* Quarantine off (--quarantine off) skips the guard and every marker. */
     marker_check *mc = engine && cfg.quarantine
@@ -178,14 +179,20 @@ int main(int argc, char **argv)
     sigwait(&sigs, &sig);
     log_event(LOG_LEVEL_INFO, "stopping", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
 
+    /* Stop accepting; waiting acquires answer 409 at once; every answer
+     * reaches its connection before any connection closes; grants whose
+     * answer could not be delivered are released before the masters go. */
     http_quiesce(http);
     int left = rl_engine_drain(engine, SHUTDOWN_DRAIN_MS);
-    if (left) {
-        char n[16];
+    int unsent = http_drain(http, SHUTDOWN_SEND_MS);
+    if (left || unsent) {
+        char n[16], u[16];
         snprintf(n, sizeof n, "%d", left);
-        log_event(LOG_LEVEL_WARN, "drain_incomplete", "inflight", n, NULL);
+        snprintf(u, sizeof u, "%d", unsent);
+        log_event(LOG_LEVEL_WARN, "drain_incomplete", "inflight", n, "unanswered", u, NULL);
     }
     http_stop(http);
+    rl_engine_sync(engine, SHUTDOWN_SEND_MS);
     mpool_stop(pool);
     rl_engine_free(engine);
     marker_check_free(mc);

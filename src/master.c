@@ -30,6 +30,15 @@ enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_CONFIG, REC_OBSERVE
                 REC_UNDO };
 
 #define MASTER_UNDO_MAX 4096    /* queued undo commands per master; the oldest go first */
+#define MASTER_CHAN_BUCKETS 4096 /* notice channels wanted (a power of two) */
+
+/* A notice channel some waiter wants, subscribed on every master. */
+struct chan {
+    struct chan *next;
+    int refs;
+    size_t len;
+    char name[];
+};
 
 struct mbatch {
     struct mbatch *next;        /* deadline FIFO or ready list */
@@ -138,9 +147,11 @@ struct mpool {
     struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
     struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
 
-    char *notice_channel;       /* NULL: no subscriptions */
+    char *notice_channel;       /* the notice prefix; NULL: no subscriptions */
+    size_t notice_prefix_len;
     mpool_notice_fn notice_fn;
     void *notice_arg;
+    struct chan *chans[MASTER_CHAN_BUCKETS]; /* channels wanted, refcounted; loop thread */
 
     struct timer *timers;       /* min-heap */
     bool timers_final;          /* the loop is ending: timers run to clean up */
@@ -674,7 +685,8 @@ oom:
 static void master_observed(mpool *p, struct master *m, const redisReply *rr)
 {
     if (rr->type == REDIS_REPLY_ARRAY && rr->elements == 2 &&
-        rr->element[0]->type == REDIS_REPLY_INTEGER && rr->element[1]->type == REDIS_REPLY_INTEGER) {
+        rr->element[0]->type == REDIS_REPLY_INTEGER && rr->element[1]->type == REDIS_REPLY_INTEGER &&
+        rr->element[0]->integer >= QMARK_MISSING && rr->element[0]->integer <= QMARK_READY) {
         mpool_note_marker(p, m->idx, (int)rr->element[0]->integer, rr->element[1]->integer);
         return;
     }
@@ -848,7 +860,21 @@ static void sub_connect(mpool *p, struct master *m, uint64_t now)
     m->sub_deadline_us = now + MASTER_HANDSHAKE_TIMEOUT_US;
 }
 
-/* The connect finished: AUTH if needed, then SUBSCRIBE, in one write. */
+/* Writes one command on m's subscription connection. -1 on failure. */
+static int sub_command(struct master *m, int argc, const char **argv, const size_t *lens)
+{
+    int done = 0;
+    if (redisAppendCommandArgv(m->sub, argc, argv, lens) != REDIS_OK)
+        return -1;
+    while (!done)
+        if (redisBufferWrite(m->sub, &done) != REDIS_OK)
+            return -1;
+    return 0;
+}
+
+/* The connect finished: AUTH if needed, then SUBSCRIBE to the prefix
+ * itself (no key is empty, so nothing is published there: its
+ * confirmation says the connection works) and to every channel wanted. */
 static void sub_start(mpool *p, struct master *m, uint64_t now)
 {
     if (connect_error(m->sub->fd)) {
@@ -861,17 +887,88 @@ static void sub_start(mpool *p, struct master *m, uint64_t now)
         size_t lens[] = {4, strlen(p->password)};
         redisAppendCommandArgv(m->sub, 2, argv, lens);
     }
-    const char *argv[] = {"SUBSCRIBE", p->notice_channel};
-    size_t lens[] = {9, strlen(p->notice_channel)};
-    int done = 0;
-    if (redisAppendCommandArgv(m->sub, 2, argv, lens) != REDIS_OK)
+    size_t nch = 1;
+    for (size_t b = 0; b < MASTER_CHAN_BUCKETS; b++)
+        for (struct chan *c = p->chans[b]; c; c = c->next)
+            nch++;
+    const char **argv = malloc((nch + 1) * sizeof *argv);
+    size_t *lens = malloc((nch + 1) * sizeof *lens);
+    if (!argv || !lens)
         goto fail;
-    while (!done)
-        if (redisBufferWrite(m->sub, &done) != REDIS_OK)
-            goto fail;
+    size_t a = 0;
+    argv[a] = "SUBSCRIBE";
+    lens[a++] = 9;
+    argv[a] = p->notice_channel;
+    lens[a++] = p->notice_prefix_len;
+    for (size_t b = 0; b < MASTER_CHAN_BUCKETS; b++)
+        for (struct chan *c = p->chans[b]; c; c = c->next) {
+            argv[a] = c->name;
+            lens[a++] = c->len;
+        }
+    if (sub_command(m, (int)a, argv, lens) < 0)
+        goto fail;
+    free(argv);
+    free(lens);
     return;
 fail:
+    free(argv);
+    free(lens);
     sub_fail(p, m, now);
+}
+
+static size_t chan_hash(const char *name, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+    return (size_t)(h & (MASTER_CHAN_BUCKETS - 1));
+}
+
+void mpool_notice_want(mpool *p, const char *channel, bool on)
+{
+    if (!p->notice_channel)
+        return;
+    size_t len = strlen(channel), b = chan_hash(channel, len);
+    struct chan **pp = &p->chans[b];
+    while (*pp && ((*pp)->len != len || memcmp((*pp)->name, channel, len)))
+        pp = &(*pp)->next;
+    struct chan *c = *pp;
+    if (on && c) {
+        c->refs++;
+        return;
+    }
+    if (!on && (!c || --c->refs > 0))
+        return;
+    if (on) {
+        c = malloc(sizeof *c + len + 1);
+        if (!c)
+            return;   /* no notices for it: its waiters fall back to timers */
+        c->refs = 1;
+        c->len = len;
+        memcpy(c->name, channel, len + 1);
+        c->next = p->chans[b];
+        p->chans[b] = c;
+    } else {
+        *pp = c->next;
+    }
+    const char *argv[] = {on ? "SUBSCRIBE" : "UNSUBSCRIBE", channel};
+    size_t lens[] = {on ? 9u : 11u, len};
+    uint64_t now = mpool_now_us();
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (m->sub && !m->sub_connecting && sub_command(m, 2, argv, lens) < 0)
+            sub_fail(p, m, now);
+    }
+    if (!on)
+        free(c);
+}
+
+bool mpool_notices_up(mpool *p)
+{
+    int up = 0;
+    for (int i = 0; i < p->n; i++)
+        up += atomic_load(&p->masters[i].subscribed);
+    return p->notice_channel && up >= p->n / 2 + 1;
 }
 
 static void sub_read(mpool *p, struct master *m, uint64_t now)
@@ -897,9 +994,17 @@ static void sub_read(mpool *p, struct master *m, uint64_t now)
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING) {
             const char *kind = r->element[0]->str;
-            if (!strcmp(kind, "subscribe")) {
+            const redisReply *ch = r->element[1];
+            if (!strcmp(kind, "subscribe") && ch->type == REDIS_REPLY_STRING &&
+                ch->len == p->notice_prefix_len) {
                 atomic_store(&m->subscribed, true);
                 m->sub_backoff_us = MASTER_BACKOFF_MIN_US;
+            } else if (!strcmp(kind, "subscribe") && ch->type == REDIS_REPLY_STRING &&
+                       ch->len > p->notice_prefix_len) {
+                /* Subscribed only now: a release just before was missed, so
+                 * its waiters try once as if noticed. */
+                p->notice_fn(p->notice_arg, ch->str + p->notice_prefix_len,
+                             ch->len - p->notice_prefix_len);
             } else if (!strcmp(kind, "message") && r->element[2]->type == REDIS_REPLY_STRING) {
                 p->notice_fn(p->notice_arg, r->element[2]->str, r->element[2]->len);
             }
@@ -914,6 +1019,7 @@ void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *a
 {
     free(p->notice_channel);
     p->notice_channel = channel ? strdup(channel) : NULL;
+    p->notice_prefix_len = channel ? strlen(channel) : 0;
     p->notice_fn = fn;
     p->notice_arg = arg;
 }
@@ -1384,6 +1490,12 @@ void mpool_free(mpool *p)
         close(p->wake_fd);
     free(p->timers);
     free(p->notice_channel);
+    for (size_t b = 0; b < MASTER_CHAN_BUCKETS; b++)
+        while (p->chans[b]) {
+            struct chan *c = p->chans[b];
+            p->chans[b] = c->next;
+            free(c);
+        }
     for (int i = 0; i < p->n; i++) {
         struct undo *u = p->masters[i].undo_head;
         while (u) {

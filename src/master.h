@@ -155,12 +155,20 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
 
 
 /* Release notices (Redis pub/sub). Call before mpool_start. The pool keeps a
- * second connection per master subscribed to channel and calls
- * fn(arg, message, len) on the loop thread for every message from any
- * master. A lost subscription is re-established with backoff; meanwhile
+ * second connection per master, subscribed to channel (a prefix) and to the
+ * channels wanted, and calls fn(arg, message, len) on the loop thread for
+ * every message from any master. A lost subscription is re-established with backoff; meanwhile
  * nothing arrives, so users must not rely on notices alone. */
 typedef void (*mpool_notice_fn)(void *arg, const char *msg, size_t len);
 void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *arg);
+/* Loop thread. Per-name notices: channel starts with the prefix given to
+ * mpool_set_notice. Wanted channels are refcounted and subscribed on every
+ * master (again after a reconnect). When a subscription is confirmed, fn is
+ * called once with the channel's suffix, as if a notice came: whatever was
+ * released before it is not missed. */
+void mpool_notice_want(mpool *p, const char *channel, bool on);
+/* True while a majority of masters' subscription connections work. */
+bool mpool_notices_up(mpool *p);
 
 /* Restart quarantine's markers (marker.h). Call before mpool_start. fn(arg,
  * i) runs on the loop thread, from a timer, when master i answered without a

@@ -34,6 +34,10 @@ static const struct {
     {"redlockd_fence_raises_total", "Grants that raised fence counters on masters before answering."},
     {"redlockd_acquire_retries_total", "Retries of waiting acquires."},
     {"redlockd_handoff_wakeups_total", "Waiting acquires woken at once by a release, here or on another instance."},
+    {"redlockd_cancelled_total", "Requests whose client went away before the answer (no grant kept)."},
+    {"redlockd_abandoned_grants_total", "Grants released at once because their answer could not be delivered."},
+    {"redlockd_waiters_refused_total", "Acquires answered 429 because --max-waiters acquires were waiting."},
+    {"redlockd_request_timeouts_total", "Connections closed because a request was not complete within --request-timeout-ms."},
 };
 
 struct metrics {

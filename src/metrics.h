@@ -34,6 +34,10 @@ enum metrics_counter {
     METRICS_FENCE_RAISES,      /* grants that had to raise fence counters first */
     METRICS_ACQUIRE_RETRIES,   /* retries inside wait_ms */
     METRICS_HANDOFF_WAKES,     /* waiters woken by a release (here or a notice) */
+    METRICS_CANCELLED,         /* requests whose caller went away before the answer */
+    METRICS_ABANDONED_GRANTS,  /* grants released because they could not be delivered */
+    METRICS_WAITERS_REFUSED,   /* acquires refused for --max-waiters */
+    METRICS_REQUEST_TIMEOUTS,  /* connections closed for --request-timeout-ms */
     METRICS_COUNTER_COUNT
 };
 

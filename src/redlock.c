@@ -24,6 +24,23 @@
 #include "scripts.h"
 
 #define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
+#define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
+#define RL_WTAB_SIZE 4096            /* buckets of the waiter index (a power of two) */
+#define RL_WAKE_MARGIN_US 1000       /* past the holder's remaining time */
+
+/* The waiters of one name: those asleep in arrival order, and how many
+ * are trying now. notice_seq counts release notices, so that a try that
+ * overlapped one retries at once. */
+struct wname {
+    struct wname *next;          /* bucket chain */
+    struct rl_task *head, *tail; /* asleep, oldest first */
+    int trying;
+    int members;                 /* asleep + trying */
+    unsigned notice_seq;
+    bool subscribed;             /* its notice channel is wanted */
+    size_t len;
+    char key[];
+};
 
 struct rl_engine {
     mpool *pool;
@@ -39,7 +56,14 @@ struct rl_engine {
     atomic_bool draining;        /* waiting acquires answer at once */
     bool closed;                 /* under lock: no new requests */
 
-    struct rl_task *waiting, *waiting_tail; /* acquires waiting for a held lock; loop thread */
+    /* Acquires that wait for a held lock, indexed by key: a notice or a
+     * timer finds the waiters of its name in O(1). Loop thread only. */
+    struct wname *wtab[RL_WTAB_SIZE];
+    int nsleeping;               /* waiters asleep now, bounded by max_waiters */
+    struct rl_task *all;         /* every live task, freed by rl_engine_free at the end */
+    pthread_mutex_t sync_lock;   /* rl_engine_sync's barrier */
+    pthread_cond_t sync_cond;
+    unsigned sync_seen;
     uint64_t next_quorum_log_us;   /* loop thread */
     unsigned long long quorum_log_suppressed;
 };
@@ -51,19 +75,23 @@ typedef struct rl_task {
     void *arg;
     rl_result res;
     bool answered;
-    bool sleeping;               /* waiting for a retry (timer or release notice) */
-    bool in_waitlist;            /* in e->waiting: refused once, wait not over */
+    bool caller_ref;             /* the caller holds the handle (until rl_finish) */
+    bool cancelled;              /* the caller is gone: answer without a grant */
+    bool sleeping;               /* asleep in wn's list (timer or release notice) */
     unsigned gen;                /* bumped on every wake: older timers are stale */
-    bool noticed;                /* a release of this name was seen during the try */
+    unsigned seen_seq;           /* wn->notice_seq when the current try began */
     int armed;                   /* timers pointing at this task */
     uint64_t arrival_us;         /* FIFO order among waiters of one name */
-    struct rl_task *wprev, *wnext; /* in e->waiting */
+    struct wname *wn;            /* its name's waiters, while it waits */
+    struct rl_task *wprev, *wnext; /* in wn's sleeping list */
+    struct rl_task *aprev, *anext; /* in e->all */
 
     char key[RL_KEY_MAX];
     char fence_key[RL_KEY_MAX];
     char value[MREPLY_STR_MAX + 1]; /* acquire: what SET stores, unique to this grant */
     char ttl_str[24];
     char keep_str[24];           /* fence_keep_ms */
+    char channel[RL_CHANNEL_MAX]; /* release notices of this name; "" without notices */
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
     uint32_t yes_mask;           /* acquire: masters that granted this attempt */
@@ -84,7 +112,21 @@ static double rng_next(rl_engine *e)
 
 static uint32_t all_mask(const rl_engine *e) { return e->n >= 32 ? ~0u : (1u << e->n) - 1u; }
 
-static void op_free(rl_task *op) { free(op); }
+/* Frees op once nothing points at it: answered, no timer armed, and the
+ * caller has let go of its handle. */
+static void op_maybe_free(rl_task *op)
+{
+    if (!op->answered || op->armed || op->caller_ref)
+        return;
+    rl_engine *e = op->e;
+    if (op->aprev)
+        op->aprev->anext = op->anext;
+    else
+        e->all = op->anext;
+    if (op->anext)
+        op->anext->aprev = op->aprev;
+    free(op);
+}
 
 /* A reply that counts as a vote: an answer with at least min_ints integers
  * from a master outside restart quarantine. A quarantined master may have
@@ -125,6 +167,8 @@ static void count_outcome(rl_task *op)
         break;
     case RL_LOCKED: metrics_count(m, METRICS_CONFLICTS); break;
     case RL_NOT_HELD: metrics_count(m, METRICS_NOT_HELD); break;
+    case RL_CANCELLED: metrics_count(m, METRICS_CANCELLED); break;
+    case RL_TOO_MANY_WAITERS: metrics_count(m, METRICS_WAITERS_REFUSED); break;
     case RL_NO_QUORUM:
         metrics_count(m, METRICS_NO_QUORUM);
         log_no_quorum(op->e, op->res.masters_ok);
@@ -133,15 +177,14 @@ static void count_outcome(rl_task *op)
     }
 }
 
-static void waiting_remove(rl_task *op);
+static void wait_leave(rl_task *op);
 
-/* Reports op->res to the caller, once. The op is freed unless a timer still
- * points at it (it is freed when that fires). */
+/* Reports op->res to the caller, once. The op is freed once no timer
+ * points at it and the caller let go of it (rl_finish). */
 static void op_answer(rl_task *op)
 {
-    if (op->in_waitlist)
-        waiting_remove(op);
-    op->sleeping = false;
+    if (op->wn)
+        wait_leave(op);
     rl_engine *e = op->e;
     if (!op->answered) {
         op->answered = true;
@@ -153,8 +196,7 @@ static void op_answer(rl_task *op)
             pthread_cond_broadcast(&e->idle);
         pthread_mutex_unlock(&e->lock);
     }
-    if (op->armed == 0)
-        op_free(op);
+    op_maybe_free(op);
 }
 
 static void op_no_quorum(rl_task *op, int answered)
@@ -194,62 +236,123 @@ static void release_unwatched(rl_task *op, uint32_t mask, const char *value)
 
 static void acquire_attempt(rl_task *op);
 
-static void waiting_remove(rl_task *op)
+/* ---- the waiter index ---- */
+
+static size_t key_hash(const char *key, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    return (size_t)(h & (RL_WTAB_SIZE - 1));
+}
+
+static struct wname *wname_find(rl_engine *e, const char *key, size_t len)
+{
+    for (struct wname *w = e->wtab[key_hash(key, len)]; w; w = w->next)
+        if (w->len == len && !memcmp(w->key, key, len))
+            return w;
+    return NULL;
+}
+
+/* op starts waiting for its name (trying now). NULL when out of memory. */
+static struct wname *wait_join(rl_task *op)
 {
     rl_engine *e = op->e;
+    size_t len = strlen(op->key);
+    struct wname *w = wname_find(e, op->key, len);
+    if (!w) {
+        w = calloc(1, sizeof *w + len + 1);
+        if (!w)
+            return NULL;
+        memcpy(w->key, op->key, len + 1);
+        w->len = len;
+        size_t h = key_hash(op->key, len);
+        w->next = e->wtab[h];
+        e->wtab[h] = w;
+    }
+    w->members++;
+    w->trying++;
+    op->wn = w;
+    op->seen_seq = w->notice_seq;
+    return w;
+}
+
+static void sleepers_unlink(rl_task *op)
+{
+    struct wname *w = op->wn;
     if (op->wprev)
         op->wprev->wnext = op->wnext;
     else
-        e->waiting = op->wnext;
+        w->head = op->wnext;
     if (op->wnext)
         op->wnext->wprev = op->wprev;
     else
-        e->waiting_tail = op->wprev;
+        w->tail = op->wprev;
     op->wprev = op->wnext = NULL;
-    op->in_waitlist = false;
+    op->sleeping = false;
+    op->e->nsleeping--;
 }
 
-static void waiting_append(rl_task *op)
+/* Puts op (trying) to sleep in arrival order: usually at the tail, or near
+ * the head for an old waiter woken and refused again. */
+static void sleepers_insert(rl_task *op)
 {
-    rl_engine *e = op->e;
-    op->wnext = NULL;
-    op->wprev = e->waiting_tail;
-    if (e->waiting_tail)
-        e->waiting_tail->wnext = op;
+    struct wname *w = op->wn;
+    rl_task *after = w->tail;
+    while (after && after->arrival_us > op->arrival_us)
+        after = after->wprev;
+    op->wprev = after;
+    op->wnext = after ? after->wnext : w->head;
+    if (op->wnext)
+        op->wnext->wprev = op;
     else
-        e->waiting = op;
-    e->waiting_tail = op;
-    op->in_waitlist = true;
+        w->tail = op;
+    if (after)
+        after->wnext = op;
+    else
+        w->head = op;
+    w->trying--;
+    op->sleeping = true;
+    op->e->nsleeping++;
+    if (!w->subscribed && op->e->cfg.notify) {
+        /* Notices of this name now matter: subscribe (the subscription's
+         * confirmation wakes the oldest sleeper once, so a release in
+         * between is not missed). */
+        w->subscribed = true;
+        mpool_notice_want(op->e->pool, op->channel, true);
+    }
+}
+
+/* op stops waiting (answered): frees its name's entry when it was the last. */
+static void wait_leave(rl_task *op)
+{
+    struct wname *w = op->wn;
+    rl_engine *e = op->e;
+    if (op->sleeping)
+        sleepers_unlink(op);
+    else
+        w->trying--;
+    op->wn = NULL;
+    if (--w->members > 0)
+        return;
+    if (w->subscribed)
+        mpool_notice_want(e->pool, op->channel, false);
+    struct wname **pp = &e->wtab[key_hash(w->key, w->len)];
+    while (*pp != w)
+        pp = &(*pp)->next;
+    *pp = w->next;
+    free(w);
 }
 
 /* Ends op's sleep and tries again at once. */
 static void acquire_wake_now(rl_task *op)
 {
-    op->sleeping = false;
+    sleepers_unlink(op);
+    op->wn->trying++;
+    op->seen_seq = op->wn->notice_seq;
     op->gen++;
     metrics_count(op->e->m, METRICS_ACQUIRE_RETRIES);
     acquire_attempt(op);
-}
-
-/* The oldest sleeping waiter for key (len bytes) that arrived before
- * before_us, or NULL. Marks waiters of key that are trying now as noticed
- * when notice is set, and tells whether there was one in *trying. */
-static rl_task *oldest_sleeper(rl_engine *e, const char *key, size_t len, uint64_t before_us,
-                               bool notice, bool *trying)
-{
-    rl_task *best = NULL;
-    *trying = false;
-    for (rl_task *w = e->waiting; w; w = w->wnext) {
-        if (strlen(w->key) != len || memcmp(w->key, key, len))
-            continue;
-        if (!w->sleeping) {
-            w->noticed |= notice;   /* if its try is refused, it tries again at once */
-            *trying = true;
-        } else if (w->arrival_us < before_us && (!best || w->arrival_us < best->arrival_us)) {
-            best = w;
-        }
-    }
-    return best;
 }
 
 struct wake {
@@ -257,7 +360,7 @@ struct wake {
     unsigned gen;
 };
 
-static void acquire_sleep(rl_task *op, long long delay_ms);
+static void acquire_sleep(rl_task *op);
 
 static void acquire_timer(void *arg)
 {
@@ -267,41 +370,56 @@ static void acquire_timer(void *arg)
     free(w);
     op->armed--;
     if (op->answered || mpool_is_stopping(op->e->pool)) {
-        /* Answered while asleep (a drain), or the loop is ending: only free.
-         * An unanswered task here outlived the drain's time limit; its
-         * connection is gone with the HTTP server. */
-        if (op->armed == 0 && (op->answered || op->sleeping)) {
-            if (op->in_waitlist)
-                waiting_remove(op);
-            op_free(op);
-        }
+        /* Answered while asleep (a drain, a cancel), or the loop is ending:
+         * nothing to do but let go. */
+        if (!op->answered && op->wn)
+            wait_leave(op);
+        if (!op->answered && mpool_is_stopping(op->e->pool))
+            op->answered = true;   /* the caller is gone with the HTTP server */
+        op_maybe_free(op);
         return;
     }
     if (gen != op->gen || !op->sleeping)
         return;                  /* woken earlier by a release notice */
-    /* Waiters of one name go in arrival order: an older one sleeping takes
-     * this turn, and this one sleeps another delay. */
-    bool trying;
-    rl_task *older = oldest_sleeper(op->e, op->key, strlen(op->key), op->arrival_us, false, &trying);
-    if (older) {
-        acquire_wake_now(older);
-        acquire_sleep(op, -1);
+    if (mpool_now_us() >= op->wait_deadline_us) {
+        op_answer(op);           /* its own wait_ms is over: 409, on time */
+        return;
+    }
+    /* The holder's time ran out (or the fallback delay passed). Waiters of
+     * one name go in arrival order: an older one asleep takes this turn and
+     * this one sleeps on; with one of them trying, it sees the result. */
+    struct wname *wn = op->wn;
+    if (wn->trying > 0 || wn->head != op) {
+        if (wn->trying == 0)
+            acquire_wake_now(wn->head);
+        op->res.retry_after_ms = 0;   /* the holder's time is not known now */
+        sleepers_unlink(op);
+        wn->trying++;
+        acquire_sleep(op);
         return;
     }
     acquire_wake_now(op);
 }
 
-/* Sleeps before the next try: delay_ms, or the random retry delay when < 0. */
-static void acquire_sleep(rl_task *op, long long delay_ms)
+/* op (trying, a member of its name's waiters) sleeps before the next try:
+ * with release notices up, until the notice or the holder's remaining time
+ * runs out; without, a random retry delay. Never past its own deadline. */
+static void acquire_sleep(rl_task *op)
 {
     rl_engine *e = op->e;
     uint64_t now = mpool_now_us();
-    long long left_ms = (long long)((op->wait_deadline_us - now + 999) / 1000);
-    if (delay_ms < 0)
-        delay_ms = quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e), op->res.retry_after_ms,
-                                         left_ms);
+    uint64_t left_us = op->wait_deadline_us > now ? op->wait_deadline_us - now : 0;
+    uint64_t delay_us;
+    if (e->cfg.notify && op->res.retry_after_ms > 0 && mpool_notices_up(e->pool))
+        delay_us = (uint64_t)op->res.retry_after_ms * 1000ULL + RL_WAKE_MARGIN_US;
+    else
+        delay_us = (uint64_t)quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e),
+                                                   op->res.retry_after_ms,
+                                                   (long long)((left_us + 999) / 1000)) * 1000ULL;
+    if (delay_us > left_us)
+        delay_us = left_us;
     struct wake *w = malloc(sizeof *w);
-    if (!w || mpool_after(e->pool, (uint64_t)delay_ms * 1000ULL, acquire_timer, w) < 0) {
+    if (!w || mpool_after(e->pool, delay_us, acquire_timer, w) < 0) {
         free(w);
         op_answer(op);
         return;
@@ -309,40 +427,52 @@ static void acquire_sleep(rl_task *op, long long delay_ms)
     w->op = op;
     w->gen = op->gen;
     op->armed++;
-    op->sleeping = true;
-    if (!op->in_waitlist)
-        waiting_append(op);
+    sleepers_insert(op);
 }
 
-/* The attempt failed with a majority answering: retry within wait_ms, else
+/* The attempt failed with a majority answering: wait within wait_ms, else
  * answer 409 locked. */
 static void acquire_refused(rl_task *op)
 {
     rl_engine *e = op->e;
-    op->res.outcome = RL_LOCKED;
+    op->res.outcome = op->cancelled ? RL_CANCELLED : RL_LOCKED;
     uint64_t now = mpool_now_us();
-    if (now >= op->wait_deadline_us || atomic_load(&e->draining)) {
+    if (op->cancelled || now >= op->wait_deadline_us || atomic_load(&e->draining)) {
         op_answer(op);
         return;
     }
-    if (op->noticed) {   /* released while we tried: the try may have come first */
+    if (!op->wn && !wait_join(op)) {
+        op_answer(op);
+        return;
+    }
+    if (op->seen_seq != op->wn->notice_seq) {
+        /* Released while we tried: the try may have come first. */
+        op->seen_seq = op->wn->notice_seq;
         metrics_count(e->m, METRICS_ACQUIRE_RETRIES);
         acquire_attempt(op);
         return;
     }
-    acquire_sleep(op, -1);
+    if (e->nsleeping >= e->cfg.max_waiters) {
+        op->res.outcome = RL_TOO_MANY_WAITERS;
+        op_answer(op);
+        return;
+    }
+    acquire_sleep(op);
 }
 
 /* A lock was released (here, or on another instance: a notice from a
- * master). The oldest waiter for it tries at once, unless one of its waiters
- * is trying already (it will see the result). Loop thread. */
+ * master), or its notices just became subscribed. The oldest waiter asleep
+ * tries at once, unless one of its waiters is trying already (it sees the
+ * notice when its try ends). Loop thread. */
 static void on_released(rl_engine *e, const char *key, size_t len)
 {
-    bool trying;
-    rl_task *oldest = oldest_sleeper(e, key, len, UINT64_MAX, true, &trying);
-    if (oldest && !trying) {
+    struct wname *w = wname_find(e, key, len);
+    if (!w)
+        return;
+    w->notice_seq++;
+    if (w->trying == 0 && w->head) {
         metrics_count(e->m, METRICS_HANDOFF_WAKES);
-        acquire_wake_now(oldest);
+        acquire_wake_now(w->head);
     }
 }
 
@@ -389,6 +519,14 @@ static void acquire_lapsed(rl_task *op)
 static void acquire_grant(rl_task *op)
 {
     rl_engine *e = op->e;
+    if (op->cancelled) {
+        /* Nobody will receive this grant: release it on every master. */
+        metrics_count(e->m, METRICS_ABANDONED_GRANTS);
+        release_unwatched(op, all_mask(e), op->value);
+        op->res.outcome = RL_CANCELLED;
+        op_answer(op);
+        return;
+    }
     long long elapsed_us = (long long)(mpool_now_us() - op->start_us);
     long long validity = quorum_validity_ms(op->req.ttl_ms, elapsed_us, e->cfg.drift_factor);
     if (validity <= 0) {
@@ -505,7 +643,6 @@ static void acquire_voted(void *arg, const master_reply *replies)
 
 static void acquire_attempt(rl_task *op)
 {
-    op->noticed = false;
     op->start_us = mpool_now_us();   /* step 1 */
     const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, op->ttl_str,
                           op->keep_str, guard_arg(op->e)};
@@ -645,6 +782,12 @@ static void op_start(void *arg)
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->keep_str, sizeof op->keep_str, "%lld", e->cfg.fence_keep_ms);
+    if (e->cfg.notify)
+        snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
+    op->anext = e->all;
+    if (e->all)
+        e->all->aprev = op;
+    e->all = op;
     op->start_us = mpool_now_us();
 
     switch (op->req.op) {
@@ -671,13 +814,12 @@ static void op_start(void *arg)
         return;
     }
     case RL_RELEASE: {
-        /* The release script publishes a notice where it deleted, which
-         * wakes waiters on every redlockd using these masters. */
+        /* The release script publishes a notice on the name's channel where
+         * it deleted: only instances with waiters for it are subscribed. */
         /* A caller's token releases whichever grant of it holds (a Dapr
          * lockOwner is stored with a suffix); a later replay on a master
          * that missed it matches only the exact value (scripts.h). */
-        const char *args[] = {op->key, op->fence_key, op->req.token, "~", op->keep_str,
-                              e->cfg.notify ? SCRIPT_NOTICE_CHANNEL : ""};
+        const char *args[] = {op->key, op->fence_key, op->req.token, "~", op->keep_str, op->channel};
         eval(op, &script_release, all_mask(e), 2, 6, args, release_voted);
         return;
     }
@@ -705,12 +847,14 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
+    pthread_mutex_init(&e->sync_lock, NULL);
+    pthread_cond_init(&e->sync_cond, NULL);
     if (cfg->notify)
-        mpool_set_notice(pool, SCRIPT_NOTICE_CHANNEL, on_notice, e);
+        mpool_set_notice(pool, SCRIPT_NOTICE_PREFIX, on_notice, e);
     return e;
 }
 
-int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
+int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, rl_handle **handle)
 {
     rl_task *op = calloc(1, sizeof *op);
     if (!op)
@@ -719,6 +863,7 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
     op->req = *req;
     op->done = done;
     op->arg = arg;
+    op->caller_ref = handle != NULL;
     pthread_mutex_lock(&e->lock);
     if (e->closed) {
         pthread_mutex_unlock(&e->lock);
@@ -727,15 +872,112 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
     }
     e->inflight++;
     pthread_mutex_unlock(&e->lock);
+    if (handle)
+        *handle = op;
     if (mpool_post(e->pool, op_start, op) < 0) {
         pthread_mutex_lock(&e->lock);
         if (--e->inflight == 0)
             pthread_cond_broadcast(&e->idle);
         pthread_mutex_unlock(&e->lock);
         free(op);
+        if (handle)
+            *handle = NULL;
         return -1;
     }
     return 0;
+}
+
+static void cancel_job(void *arg)
+{
+    rl_task *op = arg;
+    if (op->answered)
+        return;
+    op->cancelled = true;
+    if (op->sleeping) {
+        op->gen++;
+        op->res.outcome = RL_CANCELLED;
+        op_answer(op);
+    }
+    /* Trying now: the try's end answers RL_CANCELLED, releasing a grant. */
+}
+
+void rl_cancel(rl_engine *e, rl_handle *h)
+{
+    if (h)
+        mpool_post(e->pool, cancel_job, h);
+}
+
+struct finish {
+    rl_task *op;
+    bool delivered;
+};
+
+static void finish_job(void *arg)
+{
+    struct finish *f = arg;
+    rl_task *op = f->op;
+    if (!f->delivered && op->answered && op->req.op == RL_ACQUIRE && op->res.outcome == RL_OK) {
+        /* The grant never reached its caller: release it on every master,
+         * so that no lock stays held that nobody knows the token of. */
+        metrics_count(op->e->m, METRICS_ABANDONED_GRANTS);
+        release_unwatched(op, all_mask(op->e), op->value);
+    }
+    if (!op->answered)
+        op->cancelled = true;
+    op->caller_ref = false;
+    free(f);
+    op_maybe_free(op);
+}
+
+void rl_finish(rl_engine *e, rl_handle *h, bool delivered)
+{
+    if (!h)
+        return;
+    struct finish *f = malloc(sizeof *f);
+    if (f) {
+        f->op = h;
+        f->delivered = delivered;
+    }
+    if (!f || mpool_post(e->pool, finish_job, f) < 0)
+        free(f);   /* the loop is gone (or no memory): rl_engine_free frees the task */
+}
+
+static void sync_job(void *arg)
+{
+    rl_engine *e = arg;
+    pthread_mutex_lock(&e->sync_lock);
+    e->sync_seen++;
+    pthread_cond_broadcast(&e->sync_cond);
+    pthread_mutex_unlock(&e->sync_lock);
+}
+
+void rl_engine_sync(rl_engine *e, long long timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    /* Two barriers: the first runs after every job posted before it; the
+     * second after the loop's next write to the masters. */
+    for (int round = 0; round < 2; round++) {
+        pthread_mutex_lock(&e->sync_lock);
+        unsigned want = e->sync_seen + 1;
+        pthread_mutex_unlock(&e->sync_lock);
+        if (mpool_post(e->pool, sync_job, e) < 0)
+            return;
+        pthread_mutex_lock(&e->sync_lock);
+        while (e->sync_seen < want)
+            if (pthread_cond_timedwait(&e->sync_cond, &e->sync_lock, &until) != 0)
+                break;
+        bool late = e->sync_seen < want;
+        pthread_mutex_unlock(&e->sync_lock);
+        if (late)
+            return;
+    }
 }
 
 /* On the loop thread: every sleeping acquire answers with its last outcome;
@@ -743,14 +985,21 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg)
 static void drain_waiting(void *arg)
 {
     rl_engine *e = arg;
-    rl_task *w = e->waiting;
-    while (w) {
-        rl_task *next = w->wnext;
-        if (w->sleeping) {
-            w->gen++;
-            op_answer(w);   /* stays allocated until its timer fires */
+    for (size_t b = 0; b < RL_WTAB_SIZE; b++) {
+        struct wname *w = e->wtab[b];
+        while (w) {
+            struct wname *next = w->next;   /* w may be freed below */
+            while (w->head) {
+                rl_task *op = w->head;
+                op->gen++;
+                if (op->wn->members == 1) {   /* the last: w goes now */
+                    op_answer(op);            /* stays allocated until its timer fires */
+                    break;
+                }
+                op_answer(op);
+            }
+            w = next;
         }
-        w = next;
     }
 }
 
@@ -780,6 +1029,20 @@ void rl_engine_free(rl_engine *e)
 {
     if (!e)
         return;
+    /* The loop has stopped: whatever is left is freed here. */
+    while (e->all) {
+        rl_task *op = e->all;
+        e->all = op->anext;
+        free(op);
+    }
+    for (size_t b = 0; b < RL_WTAB_SIZE; b++)
+        while (e->wtab[b]) {
+            struct wname *w = e->wtab[b];
+            e->wtab[b] = w->next;
+            free(w);
+        }
+    pthread_cond_destroy(&e->sync_cond);
+    pthread_mutex_destroy(&e->sync_lock);
     pthread_cond_destroy(&e->idle);
     pthread_mutex_destroy(&e->lock);
     free(e);

@@ -30,6 +30,8 @@ enum rl_outcome {
     RL_NO_QUORUM,   /* fewer than a majority of masters answered in time */
     RL_INTERNAL,    /* out of memory, no randomness: never a safety question */
     RL_SHUTTING_DOWN, /* the service is stopping and takes no new work */
+    RL_CANCELLED,   /* the caller went away (rl_cancel): no grant was kept */
+    RL_TOO_MANY_WAITERS, /* acquire: the wait would exceed max_waiters */
 };
 
 enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
@@ -75,17 +77,38 @@ typedef struct rl_config {
     bool notify;               /* publish release notices and subscribe to them */
     bool guard;                /* vote scripts check the cluster marker (quarantine) */
     long long fence_keep_ms;   /* a fence counter outlives its lock by this much */
+    int max_waiters;           /* acquires asleep at once; more answer RL_TOO_MANY_WAITERS */
 } rl_config;
 
 /* Creates an engine over a started master pool (not owned). cfg is copied. */
 rl_engine *rl_engine_new(const rl_config *cfg, struct mpool *pool, struct metrics *m);
 
+/* A submitted request, as its caller holds it until rl_finish. */
+typedef struct rl_task rl_handle;
+
 /* Queues req (copied) and returns at once; done(arg, result) follows on the
  * engine's thread. Returns 0, or -1 once the engine has drained or on OOM
  * (done is then never called). Requests submitted while it drains are
  * served, but an acquire does not wait for a held lock then. Safe from any
- * thread. */
-int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg);
+ * thread. With handle set, *handle names the request until the caller
+ * passes it to rl_finish (exactly once, after done was called or when the
+ * caller gives up); with handle NULL nothing needs finishing. */
+int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, rl_handle **handle);
+
+/* Any thread, before rl_finish: the caller has gone. A waiting acquire stops
+ * waiting and answers RL_CANCELLED at once; one trying now answers so when
+ * its try ends, releasing what it won. Done is still called exactly once. */
+void rl_cancel(rl_engine *e, rl_handle *h);
+
+/* Any thread, once per handle: the caller lets go. delivered false means the
+ * answer never reached the caller: a grant it carried is released on every
+ * master at once. */
+void rl_finish(rl_engine *e, rl_handle *h, bool delivered);
+
+/* Waits (up to timeout_ms) until every job posted to the engine before the
+ * call has run and its commands went out to the masters. For shutdown:
+ * releases of undelivered grants leave before the pool stops. */
+void rl_engine_sync(rl_engine *e, long long timeout_ms);
 
 /* Makes every waiting acquire answer now with its last outcome, and later
  * ones answer without waiting; returns once no request is in flight, or after

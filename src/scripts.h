@@ -39,7 +39,10 @@
 
 #define SCRIPT_FENCE_SUFFIX "#fence"
 #define SCRIPT_MARKER_KEY "redlockd#marker"
-#define SCRIPT_NOTICE_CHANNEL "redlockd:released"
+/* A release publishes the key on SCRIPT_NOTICE_PREFIX + key: only instances
+ * with waiters for that name subscribe, so a release nobody waits for
+ * reaches no instance. */
+#define SCRIPT_NOTICE_PREFIX "redlockd:released:"
 /* The guard's answers (first integer of the reply). */
 #define SCRIPT_NOT_SET_UP (-100)
 #define SCRIPT_QUARANTINED (-101)
