@@ -52,15 +52,19 @@ READY_DEADLINE_S = 90    # compose up to five masters up in /readyz
 steps = []               # (name, seconds, note)
 extra_containers = []    # containers started by name outside compose
 compose_started = False
+detached_teardown = False  # set when a signal handed the teardown to a detached process
 
 
 class Fail(Exception):
     pass
 
 
+class Cannot(Exception):
+    """This machine cannot run containers at all: one line, and a failure."""
+
+
 def cannot(reason):
-    print("containers: FAIL: cannot run containers on this machine: " + reason, flush=True)
-    sys.exit(1)
+    raise Cannot(reason)
 
 
 def tail(text, n=25):
@@ -471,39 +475,61 @@ def stop(r, s):
 
 # ---------------------------------------------------------------- teardown
 
-def teardown():
+def mine(name, project):
+    return name.startswith(project + "_") or name.startswith(project + "-")
+
+
+def teardown(project=None, compose=True):
+    """Removes everything a run made: compose down -v, then whatever it
+    missed (containers, pods, volumes, networks named after the project)."""
+    project = project or PROJECT
     errors = []
-    if compose_started:
-        st, out, err = run(["podman-compose", "-p", PROJECT, "-f", COMPOSE, "down", "-v", "-t", "5"], 180,
+    if compose:
+        st, out, err = run(["podman-compose", "-p", project, "-f", COMPOSE, "down", "-v", "-t", "5"], 180,
                            check=False)
         if st != 0:
             errors.append("podman-compose down: " + tail(err, 3))
-    for c in extra_containers:
-        run(["podman", "rm", "-f", "-t", "2", c], 60, check=False)
-    # Whatever compose down missed: containers, pods, volumes, networks of this project.
-    _, out, _ = run(["podman", "ps", "-a", "-q", "--filter", f"label=io.podman.compose.project={PROJECT}"],
-                    30, check=False)
+    _, out, _ = run(["podman", "ps", "-a", "--format", "{{.Names}}"], 30, check=False)
     for c in out.split():
-        run(["podman", "rm", "-f", "-t", "2", c], 60, check=False)
-    _, out, _ = run(["podman", "pod", "ls", "-q", "--filter", f"name={PROJECT}"], 30, check=False)
+        if mine(c, project):
+            run(["podman", "rm", "-f", "-t", "2", c], 60, check=False)
+    _, out, _ = run(["podman", "pod", "ls", "--format", "{{.Name}}"], 30, check=False)
     for p in out.split():
-        run(["podman", "pod", "rm", "-f", p], 60, check=False)
-    _, out, _ = run(["podman", "volume", "ls", "--format", "{{.Name}}"], 30, check=False)
-    for v in out.split():
-        if v.startswith(PROJECT + "_"):
-            run(["podman", "volume", "rm", "-f", v], 60, check=False)
-    _, out, _ = run(["podman", "network", "ls", "--format", "{{.Name}}"], 30, check=False)
-    for n in out.split():
-        if n.startswith(PROJECT + "_"):
-            run(["podman", "network", "rm", "-f", n], 60, check=False)
+        if mine(p, project) or p == "pod_" + project:
+            run(["podman", "pod", "rm", "-f", p], 60, check=False)
+    for kind in ("volume", "network"):
+        _, out, _ = run(["podman", kind, "ls", "--format", "{{.Name}}"], 30, check=False)
+        for v in out.split():
+            if mine(v, project):
+                run(["podman", kind, "rm", "-f", v], 60, check=False)
     # Nothing of this run may be left.
     left = []
     for cmd in (["ps", "-a", "--format", "{{.Names}}"], ["volume", "ls", "--format", "{{.Name}}"],
                 ["network", "ls", "--format", "{{.Name}}"]):
-        left += [x for x in run(["podman", *cmd], 30, check=False)[1].split() if x.startswith(PROJECT)]
+        left += [x for x in run(["podman", *cmd], 30, check=False)[1].split() if mine(x, project)]
     if left:
         errors.append("left behind: " + " ".join(left))
     return errors
+
+
+def sweep_stale():
+    """Tears down what earlier runs left when they were killed outright
+    (a project rlct<pid> whose process is gone)."""
+    names = set()
+    for kind in ("ps -a", "volume ls", "network ls"):
+        _, out, _ = run(["podman", *kind.split(), "--format", "{{.Names}}" if kind == "ps -a" else "{{.Name}}"],
+                        30, check=False)
+        names.update(m.group(1) for m in map(re.compile(r"^(rlct(\d+))[_-]").match, out.split()) if m)
+    for project in sorted(names):
+        pid = int(project[4:])
+        try:
+            os.kill(pid, 0)
+            if pid != os.getpid() and "containers.py" in open(f"/proc/{pid}/cmdline").read():
+                continue   # another run, still going
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            pass
+        print(f"   removing what an earlier run ({project}) left behind", flush=True)
+        teardown(project, compose=False)
 
 
 def report(image_size):
@@ -524,16 +550,24 @@ def main():
     global compose_started
 
     def on_term(sig, frame):
-        raise Fail(f"interrupted by signal {sig} (the suite's time limit?)")
+        # meson sends SIGKILL half a second after SIGTERM: a detached copy of
+        # this script does the teardown.
+        global detached_teardown
+        if (compose_started or extra_containers) and not detached_teardown:
+            detached_teardown = True
+            subprocess.Popen([sys.executable, os.path.abspath(__file__), ROOT, OUT, "--teardown", PROJECT],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        raise Fail(f"interrupted by signal {sig} (the suite's time limit?); teardown continues detached")
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
 
     failure, image_size = None, 0
     t_all = time.monotonic()
     try:
-        with step("install (podman, podman-compose, runc, debootstrap)"):
-            install()
-            configure_podman()
+        install()
+        configure_podman()
+        sweep_stale()
+        steps.append(("install and configure podman", time.monotonic() - t_all, ""))
         redis_image, image, redis_services = compose_names()
         check(len(redis_services) == 5, f"five Redis services in the compose file, found {redis_services}")
         with step("base images debian:bookworm, bookworm-slim") as s:
@@ -574,13 +608,21 @@ def main():
             r = checks(port, image, redis_services)
         with step("podman stop redlockd (SIGTERM)") as s:
             stop(r, s)
+    except Cannot as e:
+        print("containers: FAIL: cannot run containers on this machine: " + str(e), flush=True)
+        sys.exit(1)
     except Fail as e:
         failure = str(e)
-    finally:
+    except BaseException:
+        if not detached_teardown:
+            teardown()
+        raise
+    errors = []
+    if not detached_teardown:
         with step("teardown (compose down -v, own containers)"):
             errors = teardown()
-        steps.append(("total", time.monotonic() - t_all, ""))
-        report(image_size)
+    steps.append(("total", time.monotonic() - t_all, ""))
+    report(image_size)
     if failure or errors:
         print("containers: FAIL: " + (failure or "") + ("\n" if failure and errors else "")
               + "\n".join(errors), flush=True)
@@ -589,4 +631,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 5 and sys.argv[3] == "--teardown":   # the detached teardown of on_term
+        PROJECT = sys.argv[4]
+        os.environ["CONTAINERS_CONF"] = os.path.join(STATE, "containers.conf")
+        teardown()
+    else:
+        main()
