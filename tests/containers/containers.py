@@ -270,6 +270,20 @@ def drop_replaced(old_id, tag):
         podman("rmi", old_id, check=False)
 
 
+def drop_stale_stages(build_output):
+    """Removes build-stage images of earlier builds (untagged, made from this
+    suite's base images), keeping this build's: its layers are the cache of
+    the next build. Their shared parents stay, as other images use them."""
+    m = re.search(r"^--> ([0-9a-f]+)\s*\n\[2/2\] STEP 1/", build_output, re.M)
+    if not m:
+        return
+    _, out, _ = podman("images", "-q", "--no-trunc", "--filter", "dangling=true", "--filter",
+                       "label=redlockd.base", check=False)
+    for i in out.split():
+        if not i.replace("sha256:", "").startswith(m.group(1)):
+            podman("rmi", i, check=False)
+
+
 def smoke():
     st, out, err = run(["podman", "run", "--rm", "--network", "none", BASE, "true"], 120, check=False)
     if st != 0:
@@ -584,6 +598,7 @@ def main():
                 f.write(out + err)
             check(st == 0, f"podman build failed (exit {st}):\n{tail(out + err, 40)}")
             drop_replaced(old, image)
+            drop_stale_stages(out + err)
             s.note = "(%d of %d steps from the layer cache)" % (
                 (out + err).count("--> Using cache"), len(re.findall(r"STEP \d+/\d+: (?!FROM)", out + err)))
             image_size = int(podman("image", "inspect", "--format", "{{.Size}}", image)[1].strip())
