@@ -1,9 +1,10 @@
 # scripts/deps.sh - sourced by run.sh and test.sh: installs the Debian
 # packages redlockd needs to build, test and run, if any is missing
-# (docker-compose and python3-yaml only validate the deployment files).
+# (docker-compose, python3-yaml and python3-kubernetes only validate the
+# deployment files; the containers suite installs podman itself).
 REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
 libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl
-python3 python3-yaml docker-compose"
+python3 python3-yaml python3-kubernetes docker-compose"
 
 install_deps() {
     local missing=()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds redlockd with warnings as
-# errors, and runs the unit, integration, deploy (engine-free checks of the
-# compose, container, Kubernetes and systemd files) and fault-injection
-# (short form) suites twice, once plain and once under AddressSanitizer +
-# UndefinedBehaviorSanitizer. The tests start their own redis-server masters
-# on free loopback ports and stop them again.
+# errors (also the way the container image does: release, -O3, no tests), and
+# runs the unit, integration, deploy (engine-free checks of the compose,
+# container, Kubernetes and systemd files) and fault-injection (short form)
+# suites twice, once plain and once under AddressSanitizer +
+# UndefinedBehaviorSanitizer, and the containers suite once (the image built
+# and docker-compose.yml run with podman). The tests start their own
+# redis-server masters on free loopback ports and stop them again.
 #
 # The long fault run is separate: meson test -C build --suite faults-long
 set -euo pipefail
@@ -24,10 +26,18 @@ run_suites() {   # build-dir, meson setup options...
     cat "$dir/faults-table.md"
 }
 
+echo "== release build, as deploy/Dockerfile builds (-O3 warns where -O2 does not; werror stays on)"
+[ -f build-release/build.ninja ] || meson setup build-release --buildtype=release -Dtests=false
+ninja -C build-release
 echo "== plain build"
 run_suites build
 # The benchmark runs one second per level as a smoke test, never to judge speed.
 meson test -C build --suite bench --print-errorlogs
+# The image and the compose file, run for real with podman (root; about 2.5
+# minutes the first time, half a minute with its base images cached).
+meson test -C build --suite containers --print-errorlogs
+echo "containers (build):"
+cat build/tests/containers/containers-report.md
 echo "== sanitizer build (address, undefined)"
 run_suites build-asan -Db_sanitize=address,undefined -Db_lundef=false
 echo "all suites passed"

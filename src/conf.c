@@ -75,6 +75,9 @@ static const struct opt opts[] = {
      "marker yet), print the result and exit; for --cluster-setup manual"},
     {"help", OPT_FLAG, 0, 0, 0, 0, "print this help and exit"},
     {"version", OPT_FLAG, 0, 0, 0, 0, "print the version and exit"},
+    {"health-check", OPT_FLAG, 0, 0, 0, 0,
+     "GET /healthz on the --listen address (0.0.0.0 or :: on loopback) within 2 s, print one "
+     "line, exit 0 on 200, else 1; for container and exec probes"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
@@ -396,7 +399,9 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
                 continue;
             }
             if (result == CONF_OK)
-                result = !strcmp(o->name, "help") ? CONF_HELP : CONF_VERSION;
+                result = !strcmp(o->name, "help")           ? CONF_HELP
+                         : !strcmp(o->name, "health-check") ? CONF_HEALTH_CHECK
+                                                            : CONF_VERSION;
             continue;
         }
         const char *val = eq ? eq + 1 : NULL;

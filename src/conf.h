@@ -79,6 +79,7 @@ enum conf_result {
     CONF_OK = 0,
     CONF_HELP = 1,     /* --help given: print conf_usage, exit 0 */
     CONF_VERSION = 2,  /* --version given */
+    CONF_HEALTH_CHECK = 3, /* --health-check given: healthcheck_run, exit with its status */
     CONF_ERROR = -1,   /* err holds one line; exit 2 */
 };
 

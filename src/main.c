@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "healthcheck.h"
 #include "http.h"
 #include "log.h"
 #include "marker.h"
@@ -24,6 +25,16 @@
 #define SETUP_WAIT_MS 10000       /* --setup-cluster waits this long for every master */
 
 static const char *env_lookup(const char *name) { return getenv(name); }
+
+/* A probe answers 0 or 1 only, even when the configuration is bad (Docker
+ * reserves status 2 of a HEALTHCHECK). */
+static int health_check_asked(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--health-check"))
+            return 1;
+    return 0;
+}
 
 /* Waiting requests each hold a socket: allow as many as the hard limit. */
 static void raise_fd_limit(void)
@@ -117,10 +128,15 @@ int main(int argc, char **argv)
         conf_free(&cfg);
         return 0;
     }
+    if (cr == CONF_HEALTH_CHECK) {   /* a probe: starts nothing */
+        int status = healthcheck_run(&cfg, stdout);
+        conf_free(&cfg);
+        return status;
+    }
     if (cr == CONF_ERROR) {
         fprintf(stderr, "redlockd: %s\n", err);
         conf_free(&cfg);
-        return 2;
+        return health_check_asked(argc, argv) ? 1 : 2;
     }
     log_init(cfg.log_level, cfg.log_format);
     raise_fd_limit();

@@ -1,18 +1,36 @@
 #!/usr/bin/env python3
 """Engine-free checks of the deployment files (no Docker engine or cluster
-runs here): docker-compose validates the compose file, the Kubernetes YAML
-parses and has the shape the README promises, and every flag or REDLOCKD_*
-variable that compose, the Dockerfile, the manifests and the systemd unit
-hand to redlockd is one that `redlockd --help` lists.
+runs here; the `containers` suite runs the image and compose file for real):
+docker-compose validates the compose file; every Kubernetes manifest is
+checked against the API schema (Debian's python3-kubernetes models: a field
+they drop on a round trip is misspelt or unknown) and for what a schema cannot
+see (every container that mounts the Secret can read it, probes point at what
+redlockd serves, the masters keep what they acknowledged); `systemd-analyze
+verify` checks the unit with the binary installed at its path in a temporary
+root; and every flag or REDLOCKD_* variable that compose, the Dockerfile, the
+manifests and the systemd unit hand to redlockd is one that `redlockd --help`
+lists. Each check of a property a schema cannot see is also fed a
+deliberately broken copy (a negative control) and must catch it.
 
 usage: check_deploy.py SOURCE_ROOT REDLOCKD_BINARY
 """
+import copy
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import yaml
+
+try:
+    from kubernetes import client as k8s
+except ImportError:
+    print("deployment checks failed: python3-kubernetes is missing (apt-get install python3-kubernetes; "
+          "it is Debian's /usr/bin/python3 that has it)")
+    sys.exit(1)
 
 ROOT, BIN = sys.argv[1], sys.argv[2]
 failures = []
@@ -41,6 +59,239 @@ def note_args(where, args):
             used.append((where, "--" + m.group(1)))
 
 
+# ---- checks a schema cannot make, as functions of the parsed files, so that
+# ---- the negative controls at the end can feed each a broken copy ----
+
+def redis_bytes(v):
+    """Redis's memory units: 256mb = 256 MiB, 256m = 256 MB."""
+    m = re.fullmatch(r"(\d+)(b|k|kb|m|mb|g|gb)?", str(v or "").lower())
+    if not m:
+        return None
+    unit = {None: 1, "b": 1, "k": 1000, "kb": 1024, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30}
+    return int(m.group(1)) * unit[m.group(2)]
+
+
+def k8s_bytes(v):
+    """Kubernetes quantities: 512Mi, 1Gi, 500M, 1000."""
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(v or ""))
+    if not m:
+        return None
+    unit = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    return int(m.group(1)) * unit[m.group(2)]
+
+
+def redis_args_problems(where, args, mem_limit=None):
+    """A master keeps every lock it acknowledged: appendonly with appendfsync
+    always, no replication, and noeviction under a maxmemory below the
+    container's memory limit (any other policy may evict lock keys)."""
+    a = [str(x) for x in args]
+
+    def val(flag):
+        return a[a.index(flag) + 1] if flag in a[:-1] else None
+    out = []
+    if val("--appendonly") != "yes":
+        out.append(f"{where}: --appendonly yes")
+    if val("--appendfsync") != "always":
+        out.append(f"{where}: --appendfsync always (then a restarted master votes at once), "
+                   f"found {val('--appendfsync')}")
+    if val("--maxmemory-policy") != "noeviction":
+        out.append(f"{where}: --maxmemory-policy noeviction (others can evict lock keys), "
+                   f"found {val('--maxmemory-policy')}")
+    mm = redis_bytes(val("--maxmemory"))
+    if not mm:
+        out.append(f"{where}: --maxmemory set (without it a master grows until the OOM killer)")
+    elif mem_limit and mm >= mem_limit:
+        out.append(f"{where}: --maxmemory {val('--maxmemory')} is not below the memory limit")
+    if "--replicaof" in a or "--slaveof" in a:
+        out.append(f"{where}: no replication")
+    return out
+
+
+API = k8s.ApiClient()
+
+
+class _Answer:   # what ApiClient.deserialize reads: a body in .data
+    def __init__(self, doc):
+        self.data = json.dumps(doc)
+
+
+def _dropped(orig, back, where):
+    if isinstance(orig, dict):
+        if not isinstance(back, dict):
+            return [where or "."]
+        out = []
+        for k, v in orig.items():
+            if k not in back:
+                if v is not None:
+                    out.append(f"{where}.{k}")
+            else:
+                out += _dropped(v, back[k], f"{where}.{k}")
+        return out
+    if isinstance(orig, list):
+        if not isinstance(back, list) or len(back) != len(orig):
+            return [where]
+        return [p for i, (x, y) in enumerate(zip(orig, back)) for p in _dropped(x, y, f"{where}[{i}]")]
+    return []
+
+
+def schema_problems(where, doc):
+    """Deserialises doc into the typed model of its kind (Kubernetes 1.22's
+    API, Debian's python3-kubernetes 22) and back: a field that did not
+    survive is one the API does not have (misspelt or unknown)."""
+    version = str(doc.get("apiVersion", "")).split("/")[-1]
+    model = version[:1].upper() + version[1:] + str(doc.get("kind", ""))
+    if not hasattr(k8s, model):
+        return [f"{where}: no Kubernetes schema for {doc.get('apiVersion')} {doc.get('kind')}"]
+    try:
+        obj = API.deserialize(_Answer(doc), model)
+    except (ValueError, TypeError, AttributeError) as e:
+        return [f"{where}: not a valid {model}: {e}"]
+    back = API.sanitize_for_serialization(obj)
+    return [f"{where}: {doc['kind']} has no field {p} (misspelt or unknown)"
+            for p in _dropped(doc, back, "")]
+
+
+def pod_specs(doc):
+    """(name, pod spec) of a workload manifest."""
+    spec = doc.get("spec") or {}
+    if doc.get("kind") == "Pod":
+        return [(doc["metadata"]["name"], spec)]
+    tmpl = (spec.get("template") or {}).get("spec")
+    if doc.get("kind") == "CronJob":
+        tmpl = (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec")
+    return [(f"{doc['kind']}/{doc['metadata']['name']}", tmpl)] if tmpl else []
+
+
+def secret_read_problems(where, pod, secret_keys):
+    """Every container that mounts a Secret can read each file of it. The
+    kubelet writes the files owned by root, with the item's mode or the
+    volume's defaultMode (0644 if unset); with fsGroup the group is fsGroup
+    and the mode gains 0440 (volume.SetVolumeOwnership, read-only mask). A
+    container reads a file as its runAsUser, with runAsGroup, fsGroup and
+    supplementalGroups as its groups."""
+    psc = pod.get("securityContext") or {}
+    fs = psc.get("fsGroup")
+    vols = {v["name"]: v for v in pod.get("volumes") or []}
+    out = []
+    for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+        csc = c.get("securityContext") or {}
+        uid = csc.get("runAsUser", psc.get("runAsUser"))
+        gid = csc.get("runAsGroup", psc.get("runAsGroup"))
+        groups = {g for g in [gid, fs, *(psc.get("supplementalGroups") or [])] if g is not None}
+        for m in c.get("volumeMounts") or []:
+            sec = vols.get(m["name"], {}).get("secret")
+            if sec is None:
+                continue
+            if uid is None:
+                out.append(f"{where}: container {c['name']} mounts Secret {sec.get('secretName')} without "
+                           "a runAsUser, so whether it can read it depends on the image")
+                continue
+            default = sec.get("defaultMode", 0o644)
+            items = sec.get("items") or [{"key": k, "path": k} for k in
+                                         secret_keys.get(sec.get("secretName"), ["*"])]
+            for it in items:
+                mode = it.get("mode", default) | (0o440 if fs is not None else 0)
+                group = fs if fs is not None else 0
+                ok = (uid == 0 and mode & 0o400) or (group in groups and mode & 0o040) or mode & 0o004
+                if not ok:
+                    out.append(f"{where}: container {c['name']} (uid {uid}, groups {sorted(groups)}) cannot "
+                               f"read {m['mountPath']}/{it['path']}: owner 0, group {group}, mode {mode:04o}"
+                               + ("" if fs is not None else " (no fsGroup)"))
+    return out
+
+
+SERVED_PATHS = {"/healthz", "/readyz", "/metrics"}
+
+
+def probe_problems(where, c):
+    """A redlockd container's probes ask what it serves, where it listens:
+    /healthz (or `redlockd --health-check`, which asks it) on the
+    REDLOCKD_LISTEN port, never /readyz: a readiness on /readyz takes every
+    application pod out of its Service while the masters lack a quorum, a
+    liveness on it restarts sidecars that cannot help."""
+    envs = {e["name"]: e.get("value") for e in c.get("env") or []}
+    listen = envs.get("REDLOCKD_LISTEN", "127.0.0.1:8080")
+    host, port = listen.rsplit(":", 1)
+    ports = {p.get("name"): p["containerPort"] for p in c.get("ports") or []}
+    out = []
+    for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+        p = c.get(kind)
+        if not p:
+            if kind != "startupProbe":
+                out.append(f"{where}: {c['name']} has no {kind}")
+            continue
+        if "exec" in p:
+            cmd = [str(x) for x in (p["exec"] or {}).get("command") or []]
+            if not (cmd and os.path.basename(cmd[0]) == "redlockd" and "--health-check" in cmd):
+                out.append(f"{where}: {c['name']} {kind} runs {cmd}, not redlockd --health-check")
+            continue
+        probe = p.get("httpGet") or p.get("tcpSocket")
+        if probe is None:
+            out.append(f"{where}: {c['name']} {kind} is neither exec, httpGet nor tcpSocket")
+            continue
+        pport = probe.get("port")
+        pport = ports.get(pport, pport) if isinstance(pport, str) else pport
+        if str(pport) != port:
+            out.append(f"{where}: {c['name']} {kind} probes port {probe.get('port')}, redlockd listens on {port}")
+        if host.strip("[]") in ("127.0.0.1", "::1", "localhost"):
+            out.append(f"{where}: {c['name']} {kind}: the kubelet cannot reach {listen} (loopback); "
+                       "use exec redlockd --health-check")
+        path = probe.get("path") if "httpGet" in p else "/healthz"
+        if path not in SERVED_PATHS:
+            out.append(f"{where}: {c['name']} {kind} asks {path}, which redlockd does not serve")
+        elif path != "/healthz":
+            out.append(f"{where}: {c['name']} {kind} on {path}: use /healthz; /readyz is for gating and alerts")
+    return out
+
+
+def dockerfile_user_problems(text):
+    """The runtime stage's USER uid:gid both have entries: useradd --system
+    alone makes a group with another gid, and the process then runs with a
+    gid that has no name."""
+    final = text[text.rindex("\nFROM"):]
+    m = re.search(r"^USER\s+(\d+):(\d+)\s*$", final, re.M)
+    if not m:
+        return ["runtime stage: USER uid:gid, numeric (so that runAsNonRoot can check it)"]
+    uid, gid = m.groups()
+    out = []
+    if not re.search(r"groupadd\b[^\n]*--gid\s+%s\b" % gid, final):
+        out.append(f"runtime stage: groupadd --gid {gid} for USER {uid}:{gid}")
+    if not re.search(r"useradd\b[^\n\\]*(\\\n[^\n\\]*)*--uid\s+%s\b" % uid, final) or \
+            not re.search(r"useradd\b[^\n\\]*(\\\n[^\n\\]*)*--gid\s+%s\b" % gid, final):
+        out.append(f"runtime stage: useradd --uid {uid} --gid {gid}")
+    hc = re.search(r"^HEALTHCHECK\b.*?CMD\s+(.*)$", final, re.M | re.S)
+    if not hc or "--health-check" not in hc.group(1).splitlines()[0]:
+        out.append("runtime stage: HEALTHCHECK runs redlockd --health-check (it follows REDLOCKD_LISTEN)")
+    return out
+
+
+def systemd_problems(unit_text, binary):
+    """`systemd-analyze verify` in a temporary root that holds the unit, the
+    system's own units and, if given, the binary at the path ExecStart names.
+    Any output (an unknown key is only a warning) counts as a problem."""
+    sa = shutil.which("systemd-analyze")
+    units = next((d for d in ("/usr/lib/systemd/system", "/lib/systemd/system") if os.path.isdir(d)), None)
+    if not sa or not units:
+        return ["systemd-analyze or the system's units are missing (Debian package systemd)"]
+    exe = re.search(r"^ExecStart=[-@:+!]*(\S+)", unit_text, re.M).group(1)
+    with tempfile.TemporaryDirectory(prefix="redlockd-systemd.") as root:
+        shutil.copytree(units, root + "/usr/lib/systemd/system", symlinks=True)
+        os.makedirs(root + "/etc/systemd/system")
+        with open(root + "/etc/systemd/system/redlockd.service", "w") as f:
+            f.write(unit_text)
+        if binary:
+            os.makedirs(os.path.dirname(root + exe), exist_ok=True)
+            shutil.copy(binary, root + exe)
+            os.chmod(root + exe, 0o755)
+        r = subprocess.run([sa, "verify", "--root=" + root, "redlockd.service"], capture_output=True,
+                           text=True, timeout=60)
+    said = (r.stderr + r.stdout).strip()
+    if r.returncode != 0 or said:
+        return ["systemd-analyze verify redlockd.service (exit %d): %s" % (r.returncode, said)]
+    return []
+
+
 # ---- docker-compose.yml, validated by docker-compose itself ----
 res = subprocess.run(["docker-compose", "-f", path("docker-compose.yml"), "config"],
                      capture_output=True, text=True, cwd=ROOT)
@@ -51,9 +302,7 @@ redis = {n: s for n, s in services.items() if "redis" in str(s.get("image", ""))
 check(len(redis) == 5, "compose has five Redis services, found %d" % len(redis))
 volumes_seen = set()
 for name, s in redis.items():
-    cmd = " ".join(s.get("command", []))
-    check("--appendonly yes" in cmd, f"{name}: appendonly yes")
-    check("replicaof" not in cmd and "slaveof" not in cmd, f"{name}: no replication")
+    failures.extend(redis_args_problems(f"docker-compose.yml {name}", (s.get("command") or [])[1:]))
     check("ports" not in s, f"{name}: not published (protected mode is off)")
     check("healthcheck" in s, f"{name}: healthcheck")
     check(str(s.get("image", "")).startswith("redis:7"), f"{name}: Redis 7")
@@ -62,7 +311,11 @@ for name, s in redis.items():
     volumes_seen.update(vols)
 r = services.get("redlockd", {})
 check(r.get("build", {}).get("dockerfile") == "deploy/Dockerfile", "redlockd built from deploy/Dockerfile")
-check(r.get("ports"), "redlockd publishes its port")
+check(r.get("ports") and all(str(p).startswith("127.0.0.1:") for p in r["ports"]),
+      "redlockd publishes its port on 127.0.0.1 only")
+hc = (r.get("healthcheck") or {}).get("test") or []
+check("--health-check" in hc, "compose: redlockd's healthcheck is redlockd --health-check")
+note_args("docker-compose.yml", hc)
 deps = r.get("depends_on", {})
 check(set(deps) == set(redis) and all(d.get("condition") == "service_healthy" for d in deps.values()),
       "redlockd starts after all five masters are healthy")
@@ -80,34 +333,45 @@ stages = re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
 check(len(stages) >= 2 and all("bookworm" in s for s in stages), "multi-stage from Debian bookworm")
 final = dockerfile[dockerfile.rindex("\nFROM"):]
 check(re.search(r"^USER\s+(?!root|0\b)\S+", final, re.M), "runtime stage runs as non-root")
-check("HEALTHCHECK" in final and "/healthz" in final, "HEALTHCHECK on /healthz")
+failures.extend("deploy/Dockerfile: " + p for p in dockerfile_user_problems(dockerfile))
 check(re.search(r"^EXPOSE\s+8080", final, re.M), "EXPOSE 8080")
 check("-dev" not in re.sub(r"#.*", "", final), "runtime stage installs no -dev packages")
 check("STOPSIGNAL SIGTERM" in final, "stops with SIGTERM")
 for v in re.findall(r"\b(REDLOCKD_[A-Z_]+)=", dockerfile):
     used.append(("deploy/Dockerfile", v))
-for m in re.findall(r"^(?:CMD|ENTRYPOINT)\s+(\[.*\])", dockerfile, re.M):
+for m in re.findall(r"^\s*(?:CMD|ENTRYPOINT)\s+(\[.*\])", dockerfile, re.M):   # HEALTHCHECK's too
     note_args("deploy/Dockerfile", yaml.safe_load(m))
 
 # ---- deploy/k8s ----
 kust = yaml.safe_load(open(path("deploy", "k8s", "kustomization.yaml")))
+check(kust.get("kind") == "Kustomization" and set(kust) <= {"apiVersion", "kind", "resources"},
+      "kustomization.yaml: only apiVersion, kind, resources")
 docs = []
 for res_file in kust["resources"]:
     check(os.path.exists(path("deploy", "k8s", res_file)), f"kustomization lists a missing {res_file}")
-    docs += [d for d in yaml.safe_load_all(open(path("deploy", "k8s", res_file))) if d]
+    docs += [(res_file, d) for d in yaml.safe_load_all(open(path("deploy", "k8s", res_file))) if d]
 kinds = {}
-for d in docs:
+for res_file, d in docs:
     check(all(k in d for k in ("apiVersion", "kind", "metadata")), "every manifest has apiVersion, kind, metadata")
+    failures.extend(schema_problems(f"deploy/k8s/{res_file}: {d.get('kind')}/{d['metadata'].get('name')}", d))
     kinds.setdefault(d["kind"], []).append(d)
+check(len(docs) >= 4, "deploy/k8s: the manifests were read (%d)" % len(docs))
+secret_keys = {x["metadata"]["name"]: sorted({**(x.get("data") or {}), **(x.get("stringData") or {})})
+               for x in kinds.get("Secret", [])}
+pods = [(name, pod) for _, d in docs for name, pod in pod_specs(d)]
+for name, pod in pods:
+    failures.extend(secret_read_problems("deploy/k8s " + name, pod, secret_keys))
 sts = kinds.get("StatefulSet", [])
 check(sum(s["spec"]["replicas"] for s in sts) == 5, "five Redis masters in StatefulSets")
 for s in sts:
     check(s["spec"].get("volumeClaimTemplates"), "each master has a PersistentVolumeClaim")
     svc = [v for v in kinds.get("Service", []) if v["metadata"]["name"] == s["spec"]["serviceName"]]
     check(svc and svc[0]["spec"].get("clusterIP") == "None", "headless Service for stable per-pod DNS")
-    args = " ".join(s["spec"]["template"]["spec"]["containers"][0].get("args", []))
-    check("--appendonly yes" in args and "replicaof" not in args, "masters: appendonly, no replication")
-secrets = {x["metadata"]["name"] for x in kinds.get("Secret", [])}
+    c = s["spec"]["template"]["spec"]["containers"][0]
+    limit = k8s_bytes(((c.get("resources") or {}).get("limits") or {}).get("memory"))
+    check(limit, f"StatefulSet/{s['metadata']['name']}: a memory limit")
+    failures.extend(redis_args_problems(f"deploy/k8s StatefulSet/{s['metadata']['name']}", c.get("args", []), limit))
+secrets = set(secret_keys)
 sidecars = 0
 for dep in kinds.get("Deployment", []):
     pod = dep["spec"]["template"]["spec"]
@@ -116,8 +380,9 @@ for dep in kinds.get("Deployment", []):
             continue
         sidecars += 1
         check(len(pod["containers"]) >= 2, "redlockd runs beside an application container")
-        check(c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz", "liveness on /healthz")
-        check(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", "readiness on /readyz")
+        failures.extend(probe_problems(f"deploy/k8s Deployment/{dep['metadata']['name']}", c))
+        for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+            note_args("deploy/k8s", ((c.get(kind) or {}).get("exec") or {}).get("command") or [])
         check(c.get("resources", {}).get("requests") and c["resources"].get("limits"), "requests and limits")
         sc = c.get("securityContext", {})
         check(sc.get("readOnlyRootFilesystem") is True, "read-only root filesystem")
@@ -146,6 +411,7 @@ for v in re.findall(r"^Environment=\"?(REDLOCKD_[A-Z_]+)=", unit, re.M):
     used.append(("deploy/systemd/redlockd.service", v))
 for v in re.findall(r"^#?\s*(REDLOCKD_[A-Z_]+)=", open(path("deploy", "systemd", "redlockd.env")).read(), re.M):
     used.append(("deploy/systemd/redlockd.env", v))
+failures.extend(systemd_problems(unit, BIN))
 
 # ---- every setting handed to redlockd exists ----
 check(len(used) >= 10, "found the settings the deployment files pass (%d)" % len(used))
@@ -155,9 +421,88 @@ for where, name in used:
     else:
         check(name in known_vars, f"{where}: {name} is not a redlockd variable")
 
+# ---- negative controls: each check above must catch a deliberately broken copy ----
+controls = 0
+
+
+def control(what, problems, must_mention=""):
+    global controls
+    controls += 1
+    check(problems and must_mention in " ".join(problems), f"negative control not caught: {what}")
+
+
+dep = copy.deepcopy(kinds["Deployment"][0])
+pod = dep["spec"]["template"]["spec"]
+pod["securityContex"] = pod.pop("securityContext")
+control("a misspelt securityContext", schema_problems("control", dep), "securityContex")
+dep = copy.deepcopy(kinds["Deployment"][0])
+dep["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+control("an unknown container field", schema_problems("control", dep), "volumeMount")
+sts0 = copy.deepcopy(kinds["StatefulSet"][0])
+sts0["spec"]["replica"] = sts0["spec"].pop("replicas")
+control("a misspelt StatefulSet replicas", schema_problems("control", sts0), "replica")
+dep = copy.deepcopy(kinds["Deployment"][0])
+del dep["spec"]["template"]["spec"]["containers"][0]["name"]
+control("a container without a name", schema_problems("control", dep))
+
+pod = copy.deepcopy(kinds["Deployment"][0]["spec"]["template"]["spec"])
+pod["securityContext"].pop("fsGroup", None)
+control("the Secret with no fsGroup", secret_read_problems("control", pod, secret_keys), "no fsGroup")
+pod = copy.deepcopy(kinds["Deployment"][0]["spec"]["template"]["spec"])
+pod["securityContext"].update(runAsUser=10002, runAsGroup=10002)
+pod["securityContext"].pop("fsGroup", None)
+control("another uid without fsGroup", secret_read_problems("control", pod, secret_keys), "uid 10002")
+pod = copy.deepcopy(kinds["Deployment"][0]["spec"]["template"]["spec"])
+pod["securityContext"].pop("runAsUser", None)
+control("no runAsUser", secret_read_problems("control", pod, secret_keys), "without a runAsUser")
+
+side = next(c for c in kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+            if str(c.get("image", "")).startswith("redlockd"))
+
+
+def probe_variant(listen, **probes):
+    c = copy.deepcopy(side)
+    c["env"] = [e for e in c["env"] if e["name"] != "REDLOCKD_LISTEN"] + [{"name": "REDLOCKD_LISTEN", "value": listen}]
+    c["ports"] = [{"name": "http", "containerPort": 8080}]
+    c.update(probes)
+    return probe_problems("control", c)
+
+
+http = lambda p, port="http": {"httpGet": {"path": p, "port": port}}   # noqa: E731
+control("readiness on /readyz", probe_variant("0.0.0.0:8080", readinessProbe=http("/readyz")), "/readyz")
+control("a probe on an unserved path", probe_variant("0.0.0.0:8080", livenessProbe=http("/health")), "/health")
+control("a probe on another port", probe_variant("0.0.0.0:8080", livenessProbe=http("/healthz", 9090)), "9090")
+control("an httpGet probe of a loopback listener", probe_variant("127.0.0.1:8080", livenessProbe=http("/healthz")),
+        "loopback")
+control("an exec probe that is not --health-check",
+        probe_variant("127.0.0.1:8080", livenessProbe={"exec": {"command": ["redlockd", "--version"]}}), "--version")
+check(not probe_variant("0.0.0.0:8080", livenessProbe=http("/healthz"), readinessProbe=http("/healthz")),
+      "probe check: httpGet /healthz on the served port is fine")
+
+margs = kinds["StatefulSet"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
+swap = lambda a, b: [b if x == a else x for x in margs]   # noqa: E731
+control("appendfsync everysec", redis_args_problems("control", swap("always", "everysec")), "appendfsync")
+control("an evicting policy", redis_args_problems("control", swap("noeviction", "volatile-lru")), "noeviction")
+control("maxmemory above the limit", redis_args_problems("control", margs, k8s_bytes("200Mi")), "not below")
+i = margs.index("--maxmemory") if "--maxmemory" in margs else len(margs)
+control("no maxmemory", redis_args_problems("control", margs[:i] + margs[i + 2:]), "--maxmemory set")
+
+old = re.sub(r" *&& groupadd[^\n]*\n", "", dockerfile).replace(" --gid 10001", "")
+control("a Dockerfile user without its group", dockerfile_user_problems(old), "groupadd")
+old = re.sub(r'CMD \["/usr/local/bin/redlockd", "--health-check"\]',
+             """CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080"]""", dockerfile)
+control("a HEALTHCHECK with a fixed address", dockerfile_user_problems(old), "HEALTHCHECK")
+
+control("a misspelt systemd key", systemd_problems(unit.replace("DynamicUser=", "DynamicUzer="), BIN),
+        "DynamicUzer")
+control("no binary at ExecStart's path", systemd_problems(unit, None), "not executable")
+check("no-such-flag" not in known_flags and "health-check" in known_flags,
+      "the flag list is redlockd's: --health-check in it, --no-such-flag not")
+
 if failures:
     print("deployment checks failed:")
     for f in failures:
         print("  -", f)
     sys.exit(1)
-print("deployment checks passed: %d settings checked against redlockd --help" % len(used))
+print("deployment checks passed: %d manifests against the Kubernetes 1.22 schema, %d settings against "
+      "redlockd --help, systemd-analyze verify, %d negative controls caught" % (len(docs), len(used), controls))

@@ -271,3 +271,47 @@ Test(conf, safety_flags)
     cr_assert_eq(run(&c, err, 3, bad3), CONF_ERROR);
     conf_free(&c);
 }
+
+/* --health-check probes the address the daemon would listen on, so it must
+ * read the same flags and variables, whichever order they come in. */
+Test(conf, health_check_reads_the_listen_address)
+{
+    conf c;
+    char err[256];
+    env_n = 0;
+    char *plain[] = {"redlockd", "--health-check"};
+    cr_assert_eq(run(&c, err, 2, plain), CONF_HEALTH_CHECK, "%s", err);
+    cr_assert_str_eq(c.listen.host, "127.0.0.1");
+    cr_assert_eq(c.listen.port, 8080);
+    conf_free(&c);
+
+    setenv_fake("REDLOCKD_LISTEN", "0.0.0.0:9000");
+    cr_assert_eq(run(&c, err, 2, plain), CONF_HEALTH_CHECK, "%s", err);
+    cr_assert_str_eq(c.listen.host, "0.0.0.0", "REDLOCKD_LISTEN applies to the probe");
+    cr_assert_eq(c.listen.port, 9000);
+    conf_free(&c);
+
+    char *after[] = {"redlockd", "--health-check", "--listen", "[::]:7000"};
+    cr_assert_eq(run(&c, err, 4, after), CONF_HEALTH_CHECK, "%s", err);
+    cr_assert_str_eq(c.listen.host, "::", "a flag after --health-check still applies");
+    cr_assert_eq(c.listen.port, 7000);
+    conf_free(&c);
+    env_n = 0;
+
+    char *bad[] = {"redlockd", "--health-check=yes"};
+    cr_assert_eq(run(&c, err, 2, bad), CONF_ERROR);
+    cr_assert(strstr(err, "--health-check"), "%s", err);
+    conf_free(&c);
+
+    char *badlisten[] = {"redlockd", "--health-check", "--listen", "nope"};
+    cr_assert_eq(run(&c, err, 4, badlisten), CONF_ERROR, "a bad address is an error, not a probe");
+    conf_free(&c);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    conf_usage(f);
+    fclose(f);
+    cr_assert(strstr(buf, "--health-check"), "help lacks --health-check");
+    free(buf);
+}

@@ -1,0 +1,654 @@
+#!/usr/bin/env python3
+"""The `containers` suite: builds deploy/Dockerfile and runs docker-compose.yml
+for real, with podman and podman-compose (no Docker engine runs here, and no
+container registry is reachable, so the base images are made locally).
+
+  1. installs podman, podman-compose, runc, debootstrap if missing (root);
+  2. makes the base images from Debian's archive with debootstrap and
+     `podman import` (debian:bookworm and a -slim stand-in) and a stand-in for
+     the compose file's Redis image, unless they exist already (cached);
+  3. `podman build --format docker --pull=never -f deploy/Dockerfile`;
+  4. `podman-compose up` under a unique project name, on a free loopback port;
+  5. checks what a user sees: /readyz with five masters up, the README's curl
+     examples, the locks on all five masters, uid/gid 10001 with entries,
+     `podman healthcheck run` passing (and failing when pointed at a wrong
+     port), `redlockd --health-check` following REDLOCKD_LISTEN, the masters'
+     maxmemory-policy noeviction and appendfsync always, and `podman stop`
+     making redlockd exit 0 within a few seconds;
+  6. always tears down what it made (compose down -v, its own containers,
+     volumes and network), and prints the time of each step and the image size
+     (also written to OUT_DIR/containers-report.md).
+
+A machine that cannot run containers at all fails with one line saying so.
+
+usage: containers.py SOURCE_ROOT OUT_DIR
+"""
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+ROOT = os.path.abspath(sys.argv[1])
+OUT = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else ".")
+STATE = "/var/tmp/redlockd-containers"   # podman's config file, debootstrap's scratch
+PROJECT = "rlct%d" % os.getpid()         # compose project: unique per run
+COMPOSE = os.path.join(ROOT, "docker-compose.yml")
+PACKAGES = ["podman", "podman-compose", "runc", "debootstrap", "netavark", "aardvark-dns", "curl"]
+BASE = "docker.io/library/debian:bookworm"
+SLIM = "docker.io/library/debian:bookworm-slim"
+STOP_LIMIT_S = 5         # "podman stop" must see redlockd exit 0 within this
+READY_DEADLINE_S = 90    # compose up to five masters up in /readyz
+
+steps = []               # (name, seconds, note)
+extra_containers = []    # containers started by name outside compose
+compose_started = False
+detached_teardown = False  # set when a signal handed the teardown to a detached process
+
+
+class Fail(Exception):
+    pass
+
+
+class Cannot(Exception):
+    """This machine cannot run containers at all: one line, and a failure."""
+
+
+def cannot(reason):
+    raise Cannot(reason)
+
+
+def tail(text, n=25):
+    lines = (text or "").strip().splitlines()
+    return "\n".join(lines[-n:])
+
+
+def run(cmd, timeout, check=True, what=None, env=None, stdin=None):
+    """Runs cmd in its own process group, killed as a whole on timeout or
+    interruption; stdin is a file to read from (default none). Returns
+    (status, stdout, stderr)."""
+    what = what or " ".join(cmd[:3])
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                         text=True, errors="replace", start_new_session=True, env=env)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except BaseException as e:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise Fail(f"{what}: still running after {timeout} s") from None
+        raise
+    if check and p.returncode != 0:
+        raise Fail(f"{what}: exit status {p.returncode}\n{tail(err or out)}")
+    return p.returncode, out, err
+
+
+class step:
+    """Times one step: `with step("build"): ...`."""
+
+    def __init__(self, name):
+        self.name, self.note = name, ""
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        print(f"-- {self.name}", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        dt = time.monotonic() - self.t0
+        steps.append((self.name, dt, self.note + ("" if exc[0] is None else " (failed)")))
+        print(f"   {self.name}: {dt:.1f} s {self.note}", flush=True)
+        return False
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def podman(*args, timeout=60, check=True, what=None):
+    return run(["podman", *args], timeout, check=check, what=what or "podman " + " ".join(args[:2]))
+
+
+# ---------------------------------------------------------------- setup
+
+def install():
+    def installed(p):
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True)
+        return "install ok installed" in r.stdout
+    missing = [p for p in PACKAGES if not installed(p)]
+    if missing:
+        if os.geteuid() != 0:
+            cannot("%s missing, and installing needs root" % " ".join(missing))
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        try:
+            run(["apt-get", "update", "-qq"], 300, env=env, what="apt-get update")
+            run(["apt-get", "install", "-y", "-qq", *missing], 600, env=env, what="apt-get install")
+        except Fail as e:
+            cannot("cannot install %s: %s" % (" ".join(missing), str(e).splitlines()[0]))
+    if os.geteuid() != 0:
+        cannot("the suite runs rootful podman and needs root")
+
+
+def configure_podman():
+    """Podman's two settings for these VMs (shared/FACTS.md): nofile at the
+    hard limit (no CAP_SYS_RESOURCE to raise it) and runc (crun refuses the
+    hybrid cgroup layout)."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard = 1048576 if hard == resource.RLIM_INFINITY else hard
+    os.makedirs(STATE, exist_ok=True)
+    conf = os.path.join(STATE, "containers.conf")
+    with open(conf, "w") as f:
+        f.write('[containers]\ndefault_ulimits = ["nofile=%d:%d", "nproc=32768:32768"]\n'
+                '[engine]\nruntime = "runc"\n' % (hard, hard))
+    os.environ["CONTAINERS_CONF"] = conf
+    st, out, err = run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"], 60, check=False)
+    if st != 0:
+        cannot("podman info fails: " + tail(err, 1))
+
+
+def debian_mirror():
+    try:
+        text = open("/etc/apt/sources.list.d/debian.sources").read()
+        for stanza in text.split("\n\n"):
+            if re.search(r"^Suites:.*\bbookworm\b", stanza, re.M) and "security" not in stanza:
+                m = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+                if m:
+                    return m.group(1)
+    except OSError:
+        pass
+    return "http://deb.debian.org/debian"
+
+
+# What Debian's official images add to a debootstrap tree (debuerreotype):
+# apt keeps no caches and no translations; -slim also keeps no docs, man
+# pages or locales of packages installed later.
+APT_CONF = """Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+Acquire::GzipIndexes "true";
+Acquire::Languages "none";
+Apt::AutoRemove::SuggestsImportant "false";
+"""
+SLIM_DPKG = """path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/locale/*
+"""
+BASE_KEY = hashlib.sha256((APT_CONF + SLIM_DPKG + "1").encode()).hexdigest()[:16]
+
+
+def base_images(s):
+    def cached(tag):
+        st, out, _ = podman("image", "inspect", "--format", '{{index .Labels "redlockd.base"}}', tag,
+                            check=False)
+        return st == 0 and out.strip() == BASE_KEY
+    if cached(BASE) and cached(SLIM):
+        s.note = "(cached)"
+        return
+    s.note = "(cold: debootstrap)"
+    mirror = debian_mirror()
+    with tempfile.TemporaryDirectory(dir=STATE, prefix="rootfs.") as tmp:
+        root = os.path.join(tmp, "root")
+        st, out, err = run(["debootstrap", "--variant=minbase", "bookworm", root, mirror], 900,
+                           check=False)
+        if st != 0:
+            raise Fail(f"debootstrap from {mirror} failed:\n{tail(out + err)}")
+        # The same apt sources as this machine (bookworm, -updates, -security),
+        # no downloaded packages or lists.
+        if os.path.exists("/etc/apt/sources.list.d/debian.sources"):
+            run(["cp", "/etc/apt/sources.list.d/debian.sources", root + "/etc/apt/sources.list.d/"], 10)
+            run(["rm", "-f", root + "/etc/apt/sources.list"], 10)
+        run(["sh", "-c", f"rm -rf {root}/var/cache/apt/archives/*.deb {root}/var/cache/apt/*.bin "
+                         f"{root}/var/lib/apt/lists/*"], 30)
+        with open(root + "/etc/apt/apt.conf.d/docker-clean", "w") as f:
+            f.write(APT_CONF)
+
+        def imp(tag):
+            tar = subprocess.Popen(["tar", "--numeric-owner", "-C", root, "-c", "."],
+                                   stdout=subprocess.PIPE)
+            try:
+                run(["podman", "import", "--change", 'CMD ["bash"]', "--change",
+                     "LABEL redlockd.base=" + BASE_KEY, "-", tag], 300,
+                    stdin=tar.stdout, what="podman import " + tag)
+            finally:
+                tar.stdout.close()
+                tar.wait()
+        imp(BASE)
+        # -slim: the same tree without docs, man pages and locales.
+        run(["sh", "-c", f"rm -rf {root}/usr/share/doc/* {root}/usr/share/man/* "
+                         f"{root}/usr/share/info/* {root}/usr/share/locale/*"], 60)
+        with open(root + "/etc/dpkg/dpkg.cfg.d/docker", "w") as f:
+            f.write(SLIM_DPKG)
+        imp(SLIM)
+
+
+def redis_standin(s, image):
+    """Builds the Redis stand-in, tagged as the compose file names it; cached
+    by a label over the Containerfile and the base image."""
+    cf = os.path.join(ROOT, "tests", "containers", "redis-standin.Containerfile")
+    base_id = podman("image", "inspect", "--format", "{{.Id}}", BASE)[1].strip()
+    key = hashlib.sha256(open(cf, "rb").read() + base_id.encode()).hexdigest()[:16]
+    st, out, _ = podman("image", "inspect", "--format", '{{index .Labels "redlockd.standin"}}', image,
+                        check=False)
+    if st == 0 and out.strip() == key:
+        s.note = "(cached)"
+        return
+    s.note = "(cold)"
+    old = image_id(image)
+    run(["podman", "build", "--format", "docker", "--pull=never", "--label", "redlockd.standin=" + key,
+         "-f", cf, "-t", image, os.path.dirname(cf)], 600, what="podman build (Redis stand-in)")
+    drop_replaced(old, image)
+
+
+def image_id(tag):
+    st, out, _ = podman("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+    return out.strip() if st == 0 else None
+
+
+def drop_replaced(old_id, tag):
+    """Removes the image a rebuild of tag replaced (now untagged), so that
+    repeated runs do not pile up images; its cached layers stay if used."""
+    if old_id and old_id != image_id(tag):
+        podman("rmi", old_id, check=False)
+
+
+def drop_stale_stages(build_output):
+    """Removes build-stage images of earlier builds (untagged, made from this
+    suite's base images), keeping this build's: its layers are the cache of
+    the next build. Their shared parents stay, as other images use them."""
+    m = re.search(r"^--> ([0-9a-f]+)\s*\n\[2/2\] STEP 1/", build_output, re.M)
+    if not m:
+        return
+    _, out, _ = podman("images", "-q", "--no-trunc", "--filter", "dangling=true", "--filter",
+                       "label=redlockd.base", check=False)
+    for i in out.split():
+        if not i.replace("sha256:", "").startswith(m.group(1)):
+            podman("rmi", i, check=False)
+
+
+def smoke():
+    st, out, err = run(["podman", "run", "--rm", "--network", "none", BASE, "true"], 120, check=False)
+    if st != 0:
+        cannot("podman cannot start a container: " + tail(err or out, 1))
+
+
+# ---------------------------------------------------------------- checks
+
+def http(method, port, path, body=None, headers=None, timeout=5):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                 data=body.encode() if body else None, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+def wait_ready(port, n):
+    deadline = time.monotonic() + READY_DEADLINE_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            st, body, _ = http("GET", port, "/readyz", timeout=2)
+            last = f"{st} {body}"
+            j = json.loads(body)
+            if st == 200 and len(j["masters"]) == n and all(m["up"] for m in j["masters"]):
+                return j
+        except (OSError, ValueError, KeyError) as e:
+            last = repr(e)
+        time.sleep(0.5)
+    raise Fail(f"/readyz did not show {n} masters up within {READY_DEADLINE_S} s; last: {last}")
+
+
+def readme_block(after):
+    """The indented code block following the README line that starts with after."""
+    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    i = next((k for k, l in enumerate(lines) if l.startswith(after)), None)
+    check(i is not None, f"README has no line starting {after!r}")
+    block = []
+    for l in lines[i + 1:]:
+        if l.startswith("    "):
+            block.append(l[4:])
+        elif block and l.strip():
+            break
+    return block
+
+
+def sh(script, timeout=30):
+    return run(["bash", "-c", script], timeout, check=False)
+
+
+def readme_examples(port):
+    """Runs the README's curl examples as they are, on the published port."""
+    url = f"127.0.0.1:{port}"
+    first = [l for l in readme_block("While `./scripts/run.sh` runs") if l.startswith("curl")]
+    check(len(first) == 3, "README: the first curl block has acquire, acquire again, release")
+    st, out, _ = sh(first[0].replace("localhost:8080", url))
+    m = re.search(r'"token":"([^"]+)"', out)
+    check(st == 0 and m and '"fence":' in out and '"validity_ms":' in out,
+          f"README acquire: {first[0]} answered {out!r}")
+    token = m.group(1)
+    st, out, _ = sh(first[1].replace("localhost:8080", url))
+    check(" 409 " in out.splitlines()[0] and re.search(r"(?im)^retry-after: \d+", out)
+          and '"locked"' in out, f"README second acquire: expected 409 locked, got {out[:300]!r}")
+    release = re.sub(r"Lock-Token: [^\"]+", "Lock-Token: " + token, first[2])
+    st, out, _ = sh(release.replace("localhost:8080", url).replace("curl -s ", "curl -s -w '%{http_code}' "))
+    check(out.strip() == "204", f"README release: expected 204, got {out!r}")
+
+    script = readme_block("In a script, keep the token in a variable:")
+    check(len(script) >= 5 and script[0].startswith("TOKEN=$(curl"), "README: the script block")
+    marked = []
+    for k, l in enumerate(script):
+        marked += [f"echo '@@{k}'", l.replace("localhost:8080", url)]
+    marked.append("echo '@@token'; echo \"$TOKEN\"")
+    st, out, err = sh("set -e\n" + "\n".join(marked), timeout=60)
+    check(st == 0, f"README script block exited {st}: {tail(err)}")
+    parts = dict((p.split("\n", 1) + [""])[:2] for p in out.split("@@")[1:])
+    check(len(parts.get("token", "").strip()) >= 20, "README: TOKEN=$(curl ...) took a token")
+    expect = {"curl -s localhost:8080/locks/reports": '"held":true',
+              "curl -s -X PATCH": '"validity_ms"',
+              "curl -s -i -X DELETE": "HTTP/1.1 204",
+              "curl -s localhost:8080/readyz": '"status":"ready"',
+              "curl -s localhost:8080/metrics": "redlockd_grants_total"}
+    for k, l in enumerate(script[1:], 1):
+        want = next((v for p, v in expect.items() if l.startswith(p)), None)
+        check(want is not None, f"README script line without an expectation here: {l}")
+        check(want in parts.get(str(k), ""), f"README: {l!r} answered {parts.get(str(k), '')[:300]!r}")
+    st, body, _ = http("GET", port, "/locks/reports")
+    check(st == 200 and '"held":false' in body, f"README: reports still held after the DELETE: {body}")
+
+
+def compose_names():
+    c = yaml.safe_load(open(COMPOSE))
+    redis = sorted(n for n, s in c["services"].items() if "redis" in str(s.get("image", "")))
+    images = {c["services"][n]["image"] for n in redis}
+    check(len(images) == 1, "one Redis image in the compose file")
+    return images.pop(), c["services"]["redlockd"]["image"], redis
+
+
+def container(service):
+    """The container podman-compose made for a service."""
+    st, out, _ = podman("ps", "-a", "--filter", f"label=io.podman.compose.project={PROJECT}",
+                        "--filter", f"label=com.docker.compose.service={service}",
+                        "--format", "{{.Names}}")
+    names = out.split()
+    check(len(names) == 1, f"one container for {service}, found {names}")
+    return names[0]
+
+
+def healthcheck_passes(name, deadline_s=20):
+    deadline = time.monotonic() + deadline_s
+    out = ""
+    while time.monotonic() < deadline:
+        st, out, err = podman("healthcheck", "run", name, check=False)
+        if st == 0:
+            return True
+        out += err
+        time.sleep(0.5)
+    print(f"   podman healthcheck run {name}: {out.strip()}")
+    return False
+
+
+def start_extra(image, name, *args):
+    extra_containers.append(name)
+    podman("run", "-d", "--name", name, "--network", "none", *args, image, timeout=60)
+
+
+def checks(port, image, redis_services):
+    r = container("redlockd")
+    masters = [container(s) for s in redis_services]
+
+    # The README's curl examples, on the published port.
+    readme_examples(port)
+
+    # A lock really lives on the five masters.
+    st, body, _ = http("POST", port, "/locks/ct-probe", '{"ttl_ms": 20000}')
+    check(st == 201, f"acquire ct-probe: {st} {body}")
+    token = json.loads(body)["token"]
+    for m in masters:
+        out = podman("exec", m, "redis-cli", "GET", "lock:ct-probe")[1].strip()
+        check(out == token, f"{m}: lock:ct-probe holds {out!r}, not the token")
+    st, _, _ = http("DELETE", port, "/locks/ct-probe", headers={"Lock-Token": token})
+    check(st == 204, f"release ct-probe: {st}")
+
+    # The masters keep what they acknowledged.
+    for m in masters:
+        got = {}
+        for key in ("maxmemory", "maxmemory-policy", "appendonly", "appendfsync"):
+            out = podman("exec", m, "redis-cli", "CONFIG", "GET", key)[1].split()
+            got[key] = out[1] if len(out) == 2 else out
+        check(got["maxmemory-policy"] == "noeviction", f"{m}: maxmemory-policy {got['maxmemory-policy']}")
+        check(got["appendfsync"] == "always", f"{m}: appendfsync {got['appendfsync']}")
+        check(got["appendonly"] == "yes", f"{m}: appendonly {got['appendonly']}")
+        check(str(got["maxmemory"]).isdigit() and int(got["maxmemory"]) > 0, f"{m}: maxmemory {got['maxmemory']}")
+
+    # Non-root, with a user and a group entry.
+    status = podman("exec", r, "cat", "/proc/1/status")[1]
+    uid = re.search(r"^Uid:\s+(.*)$", status, re.M).group(1).split()
+    gid = re.search(r"^Gid:\s+(.*)$", status, re.M).group(1).split()
+    check(set(uid) == {"10001"} and set(gid) == {"10001"}, f"redlockd runs as uid {uid} gid {gid}")
+    st, grp, _ = podman("exec", r, "getent", "group", "10001", check=False)
+    check(st == 0 and grp.startswith("redlockd:"), "gid 10001 has no entry in the image's /etc/group")
+    st, pw, _ = podman("exec", r, "getent", "passwd", "10001", check=False)
+    check(st == 0 and pw.split(":")[3] == "10001", f"uid 10001's passwd entry: {pw.strip()!r}")
+
+    # The image's HEALTHCHECK (redlockd --health-check) passes ...
+    check(healthcheck_passes(r), "podman healthcheck run redlockd failed")
+    # ... and the probe fails when pointed at a port nothing serves.
+    st, out, _ = podman("exec", r, "/usr/local/bin/redlockd", "--health-check", "--listen", "127.0.0.1:9",
+                        check=False)
+    check(st == 1 and out.startswith("unhealthy:") and len(out.splitlines()) == 1,
+          f"--health-check --listen 127.0.0.1:9: status {st}, {out!r}")
+    # It follows REDLOCKD_LISTEN: a container serving on 9090 is healthy, and
+    # the old probe's fixed 127.0.0.1:8080 would not have been.
+    other = PROJECT + "-listen9090"
+    start_extra(image, other, "-e", "REDLOCKD_LISTEN=0.0.0.0:9090", "-e", "REDLOCKD_MASTERS=127.0.0.1:6379")
+    check(healthcheck_passes(other), "podman healthcheck run on a container with REDLOCKD_LISTEN=0.0.0.0:9090")
+    st, out, _ = podman("exec", other, "/usr/local/bin/redlockd", "--health-check", "--listen",
+                        "127.0.0.1:8080", check=False)
+    check(st == 1, f"--health-check on 8080 where redlockd serves 9090: status {st}, {out!r}")
+    # podman healthcheck run itself reports a failing probe.
+    wrong = PROJECT + "-wrongprobe"
+    start_extra(image, wrong, "--health-cmd", "/usr/local/bin/redlockd --health-check --listen 127.0.0.1:9",
+                "-e", "REDLOCKD_MASTERS=127.0.0.1:6379")
+    time.sleep(1)
+    st, out, err = podman("healthcheck", "run", wrong, check=False)
+    check(st != 0, f"podman healthcheck run passed with the probe on a wrong port: {out}{err}")
+    return r
+
+
+def stop(r, s):
+    t0 = time.monotonic()
+    podman("stop", "-t", "15", r, timeout=30)
+    dt = time.monotonic() - t0
+    code = podman("inspect", "--format", "{{.State.ExitCode}}", r)[1].strip()
+    logs = podman("logs", r)
+    s.note = f"(redlockd exited {code} after {dt:.1f} s)"
+    check(code == "0", f"redlockd exited {code} on SIGTERM\n{tail(logs[1] + logs[2], 10)}")
+    check(dt < STOP_LIMIT_S, f"podman stop took {dt:.1f} s (limit {STOP_LIMIT_S} s)")
+    check('"event":"stopped"' in logs[1] + logs[2], "redlockd's log has no stopped event")
+
+
+# ---------------------------------------------------------------- teardown
+
+def mine(name, project):
+    return name.startswith(project + "_") or name.startswith(project + "-")
+
+
+def teardown(project=None, compose=True):
+    """Removes everything a run made: compose down -v, then whatever it
+    missed (containers, pods, volumes, networks named after the project)."""
+    project = project or PROJECT
+    errors = []
+    if compose:
+        st, out, err = run(["podman-compose", "-p", project, "-f", COMPOSE, "down", "-v", "-t", "5"], 180,
+                           check=False)
+        if st != 0:
+            errors.append("podman-compose down: " + tail(err, 3))
+    _, out, _ = run(["podman", "ps", "-a", "--format", "{{.Names}}"], 30, check=False)
+    for c in out.split():
+        if mine(c, project):
+            run(["podman", "rm", "-f", "-t", "2", c], 60, check=False)
+    _, out, _ = run(["podman", "pod", "ls", "--format", "{{.Name}}"], 30, check=False)
+    for p in out.split():
+        if mine(p, project) or p == "pod_" + project:
+            run(["podman", "pod", "rm", "-f", p], 60, check=False)
+    for kind in ("volume", "network"):
+        _, out, _ = run(["podman", kind, "ls", "--format", "{{.Name}}"], 30, check=False)
+        for v in out.split():
+            if mine(v, project):
+                run(["podman", kind, "rm", "-f", v], 60, check=False)
+    # Nothing of this run may be left.
+    left = []
+    for cmd in (["ps", "-a", "--format", "{{.Names}}"], ["volume", "ls", "--format", "{{.Name}}"],
+                ["network", "ls", "--format", "{{.Name}}"]):
+        left += [x for x in run(["podman", *cmd], 30, check=False)[1].split() if mine(x, project)]
+    if left:
+        errors.append("left behind: " + " ".join(left))
+    return errors
+
+
+def sweep_stale():
+    """Tears down what earlier runs left when they were killed outright
+    (a project rlct<pid> whose process is gone)."""
+    names = set()
+    for kind in ("ps -a", "volume ls", "network ls"):
+        _, out, _ = run(["podman", *kind.split(), "--format", "{{.Names}}" if kind == "ps -a" else "{{.Name}}"],
+                        30, check=False)
+        names.update(m.group(1) for m in map(re.compile(r"^(rlct(\d+))[_-]").match, out.split()) if m)
+    for project in sorted(names):
+        pid = int(project[4:])
+        try:
+            os.kill(pid, 0)
+            if pid != os.getpid() and "containers.py" in open(f"/proc/{pid}/cmdline").read():
+                continue   # another run, still going
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            pass
+        print(f"   removing what an earlier run ({project}) left behind", flush=True)
+        teardown(project, compose=False)
+
+
+def report(image_size):
+    lines = ["| step | seconds | note |", "|---|---:|---|"]
+    lines += [f"| {n} | {dt:.1f} | {note.strip()} |" for n, dt, note in steps]
+    if image_size:
+        lines.append(f"\nredlockd image: {image_size / 1e6:.1f} MB (podman image inspect .Size)")
+    text = "\n".join(lines)
+    print("\ncontainers suite:\n" + text, flush=True)
+    try:
+        with open(os.path.join(OUT, "containers-report.md"), "w") as f:
+            f.write(text + "\n")
+    except OSError:
+        pass
+
+
+def main():
+    global compose_started
+
+    def on_term(sig, frame):
+        # meson sends SIGKILL half a second after SIGTERM: a detached copy of
+        # this script does the teardown.
+        global detached_teardown
+        if (compose_started or extra_containers) and not detached_teardown:
+            detached_teardown = True
+            subprocess.Popen([sys.executable, os.path.abspath(__file__), ROOT, OUT, "--teardown", PROJECT],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        raise Fail(f"interrupted by signal {sig} (the suite's time limit?); teardown continues detached")
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+    failure, image_size = None, 0
+    t_all = time.monotonic()
+    try:
+        install()
+        configure_podman()
+        sweep_stale()
+        steps.append(("install and configure podman", time.monotonic() - t_all, ""))
+        redis_image, image, redis_services = compose_names()
+        check(len(redis_services) == 5, f"five Redis services in the compose file, found {redis_services}")
+        with step("base images debian:bookworm, bookworm-slim") as s:
+            base_images(s)
+        smoke()
+        with step(f"Redis stand-in {redis_image}") as s:
+            redis_standin(s, redis_image)
+        with step("podman build -f deploy/Dockerfile") as s:
+            old = image_id(image)
+            st, out, err = run(["podman", "build", "--format", "docker", "--pull=never",
+                                "-f", os.path.join(ROOT, "deploy", "Dockerfile"), "-t", image, ROOT],
+                               900, check=False)
+            with open(os.path.join(OUT, "containers-build.log"), "w") as f:
+                f.write(out + err)
+            check(st == 0, f"podman build failed (exit {st}):\n{tail(out + err, 40)}")
+            drop_replaced(old, image)
+            drop_stale_stages(out + err)
+            s.note = "(%d of %d steps from the layer cache)" % (
+                (out + err).count("--> Using cache"), len(re.findall(r"STEP \d+/\d+: (?!FROM)", out + err)))
+            image_size = int(podman("image", "inspect", "--format", "{{.Size}}", image)[1].strip())
+            hc = podman("image", "inspect", "--format", "{{json .HealthCheck}}", image)[1]
+            check("--health-check" in hc, f"the image's HEALTHCHECK is not redlockd --health-check: {hc}")
+        with step("podman-compose up, until /readyz shows 5 masters up"):
+            with socket.socket() as so:
+                so.bind(("127.0.0.1", 0))
+                port = so.getsockname()[1]
+            env = dict(os.environ, REDLOCKD_HOST_PORT=str(port))
+            compose_started = True
+            st, out, err = run(["podman-compose", "-p", PROJECT, "-f", COMPOSE, "up", "-d", "--no-build"],
+                               300, check=False, env=env)
+            with open(os.path.join(OUT, "containers-compose-up.log"), "w") as f:
+                f.write(out + err)
+            # podman-compose answers 0 even when a container failed: judge by /readyz.
+            try:
+                wait_ready(port, len(redis_services))
+            except Fail as e:
+                raise Fail(f"{e}\npodman-compose up said:\n{tail(out + err, 20)}") from None
+        with step("checks"):
+            r = checks(port, image, redis_services)
+        with step("podman stop redlockd (SIGTERM)") as s:
+            stop(r, s)
+    except Cannot as e:
+        print("containers: FAIL: cannot run containers on this machine: " + str(e), flush=True)
+        sys.exit(1)
+    except Fail as e:
+        failure = str(e)
+    except BaseException:
+        if not detached_teardown:
+            teardown()
+        raise
+    errors = []
+    if not detached_teardown:
+        with step("teardown (compose down -v, own containers)"):
+            errors = teardown()
+    steps.append(("total", time.monotonic() - t_all, ""))
+    report(image_size)
+    if failure or errors:
+        print("containers: FAIL: " + (failure or "") + ("\n" if failure and errors else "")
+              + "\n".join(errors), flush=True)
+        sys.exit(1)
+    print("containers: all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[3] == "--teardown":   # the detached teardown of on_term
+        PROJECT = sys.argv[4]
+        os.environ["CONTAINERS_CONF"] = os.path.join(STATE, "containers.conf")
+        teardown()
+    else:
+        main()
