@@ -182,6 +182,42 @@ static void client_log(struct client *cl, const fl_record *rec)
     cl->recs[cl->n++] = *rec;
 }
 
+/* Notes a token a client received. */
+static void keep_token(fl_run *r, const char *token)
+{
+    pthread_mutex_lock(&r->tok_mu);
+    if (r->ntokens == r->captokens) {
+        size_t cap = r->captokens ? r->captokens * 2 : 4096;
+        void *t = realloc(r->tokens, cap * sizeof *r->tokens);
+        if (!t)
+            abort();
+        r->tokens = t;
+        r->captokens = cap;
+    }
+    snprintf(r->tokens[r->ntokens++], sizeof r->tokens[0], "%s", token);
+    pthread_mutex_unlock(&r->tok_mu);
+}
+
+/* Lock keys left on the masters once every client stopped whose value no
+ * client received: ghost locks (a grant that never reached its caller). */
+static long ghost_locks(fl_run *r)
+{
+    long ghosts = 0;
+    for (int m = 0; m < r->c->n; m++)
+        for (int k = 0; k < r->sc->names; k++) {
+            redisReply *v = h_redis(r->c, m, "GET lock:fl-%d", k);
+            if (v && v->type == REDIS_REPLY_STRING) {
+                bool known = false;
+                for (size_t i = 0; i < r->ntokens && !known; i++)
+                    known = !strcmp(r->tokens[i], v->str);
+                ghosts += !known;
+            }
+            if (v)
+                freeReplyObject(v);
+        }
+    return ghosts;
+}
+
 static void *client_main(void *arg)
 {
     struct client *cl = arg;
@@ -209,6 +245,7 @@ static void *client_main(void *arg)
             if (cJSON_IsString(t))
                 snprintf(token, sizeof token, "%s", t->valuestring);
             cJSON_Delete(j);
+            keep_token(r, token);
 
             /* The critical section: read, work, write, all fenced. */
             fl_resource *res = &r->res[rec.name];
@@ -351,6 +388,7 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
     int nclients = clients_override > 0 ? clients_override : sc->clients;
     for (int i = 0; i < FL_MAX_NAMES; i++)
         pthread_mutex_init(&r->res[i].mu, NULL);
+    pthread_mutex_init(&r->tok_mu, NULL);
     r->c = h_cluster_start(5, sc->extra_redis);
     static char ttl[24];   /* dargv points here for restarts */
     snprintf(ttl, sizeof ttl, "%lld", sc->ttl_ms);
@@ -387,6 +425,7 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
     for (int i = 0; i < nclients; i++)
         pthread_join(th[i], NULL);
 
+    long ghosts = ghost_locks(r);
     write_jsonl(r->jsonl, cls, nclients);
     {
         char marks[420];
@@ -430,6 +469,8 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
         cr_assert_eq(lost, 0, "%s: the resource's count differs from its accepted writes by %ld",
                      sc->label, lost);
         cr_assert_eq(p.other, 0, "%s: %ld answers other than 201/409/503", sc->label, p.other);
+        cr_assert_eq(ghosts, 0, "%s: %ld lock keys left on the masters hold a token no client "
+                     "received", sc->label, ghosts);
         cr_assert_eq(p.down_wrong, 0, "%s: %ld of %ld attempts with a majority down were not a 503 "
                      "within %d ms (the first: %d in %.1f ms)", sc->label, p.down_wrong, p.down_attempts,
                      FL_MASTER_TIMEOUT_MS + FL_MARGIN_MS, p.down_wrong_status, p.down_wrong_ms);
@@ -458,6 +499,7 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
         free(cls[i].recs);
     free(cls);
     free(th);
+    free(r->tokens);
     for (int k = 0; k < sc->peers && k < FL_MAX_PEERS; k++)
         h_peer_free(r->peers[k]);
     h_cluster_free(r->c);

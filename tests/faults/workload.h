@@ -62,6 +62,9 @@ struct fl_run {
     char jsonl[400];
     const char *dargv[16];      /* redlockd's flags, for a restart */
     h_cluster *peers[FL_MAX_PEERS]; /* views of the extra instances (harness.h) */
+    pthread_mutex_t tok_mu;     /* every token a client received, for the ghost check */
+    char (*tokens)[24];
+    size_t ntokens, captokens;
 };
 
 /* Fault helpers, for fault threads. */

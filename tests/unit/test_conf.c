@@ -315,3 +315,34 @@ Test(conf, health_check_reads_the_listen_address)
     cr_assert(strstr(buf, "--health-check"), "help lacks --health-check");
     free(buf);
 }
+
+Test(conf, connection_and_waiter_bounds)
+{
+    conf c;
+    char err[256];
+    env_n = 0;
+    char *argv[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
+    cr_assert_eq(c.max_connections, CONF_DEFAULT_MAX_CONNECTIONS);
+    cr_assert_eq(c.max_connections_per_ip, CONF_DEFAULT_MAX_CONNECTIONS_PER_IP);
+    cr_assert_eq(c.request_timeout_ms, CONF_DEFAULT_REQUEST_TIMEOUT_MS);
+    cr_assert_eq(c.max_waiters, CONF_DEFAULT_MAX_WAITERS);
+    conf_free(&c);
+    char *set[] = {"redlockd", "--max-connections=64", "--max-connections-per-ip=8",
+                   "--request-timeout-ms=500", "--max-waiters=3", "--max-body-bytes=1048576"};
+    cr_assert_eq(run(&c, err, 6, set), CONF_OK, "%s", err);
+    cr_assert_eq(c.max_connections, 64);
+    cr_assert_eq(c.max_connections_per_ip, 8);
+    cr_assert_eq(c.request_timeout_ms, 500);
+    cr_assert_eq(c.max_waiters, 3);
+    cr_assert_eq(c.max_body_bytes, 1048576);
+    conf_free(&c);
+    /* A body whose parse would cost hundreds of megabytes is not allowed. */
+    char *big[] = {"redlockd", "--max-body-bytes", "16777216"};
+    cr_assert_eq(run(&c, err, 3, big), CONF_ERROR);
+    cr_assert(strstr(err, "--max-body-bytes"), "%s", err);
+    conf_free(&c);
+    char *zero[] = {"redlockd", "--max-waiters", "0"};
+    cr_assert_eq(run(&c, err, 3, zero), CONF_ERROR);
+    conf_free(&c);
+}
