@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 
 #include "api.h"
+#include "deadline.h"
 #include "log.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
@@ -779,14 +780,7 @@ void http_quiesce(http_server *s)
 
 int http_drain(http_server *s, long long timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&s->reg_lock);
     while (s->nbusy > 0)
         if (pthread_cond_timedwait(&s->reg_cond, &s->reg_lock, &until) != 0)
@@ -814,8 +808,7 @@ int http_drain(http_server *s, long long timeout_ms)
         pthread_mutex_lock(&s->reg_lock);
     }
     if (forced) {
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 1;
+        until = deadline_after_ms(1000);
         while (s->nbusy > 0)
             if (pthread_cond_timedwait(&s->reg_cond, &s->reg_lock, &until) != 0)
                 break;

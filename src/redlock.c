@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "deadline.h"
 #include "log.h"
 #include "master.h"
 #include "metrics.h"
@@ -953,14 +954,7 @@ static void sync_job(void *arg)
 
 void rl_engine_sync(rl_engine *e, long long timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = deadline_after_ms(timeout_ms);
     /* Two barriers: the first runs after every job posted before it; the
      * second after the loop's next write to the masters. */
     for (int round = 0; round < 2; round++) {
@@ -1007,14 +1001,7 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms)
 {
     atomic_store(&e->draining, true);
     mpool_post(e->pool, drain_waiting, e);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&e->lock);
     while (e->inflight > 0)
         if (pthread_cond_timedwait(&e->idle, &e->lock, &until) != 0)
