@@ -38,6 +38,7 @@ struct wname {
     int trying;
     int members;                 /* asleep + trying */
     unsigned notice_seq;
+    uint64_t holder_until_us;    /* when the holder's time runs out, as last learnt */
     bool subscribed;             /* its notice channel is wanted */
     size_t len;
     char key[];
@@ -393,7 +394,12 @@ static void acquire_timer(void *arg)
     if (wn->trying > 0 || wn->head != op) {
         if (wn->trying == 0)
             acquire_wake_now(wn->head);
-        op->res.retry_after_ms = 0;   /* the holder's time is not known now */
+        /* Sleep on until the holder's time as its waiters last learnt it
+         * (a refusal, or a grant to one of them), so a crowd of waiters
+         * costs one try per holder, not one per waiter. */
+        uint64_t now = mpool_now_us();
+        op->res.retry_after_ms =
+            wn->holder_until_us > now ? (long long)((wn->holder_until_us - now) / 1000ULL) : 0;
         sleepers_unlink(op);
         wn->trying++;
         acquire_sleep(op);
@@ -446,6 +452,8 @@ static void acquire_refused(rl_task *op)
         op_answer(op);
         return;
     }
+    if (op->res.retry_after_ms > 0)
+        op->wn->holder_until_us = now + (uint64_t)op->res.retry_after_ms * 1000ULL;
     if (op->seen_seq != op->wn->notice_seq) {
         /* Released while we tried: the try may have come first. */
         op->seen_seq = op->wn->notice_seq;
@@ -537,6 +545,8 @@ static void acquire_grant(rl_task *op)
     op->res.outcome = RL_OK;
     op->res.validity_ms = validity;
     op->res.ttl_ms = op->req.ttl_ms;
+    if (op->wn)   /* the other waiters' next holder is this one */
+        op->wn->holder_until_us = op->start_us + (uint64_t)op->req.ttl_ms * 1000ULL;
     op_answer(op);
 }
 

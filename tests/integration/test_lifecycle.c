@@ -431,6 +431,36 @@ Test(lifecycle, waiters_do_not_poll_the_masters)
     h_resp_free(&held);
 }
 
+/* After a holder expires without releasing, one waiter takes the lock and
+ * the others sleep on until the new holder's time: they do not poll. */
+Test(lifecycle, waiters_after_an_expiry_do_not_poll)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, "--master-timeout-ms", "1000", NULL);
+    h_resp held = h_http(C, "POST", "/locks/exp", "{\"ttl_ms\":600}", NULL);
+    cr_assert_eq(held.status, 201);
+    enum { N = 50 };
+    static struct waiter w[N];
+    static pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (struct waiter){"exp", 4000, 0, 0, 0, NULL};
+        pthread_create(&t[i], NULL, wait_for, &w[i]);
+    }
+    usleep(1500000);   /* the holder expired; the oldest waiter holds it now (30 s) */
+    long long before = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval");
+    usleep(1500000);
+    long long calls = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval") - before;
+    fprintf(stderr, "%d waiters after an expiry: %lld script calls on one master in 1.5 s\n", N, calls);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    int granted = 0;
+    for (int i = 0; i < N; i++)
+        granted += w[i].status == 201;
+    cr_assert_eq(granted, 1, "one waiter takes the expired lock");
+    cr_assert_lt(calls, 20, "%d waiters made %lld script calls in 1.5 s after the expiry", N, calls);
+    h_resp_free(&held);
+}
+
 /* A short waiter behind a long one answers at its own deadline. */
 Test(lifecycle, short_waiter_answers_at_its_own_deadline)
 {
