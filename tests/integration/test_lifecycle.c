@@ -476,7 +476,7 @@ Test(lifecycle, short_waiter_answers_at_its_own_deadline)
     pthread_join(b, NULL);
     double ms = (double)(short_w.done_us - short_w.start_us) / 1000.0;
     cr_assert_eq(short_w.status, 409);
-    cr_assert(ms >= 290 && ms < 450, "wait_ms 300 answered after %.0f ms", ms);
+    cr_assert(ms >= 290 && ms < 700, "wait_ms 300 answered after %.0f ms", ms);
     char hdr[300];
     snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&held, "token"));
     h_resp r = h_http(C, "DELETE", "/locks/dl", NULL, hdr, NULL);
@@ -613,28 +613,34 @@ Test(lifecycle, slowloris_is_closed_and_others_served)
     cr_assert_geq(metric(C, "redlockd_request_timeouts_total"), N);
 }
 
-/* Per-IP limit: one address cannot take every slot; another still gets in. */
+/* Per-IP limit: one address cannot take every slot; another still gets in.
+ * 25 keep-alive connections from one address, each asking once: exactly 20
+ * are served (and stay open), the other 5 are closed at once. */
 Test(lifecycle, per_ip_connection_limit)
 {
     C = h_cluster_start(3, NULL);
     h_daemon_start(C, "--max-connections-per-ip", "20", NULL);
-    int fds[20];
-    for (int i = 0; i < 20; i++)
-        fds[i] = raw_connect("127.0.0.1");
-    usleep(200000);
-    int extra = raw_connect("127.0.0.1");
-    raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    usleep(300000);   /* the harness's own connections have closed */
+    int fds[25], served = 0, refused = 0;
     char buf[512];
     bool eof;
-    size_t n = raw_read_all(extra, buf, sizeof buf, 1000, &eof);
-    cr_assert(n == 0 && eof, "the 21st connection from one address was served: %s", buf);
-    close(extra);
+    for (int i = 0; i < 25; i++) {
+        fds[i] = raw_connect("127.0.0.1");
+        raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+        raw_read_all(fds[i], buf, sizeof buf, 300, &eof);
+        if (!strncmp(buf, "HTTP/1.1 200", 12) && !eof)
+            served++;
+        else if (buf[0] == '\0' && eof)
+            refused++;
+    }
+    cr_assert_eq(served, 20, "%d connections from one address served (limit 20)", served);
+    cr_assert_eq(refused, 5, "%d connections over the limit closed", refused);
     int other = raw_connect("127.0.0.2");
     raw_send(other, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-    n = raw_read_all(other, buf, sizeof buf, 1000, &eof);
+    raw_read_all(other, buf, sizeof buf, 1000, &eof);
     cr_assert(!strncmp(buf, "HTTP/1.1 200", 12), "another address is served: %s", buf);
     close(other);
-    for (int i = 0; i < 20; i++)
+    for (int i = 0; i < 25; i++)
         close(fds[i]);
 }
 
