@@ -143,6 +143,8 @@ struct mpool {
     pthread_mutex_t jobs_lock;
     struct job *jobs_head, *jobs_tail;
     bool stopping;              /* under jobs_lock */
+    bool signalled;             /* the wake fd was written since the last run; under jobs_lock */
+    atomic_bool lazy_pending;   /* jobs queued without a wake-up */
 
     struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
     struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
@@ -1079,7 +1081,8 @@ void mpool_status(mpool *p, int i, master_status *out)
     out->reply_us_sum = atomic_load(&m->reply_us_sum);
 }
 
-int mpool_post(mpool *p, void (*fn)(void *), void *arg)
+/* Queues a job; wakes the loop unless lazy or already woken. */
+static int post(mpool *p, void (*fn)(void *), void *arg, bool lazy)
 {
     struct job *j = malloc(sizeof *j);
     if (!j)
@@ -1093,20 +1096,28 @@ int mpool_post(mpool *p, void (*fn)(void *), void *arg)
         free(j);
         return -1;
     }
-    bool was_empty = p->jobs_head == NULL;
     if (p->jobs_tail)
         p->jobs_tail->next = j;
     else
         p->jobs_head = j;
     p->jobs_tail = j;
+    bool wake = !lazy && !p->signalled;
+    if (wake)
+        p->signalled = true;
+    if (lazy)
+        atomic_store(&p->lazy_pending, true);
     pthread_mutex_unlock(&p->jobs_lock);
-    if (was_empty) {
+    if (wake) {
         uint64_t one = 1;
         ssize_t ignored = write(p->wake_fd, &one, sizeof one);
         (void)ignored;
     }
     return 0;
 }
+
+int mpool_post(mpool *p, void (*fn)(void *), void *arg) { return post(p, fn, arg, false); }
+
+int mpool_post_lazy(mpool *p, void (*fn)(void *), void *arg) { return post(p, fn, arg, true); }
 
 void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
                 const char *const *args, const size_t *lens, mpool_done_fn done, void *arg)
@@ -1230,6 +1241,8 @@ static void run_jobs(mpool *p)
     pthread_mutex_lock(&p->jobs_lock);
     struct job *j = p->jobs_head;
     p->jobs_head = p->jobs_tail = NULL;
+    p->signalled = false;
+    atomic_store(&p->lazy_pending, false);
     pthread_mutex_unlock(&p->jobs_lock);
     while (j) {
         struct job *next = j->next;
@@ -1407,7 +1420,7 @@ static void *loop_main(void *arg)
             if (m->ctx && (fds[k].revents & POLLOUT))
                 master_flush(p, m, now);
         }
-        if (rc > 0 && fds[0].revents)
+        if ((rc > 0 && fds[0].revents) || atomic_load(&p->lazy_pending))
             run_jobs(p);
         run_ready(p);
         check_deadlines(p, now);

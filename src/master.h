@@ -131,6 +131,10 @@ void mpool_free(mpool *p);
 /* Any thread: runs fn(arg) on the loop thread soon, in posting order.
  * Returns 0, or -1 on OOM or after stop (fn is then never run). */
 int mpool_post(mpool *p, void (*fn)(void *), void *arg);
+/* The same without waking the loop: fn runs on its next turn (a reply, a
+ * timer, another job, or the idle ping within a second). For bookkeeping
+ * that nothing waits for. */
+int mpool_post_lazy(mpool *p, void (*fn)(void *), void *arg);
 
 /* Any thread: a snapshot of master i. */
 void mpool_status(mpool *p, int i, master_status *out);

@@ -92,7 +92,7 @@ typedef struct rl_task {
     char fence_key[RL_KEY_MAX];
     char value[MREPLY_STR_MAX + 1]; /* acquire: what SET stores, unique to this grant */
     char ttl_str[24];
-    char keep_str[24];           /* fence_keep_ms */
+    char px_str[24];             /* the counter's life: ttl_ms + fence_keep_ms */
     char channel[RL_CHANNEL_MAX]; /* release notices of this name; "" without notices */
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
@@ -227,11 +227,11 @@ static const char *guard_arg(const rl_engine *e) { return e->cfg.guard ? "1" : "
 static void release_unwatched(rl_task *op, uint32_t mask, const char *value)
 {
     rl_engine *e = op->e;
-    const char *args[] = {op->key, op->fence_key, value, "=", op->keep_str, ""};
-    size_t lens[6];
-    for (int i = 0; i < 6; i++)
+    const char *args[] = {op->key, value, "=", ""};
+    size_t lens[4];
+    for (int i = 0; i < 4; i++)
         lens[i] = strlen(args[i]);
-    mpool_eval(e->pool, &script_release, mask, 2, 6, args, lens, NULL, NULL);
+    mpool_eval(e->pool, &script_release, mask, 1, 4, args, lens, NULL, NULL);
 }
 
 /* ---- acquire ---- */
@@ -509,8 +509,8 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
             release_unwatched(op, mask, op->value);
         op_answer(op);
     } else if (mask) {
-        const char *args[] = {op->key, op->fence_key, op->value, "=", op->keep_str, ""};
-        eval(op, &script_release, mask, 2, 6, args, acquire_after_release);
+        const char *args[] = {op->key, op->value, "=", ""};
+        eval(op, &script_release, mask, 1, 4, args, acquire_after_release);
     } else {
         acquire_refused(op);
     }
@@ -579,10 +579,9 @@ static void acquire_settled(void *arg, const master_reply *replies)
  * grant holds (script_settle), waiting for the answers when done is set. */
 static void acquire_settle(rl_task *op, uint32_t mask, mpool_done_fn done)
 {
-    char fence[24], px[24];
+    char fence[24];
     snprintf(fence, sizeof fence, "%lld", op->res.fence);
-    snprintf(px, sizeof px, "%lld", op->req.ttl_ms + op->e->cfg.fence_keep_ms);
-    const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, fence, px,
+    const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, fence, op->px_str,
                           guard_arg(op->e)};
     size_t lens[7];
     for (int i = 0; i < 7; i++)
@@ -656,7 +655,7 @@ static void acquire_attempt(rl_task *op)
 {
     op->start_us = mpool_now_us();   /* step 1 */
     const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, op->ttl_str,
-                          op->keep_str, guard_arg(op->e)};
+                          op->px_str, guard_arg(op->e)};
     eval(op, &script_acquire, all_mask(op->e), 3, 7, args, acquire_voted);   /* step 2 */
 }
 
@@ -792,7 +791,7 @@ static void op_start(void *arg)
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
-    snprintf(op->keep_str, sizeof op->keep_str, "%lld", e->cfg.fence_keep_ms);
+    snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
     if (e->cfg.notify)
         snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
     op->anext = e->all;
@@ -820,7 +819,7 @@ static void op_start(void *arg)
         return;
     case RL_EXTEND: {
         const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->req.token, op->ttl_str,
-                              op->keep_str, guard_arg(e)};
+                              op->px_str, guard_arg(e)};
         eval(op, &script_extend, all_mask(e), 3, 7, args, extend_voted);
         return;
     }
@@ -830,8 +829,8 @@ static void op_start(void *arg)
         /* A caller's token releases whichever grant of it holds (a Dapr
          * lockOwner is stored with a suffix); a later replay on a master
          * that missed it matches only the exact value (scripts.h). */
-        const char *args[] = {op->key, op->fence_key, op->req.token, "~", op->keep_str, op->channel};
-        eval(op, &script_release, all_mask(e), 2, 6, args, release_voted);
+        const char *args[] = {op->key, op->req.token, "~", op->channel};
+        eval(op, &script_release, all_mask(e), 1, 4, args, release_voted);
         return;
     }
     case RL_INSPECT: {
@@ -949,7 +948,9 @@ void rl_finish(rl_engine *e, rl_handle *h, bool delivered)
         f->op = h;
         f->delivered = delivered;
     }
-    if (!f || mpool_post(e->pool, finish_job, f) < 0)
+    /* A delivered answer leaves only memory to free: no need to wake the
+     * loop for it. An undelivered grant must be released now. */
+    if (!f || (delivered ? mpool_post_lazy : mpool_post)(e->pool, finish_job, f) < 0)
         free(f);   /* the loop is gone (or no memory): rl_engine_free frees the task */
 }
 

@@ -16,26 +16,27 @@
     "  end\n" \
     "end\n"
 
-/* True when c is the text of an integer in 0..2^53-1. */
-#define COUNTER_OK "local function counter_ok(c)\n" \
-    "  return string.match(c, '^%d+$') ~= nil and #c <= 16 and tonumber(c) <= 9007199254740991\n" \
-    "end\n"
+/* n is a counter read back: an exact integer in 0..2^53-2 (one more must
+ * still be exact). tonumber takes "nan" and "inf" too; both fail here. */
+#define COUNTER_BAD(n) "(not " n " or " n " < 0 or " n " >= 9007199254740991 or " n " ~= math.floor(" n "))"
 
 mscript script_acquire = {"acquire",
-    GUARD COUNTER_OK
-    "local c = redis.call('GET', KEYS[2])\n"
-    "if c and not counter_ok(c) then\n"
-    "  return redis.error_reply('ERR redlockd: fence counter ' .. KEYS[2] .. ' is not an integer below 2^53')\n"
-    "end\n"
+    GUARD
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  local c = redis.call('GET', KEYS[2])\n"
     "  local f\n"
     "  if c then\n"
-    "    f = tonumber(c) + 1\n"
+    "    f = tonumber(c)\n"
+    "    if " COUNTER_BAD("f") " then\n"
+    "      redis.call('DEL', KEYS[1])   -- undone in the same step: no lock is left\n"
+    "      return redis.error_reply('ERR redlockd: fence counter ' .. KEYS[2] .. ' is not an integer below 2^53')\n"
+    "    end\n"
+    "    f = f + 1\n"
     "  else\n"
     "    local t = redis.call('TIME')\n"
     "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
     "  end\n"
-    "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
+    "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])\n"
     "  return {1, f}\n"
     "end\n"
     "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL};
@@ -49,14 +50,14 @@ mscript script_settle = {"settle",
     "return 0\n", "", true, true, NULL};
 
 mscript script_extend = {"extend",
-    GUARD COUNTER_OK
+    GUARD
     "local v = redis.call('GET', KEYS[1])\n"
     "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  local c = redis.call('GET', KEYS[2])\n"
-    "  if not c or not counter_ok(c) then return {1, 0} end\n"
-    "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
-    "  return {1, tonumber(c)}\n"
+    "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
+    "  if " COUNTER_BAD("c") " then return {1, 0} end\n"
+    "  redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
+    "  return {1, c}\n"
     "end\n"
     "if v then return {-1} end\n"
     "return {0}\n", "", false, true, NULL};
@@ -72,9 +73,7 @@ mscript script_inspect = {"inspect",
     "local v = redis.call('GET', KEYS[1])\n" \
     "if v and (" match ") then\n" \
     "  redis.call('DEL', KEYS[1])\n" \
-    "  local keep, left = tonumber(ARGV[3]), redis.call('PTTL', KEYS[2])\n" \
-    "  if left == -1 or left > keep then redis.call('PEXPIRE', KEYS[2], keep) end\n" \
-    "  if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], KEYS[1]) end\n" \
+    "  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end\n" \
     "  return 1\n" \
     "end\n" \
     "if v then return -1 end\n" \

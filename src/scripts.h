@@ -23,7 +23,8 @@
  * on a master, that master's counter is the holder's fence there or below it:
  * the counter moves only when SET NX takes the key, or when the holder's own
  * grant raises it. Counters pass through as exact integers below 2^53; a
- * counter that does not parse is an error before SET NX runs.
+ * counter that does not parse is an error, and its SET NX is undone within
+ * the same script.
  *
  * The marker (a hash) says whether a master may vote: state "pending" (a new
  * cluster being set up: no votes) or "ready" with "until", the master's TIME
@@ -50,9 +51,10 @@
 /* Vote scripts: the marker is the last key, and the last argument is "1" to
  * run the guard, "0" (--quarantine off) to skip it. */
 
-/* KEYS key, key#fence, marker; ARGV value, ttl_ms, keep_ms, guard.
- * {1, fence} when SET NX took the key; {0, pttl} when the key is held (pttl -1:
- * no expiry). */
+/* KEYS key, key#fence, marker; ARGV value, ttl_ms, counter_px_ms (ttl plus
+ * the fence keep), guard. {1, fence} when SET NX took the key; {0, pttl}
+ * when the key is held (pttl -1: no expiry). A counter that is not an integer
+ * below 2^53 is an error, and the SET NX is undone in the same step. */
 extern mscript script_acquire;
 /* KEYS key, key#fence, marker; ARGV value, fence, counter_px_ms, guard.
  * When key holds value with time left: sets the counter to exactly fence and
@@ -63,19 +65,20 @@ extern mscript script_acquire;
  * was never handed out. redo_when_back, so every holder ends with exactly the
  * grant's fence and an extension reports it, whichever majority answers. */
 extern mscript script_settle;
-/* KEYS key, key#fence, marker; ARGV value, ttl_ms, keep_ms, guard.
+/* KEYS key, key#fence, marker; ARGV value, ttl_ms, counter_px_ms, guard.
  * value matches as with release mode "~". {1, counter} after resetting the
- * key's expiry to ttl_ms (the counter's to ttl_ms + keep_ms); {-1} when
+ * key's expiry to ttl_ms (the counter's to counter_px_ms); {-1} when
  * another value holds key; {0} when absent. */
 extern mscript script_extend;
 /* KEYS key, marker; ARGV guard. {pttl, value} when present, {-2} when absent. */
 extern mscript script_inspect;
 
-/* KEYS key, key#fence; ARGV value, mode, keep_ms, channel.
+/* KEYS key; ARGV value, mode, channel.
  * mode "=": deletes key where it holds exactly value; mode "~": where it holds
  * value or value followed by a space (any grant of a caller's token: what
- * DELETE and Dapr's unlock send). On delete, shortens the counter's life to
- * keep_ms and publishes key on channel unless it is empty. 1 deleted, -1
+ * DELETE and Dapr's unlock send). On delete, publishes key on channel unless
+ * it is empty (the counter expires by itself, ttl + keep after the grant:
+ * shortening it here cost every release two more commands). 1 deleted, -1
  * another value holds the key, 0 absent. redo_when_back: a master that misses
  * it runs it when it is back, so a grant it may hold never outlives the
  * release by a TTL; but the replay is script_release_replay, which matches
