@@ -642,7 +642,8 @@ static void *watch_main(void *arg)
             if (ctx && ctx->h && !ctx->gone && client_gone(ci->fd)) {
                 ctx->gone = true;
                 rl_cancel(s->engine, ctx->h);
-            } else if (!ci->busy && !ci->shut && now - ci->phase_start_us > timeout_us) {
+            } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
+                /* (phase_start_us may be later than now: set after now was read) */
                 ci->shut = true;   /* libmicrohttpd sees the end and closes it */
                 shutdown(ci->fd, SHUT_RDWR);
                 slow++;

@@ -78,6 +78,7 @@ struct master {
     int idx;
     mpool *pool;
     bool marker_report_due;     /* a marker_due timer is pending; loop thread */
+    log_limit error_log;        /* master_error lines */
     conf_addr addr;
     char name[280];             /* host:port */
     enum mstate state;
@@ -721,6 +722,19 @@ static bool master_guard(mpool *p, struct master *m, const mscript *s, const mas
     return refused;
 }
 
+/* A master's error answer, at most one line a second per master with a
+ * count of those left out: a script error repeats on every request. */
+static void log_master_error(struct master *m, const char *script, const char *error, uint64_t now)
+{
+    unsigned long long suppressed;
+    if (!log_allow(&m->error_log, now, &suppressed))
+        return;
+    char more[24];
+    snprintf(more, sizeof more, "%llu", suppressed);
+    log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", script, "error", error,
+              "suppressed_since_last", more, NULL);
+}
+
 /* One reply arrived for the record at the head of m's queue. Returns -1 when
  * the connection was dropped. */
 static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t now)
@@ -760,8 +774,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         convert_reply(rr, &mr);
         mr.quarantined = master_guard(p, m, b->script, &mr);
         if (mr.kind == MREPLY_ERROR)
-            log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", b->script->name,
-                      "error", mr.str, NULL);
+            log_master_error(m, b->script->name, mr.str, now);
         batch_answer(b, r->slot, &mr);
         break;
     }
@@ -770,8 +783,7 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
     case REC_UNDO:
         free(r->undo);
         if (rr->type == REDIS_REPLY_ERROR)
-            log_event(LOG_LEVEL_WARN, "master_error", "addr", m->name, "script", "undo", "error",
-                      rr->str, NULL);
+            log_master_error(m, "undo", rr->str, now);
         break;
     case REC_INFO:
         rc = master_info(p, m, rr, now);
@@ -1049,6 +1061,7 @@ mpool *mpool_new(const mpool_config *cfg)
         struct master *m = &p->masters[i];
         m->idx = i;
         m->pool = p;
+        pthread_mutex_init(&m->error_log.mu, NULL);
         atomic_store(&m->marker, QMARK_UNKNOWN);
         m->addr = cfg->masters[i];
         snprintf(m->name, sizeof m->name, "%s:%d", m->addr.host, m->addr.port);
@@ -1521,6 +1534,8 @@ void mpool_free(mpool *p)
         explicit_bzero(p->password, strlen(p->password));
         free(p->password);
     }
+    for (int i = 0; i < p->n; i++)
+        pthread_mutex_destroy(&p->masters[i].error_log.mu);
     pthread_mutex_destroy(&p->jobs_lock);
     free(p);
 }
