@@ -403,6 +403,23 @@ static void *wait_for(void *arg)
     return NULL;
 }
 
+/* Starts n waiters on name (wait_ms each) in threads. */
+static void start_waiters(struct waiter *w, pthread_t *t, int n, const char *name, int wait_ms)
+{
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct waiter){name, wait_ms, 0, 0, 0, NULL};
+        pthread_create(&t[i], NULL, wait_for, &w[i]);
+    }
+}
+
+/* Script calls master 0 runs in the next ms milliseconds. */
+static long long script_calls_during(int ms)
+{
+    long long before = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval");
+    usleep((useconds_t)ms * 1000);
+    return cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval") - before;
+}
+
 /* With release notices up, 200 waiters on a name held for a minute sleep:
  * they cost the masters next to nothing until the holder releases. */
 Test(lifecycle, waiters_do_not_poll_the_masters)
@@ -414,14 +431,9 @@ Test(lifecycle, waiters_do_not_poll_the_masters)
     enum { N = 200 };
     static struct waiter w[N];
     static pthread_t t[N];
-    for (int i = 0; i < N; i++) {
-        w[i] = (struct waiter){"poll", 4000, 0, 0, 0, NULL};
-        pthread_create(&t[i], NULL, wait_for, &w[i]);
-    }
+    start_waiters(w, t, N, "poll", 4000);
     usleep(800000);   /* every waiter has tried once and sleeps */
-    long long before = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval");
-    usleep(2000000);
-    long long calls = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval") - before;
+    long long calls = script_calls_during(2000);
     fprintf(stderr, "%d waiters: %lld script calls on one master in 2 s\n", N, calls);
     for (int i = 0; i < N; i++)
         pthread_join(t[i], NULL);
@@ -442,14 +454,9 @@ Test(lifecycle, waiters_after_an_expiry_do_not_poll)
     enum { N = 50 };
     static struct waiter w[N];
     static pthread_t t[N];
-    for (int i = 0; i < N; i++) {
-        w[i] = (struct waiter){"exp", 4000, 0, 0, 0, NULL};
-        pthread_create(&t[i], NULL, wait_for, &w[i]);
-    }
+    start_waiters(w, t, N, "exp", 4000);
     usleep(1500000);   /* the holder expired; the oldest waiter holds it now (30 s) */
-    long long before = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval");
-    usleep(1500000);
-    long long calls = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval") - before;
+    long long calls = script_calls_during(1500);
     fprintf(stderr, "%d waiters after an expiry: %lld script calls on one master in 1.5 s\n", N, calls);
     for (int i = 0; i < N; i++)
         pthread_join(t[i], NULL);
@@ -494,10 +501,7 @@ Test(lifecycle, waiters_are_bounded)
     cr_assert_eq(held.status, 201);
     struct waiter w[3];
     pthread_t t[3];
-    for (int i = 0; i < 3; i++) {
-        w[i] = (struct waiter){"mw", 1500, 0, 0, 0, NULL};
-        pthread_create(&t[i], NULL, wait_for, &w[i]);
-    }
+    start_waiters(w, t, 3, "mw", 1500);
     usleep(300000);
     h_resp over = h_http(C, "POST", "/locks/mw", "{\"wait_ms\":1500}", NULL);
     cr_assert_eq(over.status, 429, "%s", over.body);
