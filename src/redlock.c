@@ -66,8 +66,7 @@ struct rl_engine {
     pthread_mutex_t sync_lock;   /* rl_engine_sync's barrier */
     pthread_cond_t sync_cond;
     unsigned sync_seen;
-    uint64_t next_quorum_log_us;   /* loop thread */
-    unsigned long long quorum_log_suppressed;
+    log_limit quorum_log;        /* no_quorum lines: one a second */
 };
 
 typedef struct rl_task {
@@ -139,23 +138,19 @@ static bool is_vote(const master_reply *r, int min_ints)
     return r->kind == MREPLY_VALUE && !r->quarantined && r->nints >= min_ints;
 }
 
-/* One log line per second at most while quorum is lost, with how many
- * answers were cut short in between. Loop thread only. */
+/* One no_quorum line per second at most while quorum is lost, with how many
+ * were left out in between (log.h). */
 static void log_no_quorum(rl_engine *e, int answered)
 {
-    uint64_t now = mpool_now_us();
-    if (now < e->next_quorum_log_us) {
-        e->quorum_log_suppressed++;
+    unsigned long long suppressed;
+    if (!log_allow(&e->quorum_log, mpool_now_us(), &suppressed))
         return;
-    }
     char ok[16], total[16], more[24];
     snprintf(ok, sizeof ok, "%d", answered);
     snprintf(total, sizeof total, "%d", e->n);
-    snprintf(more, sizeof more, "%llu", e->quorum_log_suppressed);
+    snprintf(more, sizeof more, "%llu", suppressed);
     log_event(LOG_LEVEL_WARN, "no_quorum", "masters_ok", ok, "masters_total", total,
               "suppressed_since_last", more, NULL);
-    e->quorum_log_suppressed = 0;
-    e->next_quorum_log_us = now + 1000000;
 }
 
 static void count_outcome(rl_task *op)
@@ -858,6 +853,7 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
     pthread_mutex_init(&e->sync_lock, NULL);
+    pthread_mutex_init(&e->quorum_log.mu, NULL);
     pthread_cond_init(&e->sync_cond, NULL);
     if (cfg->notify)
         mpool_set_notice(pool, SCRIPT_NOTICE_PREFIX, on_notice, e);
@@ -1039,6 +1035,7 @@ void rl_engine_free(rl_engine *e)
             e->wtab[b] = w->next;
             free(w);
         }
+    pthread_mutex_destroy(&e->quorum_log.mu);
     pthread_cond_destroy(&e->sync_cond);
     pthread_mutex_destroy(&e->sync_lock);
     pthread_cond_destroy(&e->idle);
