@@ -53,7 +53,8 @@ struct http_server {
     pthread_mutex_t reg_lock;
     pthread_cond_t reg_cond;    /* signalled when a request completes */
     conn_info *conns;
-    int nconns, nbusy;
+    int nrequests;              /* requests whose headers arrived and that have not completed:
+                                   the shutdown waits for them */
     int closed_since_trim;
     pthread_t watcher;
     bool watching;
@@ -445,6 +446,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         ctx->ci = ci ? ci->socket_context : NULL;
         ctx->start_us = mpool_now_us();
+        pthread_mutex_lock(&s->reg_lock);
+        s->nrequests++;   /* until on_completed: a shutdown answers it first */
+        pthread_mutex_unlock(&s->reg_lock);
         const char *name;
         ctx->route = api_route_of(url, &name);
         ctx->mroute = ctx->route == ROUTE_HEALTHZ  ? METRICS_ROUTE_HEALTHZ
@@ -499,10 +503,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (ctx->ci) {
         pthread_mutex_lock(&s->reg_lock);
-        if (!ctx->ci->busy) {
-            ctx->ci->busy = true;   /* complete: the request deadline no longer applies */
-            s->nbusy++;
-        }
+        ctx->ci->busy = true;   /* complete: the request deadline no longer applies */
         pthread_mutex_unlock(&s->reg_lock);
     }
 
@@ -561,9 +562,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         rl_finish(s->engine, ctx->h, delivered);
     }
     pthread_mutex_lock(&s->reg_lock);
+    s->nrequests--;
     if (ctx->ci) {
-        if (ctx->ci->busy)
-            s->nbusy--;
         ctx->ci->busy = false;
         ctx->ci->phase_start_us = mpool_now_us();   /* the next request's deadline starts */
     }
@@ -594,7 +594,6 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (s->conns)
             s->conns->prev = ci;
         s->conns = ci;
-        s->nconns++;
         pthread_mutex_unlock(&s->reg_lock);
         *socket_context = ci;
         return;
@@ -609,10 +608,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         s->conns = ci->next;
     if (ci->next)
         ci->next->prev = ci->prev;
-    s->nconns--;
     s->closed_since_trim++;
-    if (ci->busy)
-        s->nbusy--;
     pthread_mutex_unlock(&s->reg_lock);
     free(ci);
     *socket_context = NULL;
@@ -783,7 +779,7 @@ int http_drain(http_server *s, long long timeout_ms)
 {
     struct timespec until = deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&s->reg_lock);
-    while (s->nbusy > 0)
+    while (s->nrequests > 0)
         if (pthread_cond_timedwait(&s->reg_cond, &s->reg_lock, &until) != 0)
             break;
     /* Still waiting for the engine past the limit: answer 503
@@ -810,11 +806,11 @@ int http_drain(http_server *s, long long timeout_ms)
     }
     if (forced) {
         until = deadline_after_ms(1000);
-        while (s->nbusy > 0)
+        while (s->nrequests > 0)
             if (pthread_cond_timedwait(&s->reg_cond, &s->reg_lock, &until) != 0)
                 break;
     }
-    int left = s->nbusy;
+    int left = s->nrequests;
     pthread_mutex_unlock(&s->reg_lock);
     return forced + left;
 }
