@@ -102,7 +102,14 @@ mscript script_marker = {"marker",
     "elseif act == 'observe' and st and redis.call('HGET', mk, 'run_id') ~= run_id then\n"
     "  redis.call('HSET', mk, 'run_id', run_id)\n"
     "  local u = tonumber(redis.call('HGET', mk, 'until') or '0') or 0\n"
-    "  if st == 'ready' and ARGV[4] ~= '1' and u < now + tonumber(ARGV[3]) then\n"
+    /* A pending marker that outlived a restart may have lost the promote
+     * and every vote since (everysec answers before the AOF write): it
+     * counts as ready and sits out, like any restart that lost writes. */
+    "  if st == 'pending' and ARGV[4] ~= '1' then\n"
+    "    redis.call('HSET', mk, 'state', 'ready', 'until', later,\n"
+    "               'reason', 'restarted during the set-up without appendfsync always')\n"
+    "    st = 'ready'\n"
+    "  elseif st == 'ready' and ARGV[4] ~= '1' and u < now + tonumber(ARGV[3]) then\n"
     "    redis.call('HSET', mk, 'until', later, 'reason', 'restarted without appendfsync always')\n"
     "  end\n"
     "end\n"

@@ -217,11 +217,20 @@ static void daemon_startv(h_cluster *c, va_list ap)
         fprintf(stderr, "harness: redlockd did not start (log %s)\n", c->log);
         abort();
     }
-    /* Ready once a majority answered PING; with all masters up wait for all. */
+    /* Ready once a majority can vote. With all masters up, wait for all of
+     * them, and for the cluster's set-up to reach every marker: a master
+     * restarted while its marker is still missing or pending was never
+     * asked to vote, so a test would see it join instead of sit out. */
     h_wait_status(c, "/readyz", 200, 5000);
     for (int tries = 0; tries < 300; tries++) {
         h_resp r = h_http(c, "GET", "/readyz", NULL, NULL);
         bool all = r.json && h_int(&r, "masters_up") == c->n;
+        cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItem(r.json, "masters")) {
+            const char *mk = cJSON_GetStringValue(cJSON_GetObjectItem(m, "marker"));
+            if (mk && (!strcmp(mk, "missing") || !strcmp(mk, "pending")))
+                all = false;
+        }
         h_resp_free(&r);
         if (all)
             break;
