@@ -21,6 +21,7 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_INTERNAL] = {500, "internal"},
     [API_E_SHUTTING_DOWN] = {503, "shutting_down"},
     [API_E_TOO_MANY_WAITERS] = {429, "too_many_waiters"},
+    [API_E_TOO_MANY_HOLDS] = {429, "too_many_holds"},
     [API_E_BAD_FRAMING] = {400, "bad_request"},
 };
 
@@ -123,6 +124,22 @@ static int int_field(const cJSON *obj, const char *field, long long min, long lo
     return 0;
 }
 
+/* "owner": 1 to RL_OWNER_MAX bytes of printable ASCII (0x20-0x7e). A NUL
+ * inside the JSON string (\u0000) ends valuestring early: the length check
+ * against the whole string catches it. */
+static bool owner_valid(const cJSON *o)
+{
+    if (!cJSON_IsString(o))
+        return false;
+    size_t len = strlen(o->valuestring);
+    if (len == 0 || len > RL_OWNER_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)o->valuestring[i] < 0x20 || (unsigned char)o->valuestring[i] > 0x7e)
+            return false;
+    return true;
+}
+
 static bool all_space(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++)
@@ -165,6 +182,25 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
     if (op == RL_ACQUIRE) {
         if (int_field(root, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0)
             goto out;
+        const cJSON *hold = cJSON_GetObjectItemCaseSensitive(root, "hold");
+        if (hold && !cJSON_IsBool(hold)) {
+            snprintf(msg, msglen, "hold must be true or false");
+            goto out;
+        }
+        req->hold = cJSON_IsTrue(hold);
+        if (req->hold && req->ttl_ms < API_HOLD_MIN_TTL_MS) {
+            snprintf(msg, msglen, "ttl_ms must be at least %d with hold (it is renewed every third)",
+                     API_HOLD_MIN_TTL_MS);
+            goto out;
+        }
+        const cJSON *owner = cJSON_GetObjectItemCaseSensitive(root, "owner");
+        if (owner && !owner_valid(owner)) {
+            snprintf(msg, msglen, "owner must be a string of 1 to %d printable ASCII bytes",
+                     RL_OWNER_MAX);
+            goto out;
+        }
+        if (owner)
+            memcpy(req->owner, owner->valuestring, strlen(owner->valuestring) + 1);
     }
     if (op == RL_EXTEND || op == RL_RELEASE) {
         const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "token");
@@ -216,6 +252,7 @@ int api_err_of_outcome(enum rl_outcome o)
     case RL_NO_QUORUM: return API_E_NO_QUORUM;
     case RL_SHUTTING_DOWN: return API_E_SHUTTING_DOWN;
     case RL_TOO_MANY_WAITERS: return API_E_TOO_MANY_WAITERS;
+    case RL_TOO_MANY_HOLDS: return API_E_TOO_MANY_HOLDS;
     case RL_CANCELLED:   /* never sent: the client is gone */
     case RL_INTERNAL: break;
     }
@@ -270,6 +307,8 @@ static const char *outcome_message(const rl_request *req, const rl_result *res)
         return "the service is shutting down";
     case RL_TOO_MANY_WAITERS:
         return "the lock is held and too many acquires are waiting already (--max-waiters)";
+    case RL_TOO_MANY_HOLDS:
+        return "too many held streams are open already (--max-holds)";
     default:
         return req->op == RL_ACQUIRE ? "the lock could not be acquired because of an internal error"
                                      : "an internal error occurred";
@@ -286,7 +325,8 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         cJSON *o = error_object((enum api_err)e, outcome_message(req, res));
         if (!o)
             return NULL;
-        if (res->outcome == RL_LOCKED || res->outcome == RL_TOO_MANY_WAITERS) {
+        if (res->outcome == RL_LOCKED || res->outcome == RL_TOO_MANY_WAITERS ||
+            res->outcome == RL_TOO_MANY_HOLDS) {
             add_int(o, "retry_after_ms", res->retry_after_ms);
             long long s = (res->retry_after_ms + 999) / 1000;
             *retry_after_s = s < 1 ? 1 : s;
@@ -312,6 +352,10 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         cJSON_AddStringToObject(o, "name", req->name);
         cJSON_AddBoolToObject(o, "held", res->held);
         add_int(o, "validity_ms", res->held ? res->validity_ms : 0);
+        if (res->held && res->fence > 0)
+            add_int(o, "fence", res->fence);
+        if (res->held && res->owner[0])
+            cJSON_AddStringToObject(o, "owner", res->owner);
         return print_and_free(o);
     }
     case RL_ACQUIRE:

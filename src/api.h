@@ -35,6 +35,7 @@ enum api_err {
     API_E_INTERNAL,
     API_E_SHUTTING_DOWN,
     API_E_TOO_MANY_WAITERS,
+    API_E_TOO_MANY_HOLDS,
     API_E_BAD_FRAMING,   /* Content-Length with Transfer-Encoding, or two lengths: closes */
     API_E_COUNT
 };
@@ -50,6 +51,10 @@ typedef struct api_limits {
     long long max_ttl_ms;
     long long max_wait_ms;
 } api_limits;
+
+/* The shortest ttl a held stream may ask for: it is renewed every third of
+ * it, and must outlast a few master round trips. */
+#define API_HOLD_MIN_TTL_MS 1000
 
 /* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
  * "/locks/", for the Dapr lock routes to the store name (not yet validated;

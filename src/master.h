@@ -41,7 +41,9 @@
 
 #define MASTER_MAX CONF_MAX_MASTERS
 #define MREPLY_MAX_INTS 4
-#define MREPLY_STR_MAX (TOKEN_MAX_LEN + 32)   /* a grant's value: token, space, suffix */
+/* A grant's value (token, space, suffix) and, from inspect, the owner
+ * (128 bytes, RL_OWNER_MAX) after it. */
+#define MREPLY_STR_MAX (TOKEN_MAX_LEN + 32 + 128)
 
 enum mreply_kind {
     MREPLY_NONE = 0,  /* the master was not asked */

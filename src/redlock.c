@@ -25,6 +25,8 @@
 #include "scripts.h"
 
 #define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
+_Static_assert(sizeof SCRIPT_OWNER_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "owner key fits RL_KEY_MAX");
+_Static_assert(MREPLY_STR_MAX >= TOKEN_MAX_LEN + 32 + RL_OWNER_MAX, "inspect's value and owner fit");
 #define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
 #define RL_WTAB_SIZE 4096            /* buckets of the waiter index (a power of two) */
 #define RL_WAKE_MARGIN_US 1000       /* past the holder's remaining time */
@@ -89,6 +91,7 @@ typedef struct rl_task {
 
     char key[RL_KEY_MAX];
     char fence_key[RL_KEY_MAX];
+    char owner_key[RL_KEY_MAX];
     char value[MREPLY_STR_MAX + 1]; /* acquire: what SET stores, unique to this grant */
     char ttl_str[24];
     char px_str[24];             /* the counter's life: ttl_ms + fence_keep_ms */
@@ -206,7 +209,7 @@ static void op_no_quorum(rl_task *op, int answered)
 static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
                  const char *const *args, mpool_done_fn done)
 {
-    size_t lens[8];
+    size_t lens[10];
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
     mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
@@ -222,11 +225,11 @@ static const char *guard_arg(const rl_engine *e) { return e->cfg.guard ? "1" : "
 static void release_unwatched(rl_task *op, uint32_t mask, const char *value)
 {
     rl_engine *e = op->e;
-    const char *args[] = {op->key, value, "=", ""};
-    size_t lens[4];
-    for (int i = 0; i < 4; i++)
+    const char *args[] = {op->key, op->owner_key, value, "=", ""};
+    size_t lens[5];
+    for (int i = 0; i < 5; i++)
         lens[i] = strlen(args[i]);
-    mpool_eval(e->pool, &script_release, mask, 1, 4, args, lens, NULL, NULL);
+    mpool_eval(e->pool, &script_release, mask, 2, 5, args, lens, NULL, NULL);
 }
 
 /* ---- acquire ---- */
@@ -504,8 +507,8 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
             release_unwatched(op, mask, op->value);
         op_answer(op);
     } else if (mask) {
-        const char *args[] = {op->key, op->value, "=", ""};
-        eval(op, &script_release, mask, 1, 4, args, acquire_after_release);
+        const char *args[] = {op->key, op->owner_key, op->value, "=", ""};
+        eval(op, &script_release, mask, 2, 5, args, acquire_after_release);
     } else {
         acquire_refused(op);
     }
@@ -649,9 +652,9 @@ static void acquire_voted(void *arg, const master_reply *replies)
 static void acquire_attempt(rl_task *op)
 {
     op->start_us = mpool_now_us();   /* step 1 */
-    const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, op->ttl_str,
-                          op->px_str, guard_arg(op->e)};
-    eval(op, &script_acquire, all_mask(op->e), 3, 7, args, acquire_voted);   /* step 2 */
+    const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->value,
+                          op->ttl_str, op->px_str, op->req.owner, guard_arg(op->e)};
+    eval(op, &script_acquire, all_mask(op->e), 4, 9, args, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
@@ -736,6 +739,17 @@ static void release_voted(void *arg, const master_reply *replies)
 
 /* ---- inspect ---- */
 
+/* An inspect vote that names a holder: {pttl, counter, owner_len, value ..
+ * owner}. Sets *vlen to the length of the value part. */
+static bool inspect_value(const master_reply *r, size_t *vlen)
+{
+    if (!is_vote(r, 3) || !r->has_str || r->ints[2] < 0 || r->ints[2] > RL_OWNER_MAX ||
+        (size_t)r->ints[2] > r->str_len)
+        return false;
+    *vlen = r->str_len - (size_t)r->ints[2];
+    return true;
+}
+
 static void inspect_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
@@ -753,15 +767,21 @@ static void inspect_voted(void *arg, const master_reply *replies)
     /* Group the masters by the token they hold; a holder needs a majority. */
     for (int i = 0; i < e->n; i++) {
         const master_reply *a = &replies[i];
-        if (!is_vote(a, 1) || !a->has_str)
+        size_t alen;
+        if (!inspect_value(a, &alen))
             continue;
-        long long pttls[MASTER_MAX];
+        long long pttls[MASTER_MAX], fences[MASTER_MAX];
         int agree = 0;
+        const master_reply *owner = NULL;
         for (int j = 0; j < e->n; j++) {
             const master_reply *b = &replies[j];
-            if (is_vote(b, 1) && b->has_str &&
-                b->str_len == a->str_len && !memcmp(a->str, b->str, a->str_len))
-                pttls[agree++] = b->ints[0] < 0 ? e->cfg.max_ttl_ms : b->ints[0];
+            size_t blen;
+            if (!inspect_value(b, &blen) || blen != alen || memcmp(a->str, b->str, alen))
+                continue;
+            fences[agree] = b->ints[1];
+            pttls[agree++] = b->ints[0] < 0 ? e->cfg.max_ttl_ms : b->ints[0];
+            if (!owner && b->ints[2] > 0)
+                owner = b;
         }
         if (agree < q)
             continue;
@@ -771,6 +791,10 @@ static void inspect_voted(void *arg, const master_reply *replies)
         if (validity > 0) {
             op->res.held = true;
             op->res.validity_ms = validity;
+            op->res.fence = quorum_fence_of_holders(fences, agree);
+            if (owner)
+                snprintf(op->res.owner, sizeof op->res.owner, "%.*s", (int)owner->ints[2],
+                         owner->str + owner->str_len - (size_t)owner->ints[2]);
         }
         break;
     }
@@ -785,6 +809,7 @@ static void op_start(void *arg)
     rl_engine *e = op->e;
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
+    snprintf(op->owner_key, sizeof op->owner_key, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
     if (e->cfg.notify)
@@ -813,9 +838,9 @@ static void op_start(void *arg)
         acquire_attempt(op);
         return;
     case RL_EXTEND: {
-        const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->req.token, op->ttl_str,
-                              op->px_str, guard_arg(e)};
-        eval(op, &script_extend, all_mask(e), 3, 7, args, extend_voted);
+        const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
+                              op->ttl_str, op->px_str, guard_arg(e)};
+        eval(op, &script_extend, all_mask(e), 4, 8, args, extend_voted);
         return;
     }
     case RL_RELEASE: {
@@ -824,13 +849,13 @@ static void op_start(void *arg)
         /* A caller's token releases whichever grant of it holds (a Dapr
          * lockOwner is stored with a suffix); a later replay on a master
          * that missed it matches only the exact value (scripts.h). */
-        const char *args[] = {op->key, op->req.token, "~", op->channel};
-        eval(op, &script_release, all_mask(e), 1, 4, args, release_voted);
+        const char *args[] = {op->key, op->owner_key, op->req.token, "~", op->channel};
+        eval(op, &script_release, all_mask(e), 2, 5, args, release_voted);
         return;
     }
     case RL_INSPECT: {
-        const char *args[] = {op->key, SCRIPT_MARKER_KEY, guard_arg(e)};
-        eval(op, &script_inspect, all_mask(e), 2, 3, args, inspect_voted);
+        const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, guard_arg(e)};
+        eval(op, &script_inspect, all_mask(e), 4, 5, args, inspect_voted);
         return;
     }
     }

@@ -20,6 +20,7 @@
 #include "token.h"
 
 #define RL_NAME_MAX 200
+#define RL_OWNER_MAX 128   /* bytes of an acquire's "owner" */
 
 enum rl_op { RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT };
 
@@ -32,6 +33,7 @@ enum rl_outcome {
     RL_SHUTTING_DOWN, /* the service is stopping and takes no new work */
     RL_CANCELLED,   /* the caller went away (rl_cancel): no grant was kept */
     RL_TOO_MANY_WAITERS, /* acquire: the wait would exceed max_waiters */
+    RL_TOO_MANY_HOLDS,   /* acquire with hold: max_holds streams are open (HTTP layer) */
 };
 
 enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
@@ -45,6 +47,9 @@ typedef struct rl_request {
                                        any grant of it */
     long long ttl_ms;               /* acquire/extend */
     long long wait_ms;              /* acquire */
+    char owner[RL_OWNER_MAX + 1];   /* acquire: who holds it, for inspect ("" = none); stored
+                                       beside the lock, never in its value */
+    bool hold;                      /* acquire: a held stream (the HTTP layer keeps it) */
 } rl_request;
 
 typedef struct rl_result {
@@ -57,6 +62,7 @@ typedef struct rl_result {
     long long fence;
     long long retry_after_ms;         /* with RL_LOCKED */
     bool held;                        /* inspect */
+    char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
     int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */
     int masters_total;
 } rl_result;

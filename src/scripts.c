@@ -37,6 +37,7 @@ mscript script_acquire = {"acquire",
     "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
     "  end\n"
     "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])\n"
+    "  if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. '\\n' .. ARGV[4], 'PX', ARGV[2]) end\n"
     "  return {1, f}\n"
     "end\n"
     "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL};
@@ -54,6 +55,8 @@ mscript script_extend = {"extend",
     "local v = redis.call('GET', KEYS[1])\n"
     "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  local o = redis.call('GET', KEYS[3])\n"
+    "  if o and string.sub(o, 1, #v + 1) == v .. '\\n' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end\n"
     "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
     "  if " COUNTER_BAD("c") " then return {1, 0} end\n"
     "  redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
@@ -66,13 +69,17 @@ mscript script_inspect = {"inspect",
     GUARD
     "local v = redis.call('GET', KEYS[1])\n"
     "if not v then return {-2} end\n"
-    "return {redis.call('PTTL', KEYS[1]), v}\n", "", false, true, NULL};
+    "local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
+    "if " COUNTER_BAD("c") " then c = 0 end\n"
+    "local o, owner = redis.call('GET', KEYS[3]), ''\n"
+    "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
+    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL};
 
 /* A release: match is the Lua test of the stored value v (scripts.h). */
 #define RELEASE_BODY(match) \
     "local v = redis.call('GET', KEYS[1])\n" \
     "if v and (" match ") then\n" \
-    "  redis.call('DEL', KEYS[1])\n" \
+    "  redis.call('DEL', KEYS[1], KEYS[2])\n" \
     "  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end\n" \
     "  return 1\n" \
     "end\n" \

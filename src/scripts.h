@@ -7,6 +7,12 @@
  *   key                  the lock: value = the grant's value, PX = ttl
  *   key#fence            the fence counter, PX = ttl + fence keep; refreshed
  *                        by every grant and extension, so it outlives the lock
+ *   key#owner            the grant's value, a newline, and the caller's
+ *                        "owner", PX = the lock's: set by a grant that names an
+ *                        owner, extended with the lock, deleted with it; read
+ *                        only where its value part matches the lock's, so a
+ *                        stale one is never reported. The lock's own value
+ *                        never changes, so other Redlock clients interoperate.
  *   SCRIPT_MARKER_KEY    one per master, no expiry: the cluster marker below
  *
  * A grant's value is its token; for a caller-chosen token (a Dapr lockOwner,
@@ -39,6 +45,7 @@
 #include "master.h"
 
 #define SCRIPT_FENCE_SUFFIX "#fence"
+#define SCRIPT_OWNER_SUFFIX "#owner"
 #define SCRIPT_MARKER_KEY "redlockd#marker"
 /* A release publishes the key on SCRIPT_NOTICE_PREFIX + key: only instances
  * with waiters for that name subscribe, so a release nobody waits for
@@ -51,8 +58,9 @@
 /* Vote scripts: the marker is the last key, and the last argument is "1" to
  * run the guard, "0" (--quarantine off) to skip it. */
 
-/* KEYS key, key#fence, marker; ARGV value, ttl_ms, counter_px_ms (ttl plus
- * the fence keep), guard. {1, fence} when SET NX took the key; {0, pttl}
+/* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms
+ * (ttl plus the fence keep), owner ("" for none), guard. {1, fence} when SET
+ * NX took the key (and the owner key is set when an owner is given); {0, pttl}
  * when the key is held (pttl -1: no expiry). A counter that is not an integer
  * below 2^53 is an error, and the SET NX is undone in the same step. */
 extern mscript script_acquire;
@@ -65,17 +73,21 @@ extern mscript script_acquire;
  * was never handed out. redo_when_back, so every holder ends with exactly the
  * grant's fence and an extension reports it, whichever majority answers. */
 extern mscript script_settle;
-/* KEYS key, key#fence, marker; ARGV value, ttl_ms, counter_px_ms, guard.
- * value matches as with release mode "~". {1, counter} after resetting the
+/* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms,
+ * guard. value matches as with release mode "~"; the owner key of the stored
+ * value is extended too. {1, counter} after resetting the
  * key's expiry to ttl_ms (the counter's to counter_px_ms); {-1} when
  * another value holds key; {0} when absent. */
 extern mscript script_extend;
-/* KEYS key, marker; ARGV guard. {pttl, value} when present, {-2} when absent. */
+/* KEYS key, key#fence, key#owner, marker; ARGV guard. {pttl, counter,
+ * owner_len, value .. owner} when present (counter 0 when it does not parse;
+ * the owner only where the owner key belongs to the stored value), {-2}
+ * when absent. */
 extern mscript script_inspect;
 
-/* KEYS key; ARGV value, mode, channel.
- * mode "=": deletes key where it holds exactly value; mode "~": where it holds
- * value or value followed by a space (any grant of a caller's token: what
+/* KEYS key, key#owner; ARGV value, mode, channel.
+ * mode "=": deletes key (and its owner key) where it holds exactly value;
+ * mode "~": where it holds value or value followed by a space (any grant of a caller's token: what
  * DELETE and Dapr's unlock send). On delete, publishes key on channel unless
  * it is empty (the counter expires by itself, ttl + keep after the grant:
  * shortening it here cost every release two more commands). 1 deleted, -1
