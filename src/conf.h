@@ -26,6 +26,7 @@
 #define CONF_DEFAULT_FENCE_KEEP_MS 60000
 #define CONF_MAX_BODY_LIMIT (1024 * 1024)  /* a larger body's parse costs too much memory */
 #define CONF_DEFAULT_MAX_WAITERS 10000
+#define CONF_DEFAULT_MAX_HOLDS 1024
 #define CONF_DEFAULT_MAX_CONNECTIONS 1024
 #define CONF_DEFAULT_MAX_CONNECTIONS_PER_IP 512
 #define CONF_DEFAULT_REQUEST_TIMEOUT_MS 10000
@@ -64,6 +65,7 @@ typedef struct conf {
     bool notify;                   /* release notices by Redis pub/sub */
     long long fence_keep_ms;       /* a fence counter outlives its lock by this much */
     int max_waiters;               /* acquires asleep at once */
+    int max_holds;                 /* held streams open at once */
     int max_connections;           /* HTTP connections at once */
     int max_connections_per_ip;
     long long request_timeout_ms;  /* from connect (or the last answer) to a complete request */

@@ -19,6 +19,7 @@
 
 #include "api.h"
 #include "deadline.h"
+#include "hold.h"
 #include "log.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
@@ -47,6 +48,7 @@ struct http_server {
     rl_engine *engine;
     mpool *pool;
     metrics *m;
+    hold_set *holds;            /* held streams; wakes resume their connections */
     api_limits limits;
     atomic_bool quiescing;      /* SIGTERM seen: no new connections */
 
@@ -80,6 +82,8 @@ typedef struct req_ctx {
     bool answered;            /* a response was queued */
     bool submitted;           /* handed to the engine, connection suspended */
     bool dapr;                /* answer in Dapr's wire format */
+    bool hold_reserved;       /* a place in s->holds is reserved for this acquire */
+    hold *hold;               /* the held stream this request became, until on_completed */
     atomic_bool result_ready;
     rl_request req;
     rl_result res;
@@ -290,8 +294,88 @@ static bool ctx_resume(req_ctx *ctx, const rl_result *res)
 static void lock_done(void *arg, const rl_result *res)
 {
     req_ctx *ctx = arg;
+    if (ctx->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
+        hold_released(ctx->s->holds, ctx->req.name, ctx->req.token);
     ctx_resume(ctx, res);   /* when a shutdown answered first, rl_finish releases a grant */
     ctx_unref(ctx);
+}
+
+/* A hold has something to read: resume its connection if it is suspended
+ * waiting for that (called with the hold set's mutex held; never after
+ * hold_close). */
+static void hold_wake(void *arg)
+{
+    req_ctx *ctx = arg;
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    bool was = ctx->susp;
+    ctx->susp = false;
+    if (was && ctx->ci)
+        ctx->ci->suspended = NULL;
+    pthread_mutex_unlock(&s->reg_lock);
+    if (was)
+        MHD_resume_connection(ctx->conn);
+}
+
+/* libmicrohttpd asks for the next part of a held stream. With nothing to
+ * send, the connection is suspended until hold_wake (or the watcher, when
+ * the client leaves) resumes it: suspended before the hold is asked, so a
+ * wake between the two is never lost. */
+static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    req_ctx *ctx = cls;
+    http_server *s = ctx->s;
+    (void)pos;
+    if (ctx->gone)
+        return MHD_CONTENT_READER_END_WITH_ERROR;   /* the client left: close */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    long n = hold_read(ctx->hold, buf, max);
+    if (n != 0) {
+        pthread_mutex_lock(&s->reg_lock);
+        bool was = ctx->susp;
+        ctx->susp = false;
+        if (ctx->ci)
+            ctx->ci->suspended = NULL;
+        pthread_mutex_unlock(&s->reg_lock);
+        /* A wake came in between and resumed ahead of the suspension:
+         * this suspension takes that resume back (libmicrohttpd pairs them). */
+        if (!was)
+            MHD_suspend_connection(ctx->conn);
+        return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    MHD_suspend_connection(ctx->conn);
+    return 0;
+}
+
+/* A granted acquire with "hold": a 201 whose body is the held stream. */
+static enum MHD_Result hold_answer(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    ctx->hold = hold_start(s->holds, &ctx->req, &ctx->res, ctx->start_us, hold_wake, ctx);
+    if (!ctx->hold) {
+        /* Stopping (or out of memory): the grant is not delivered, so
+         * rl_finish releases it. */
+        ctx->forced = true;
+        return send_error(ctx, atomic_load(&s->quiescing) ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
+                          atomic_load(&s->quiescing) ? "the service is shutting down"
+                                                     : "out of memory", NULL);
+    }
+    ctx->hold_reserved = false;   /* the reservation is the hold now */
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, hold_reader,
+                                                               ctx, NULL);
+    if (!r)
+        return MHD_NO;   /* on_completed closes the hold, which releases */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result rc = MHD_queue_response(ctx->conn, 201, r);
+    MHD_destroy_response(r);
+    ctx->answered = true;
+    metrics_request(s->m, ctx->mroute, 201, mpool_now_us() - ctx->start_us);
+    return rc;
 }
 
 /* Has the client closed (or half-closed) its side? Then an answer cannot
@@ -312,6 +396,8 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
         ctx->gone = true;
         return MHD_NO;
     }
+    if (ctx->req.hold && ctx->res.outcome == RL_OK)
+        return hold_answer(ctx);
     if (ctx->dapr) {
         char *body = api_dapr_result_json(ctx->req.op == RL_RELEASE, &ctx->res, &status);
         if (!body)
@@ -376,6 +462,14 @@ static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const cha
                   : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
                   : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
                                      : METRICS_ROUTE_INSPECT;
+    if (ctx->req.hold) {
+        if (!hold_reserve(s->holds)) {
+            char *body = api_error_json(API_E_TOO_MANY_HOLDS,
+                                        "too many held streams are open already (--max-holds)");
+            return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
+        }
+        ctx->hold_reserved = true;
+    }
     return submit(ctx);
 }
 
@@ -556,11 +650,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     if (ctx->submitted) {
         metrics_inflight(s->m, -1);
-        /* An answer that did not reach the client: a grant is released. */
-        bool delivered = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered && !ctx->gone &&
-                         !ctx->forced;
+        /* An answer that did not reach the client: a grant is released. A
+         * held stream's grant is the hold's to release. */
+        bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
+                                       !ctx->gone && !ctx->forced);
         rl_finish(s->engine, ctx->h, delivered);
     }
+    if (ctx->hold)
+        hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
+    if (ctx->hold_reserved)
+        hold_unreserve(s->holds);
     pthread_mutex_lock(&s->reg_lock);
     s->nrequests--;
     if (ctx->ci) {
@@ -632,10 +731,19 @@ static void *watch_main(void *arg)
         uint64_t now = mpool_now_us();
         unsigned long long slow = 0;
         bool trim = false;
+        req_ctx *left_holds[64];
+        int nleft = 0;
         pthread_mutex_lock(&s->reg_lock);
         for (conn_info *ci = s->conns; ci; ci = ci->next) {
             req_ctx *ctx = ci->suspended;
-            if (ctx && ctx->h && !ctx->gone && client_gone(ci->fd)) {
+            if (ctx && ctx->hold && !ctx->gone && nleft < 64 && client_gone(ci->fd)) {
+                /* A held stream's client left: resume it so that it
+                 * closes (hold_reader), and on_completed releases. */
+                ctx->gone = true;
+                ctx->susp = false;
+                ci->suspended = NULL;
+                left_holds[nleft++] = ctx;
+            } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
                 ctx->gone = true;
                 rl_cancel(s->engine, ctx->h);
             } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
@@ -650,6 +758,8 @@ static void *watch_main(void *arg)
             trim = true;
         }
         pthread_mutex_unlock(&s->reg_lock);
+        for (int k = 0; k < nleft; k++)
+            MHD_resume_connection(left_holds[k]->conn);
         for (unsigned long long k = 0; k < slow; k++)
             metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
         unsigned long long suppressed;
@@ -718,6 +828,12 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
     s->pool = pool;
     s->m = m;
     s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
+    s->holds = hold_set_new(e, cfg->max_holds);
+    if (!s->holds) {
+        snprintf(err, errlen, "out of memory");
+        free(s);
+        return NULL;
+    }
     pthread_mutex_init(&s->reg_lock, NULL);
     pthread_cond_init(&s->reg_cond, NULL);
 
@@ -760,6 +876,7 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
     if (!s->daemon) {
         snprintf(err, errlen, "--listen %s:%d: cannot listen there (in use or not a local address?)",
                  cfg->listen.host, cfg->listen.port);
+        hold_set_free(s->holds);
         free(s);
         return NULL;
     }
@@ -773,6 +890,11 @@ void http_quiesce(http_server *s)
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+}
+
+int http_end_holds(http_server *s, long long timeout_ms)
+{
+    return hold_set_end_all(s->holds, timeout_ms);
 }
 
 int http_drain(http_server *s, long long timeout_ms)
@@ -796,6 +918,7 @@ int http_drain(http_server *s, long long timeout_ms)
         ctx->susp = false;
         ctx->ci->suspended = NULL;
         ctx->forced = true;
+        ctx->gone = ctx->hold != NULL;   /* a stream whose end never came: closed */
         memset(&ctx->res, 0, sizeof ctx->res);
         ctx->res.outcome = RL_SHUTTING_DOWN;
         atomic_store(&ctx->result_ready, true);
@@ -823,6 +946,7 @@ void http_stop(http_server *s)
     if (s->watching)
         pthread_join(s->watcher, NULL);
     MHD_stop_daemon(s->daemon);
+    hold_set_free(s->holds);
     pthread_cond_destroy(&s->reg_cond);
     pthread_mutex_destroy(&s->reg_lock);
     free(s);

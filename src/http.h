@@ -33,6 +33,11 @@ void http_quiesce(http_server *s);
  * drain). */
 int http_drain(http_server *s, long long timeout_ms);
 
+/* Stopping, after http_quiesce and before the engine drains: every held
+ * stream releases its lock and ends with "released" (or "lost"). Waits up
+ * to timeout_ms for the releases; returns how many did not answer. */
+int http_end_holds(http_server *s, long long timeout_ms);
+
 /* Closes every connection and frees the server. Call http_drain first. */
 void http_stop(http_server *s);
 

@@ -199,6 +199,7 @@ int main(int argc, char **argv)
      * reaches its connection before any connection closes; grants whose
      * answer could not be delivered are released before the masters go. */
     http_quiesce(http);
+    http_end_holds(http, SHUTDOWN_SEND_MS);
     int left = rl_engine_drain(engine, SHUTDOWN_DRAIN_MS);
     int unsent = http_drain(http, SHUTDOWN_SEND_MS);
     if (left || unsent) {

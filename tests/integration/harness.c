@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -518,4 +520,155 @@ bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms)
         usleep(20000);
     } while (h_now_us() < until);
     return false;
+}
+
+/* ---- held streams ---- */
+
+/* Reads more bytes into s->buf, waiting until until_us. 1 read, 0 timeout,
+ * -1 end or error. */
+static int stream_fill(h_stream *s, uint64_t until_us)
+{
+    uint64_t now = h_now_us();
+    if (now >= until_us)
+        return 0;
+    struct pollfd p = {s->fd, POLLIN, 0};
+    int r = poll(&p, 1, (int)((until_us - now + 999) / 1000));
+    if (r == 0)
+        return 0;
+    if (s->cap - s->len < 4096) {
+        s->cap = s->cap * 2 + 8192;
+        s->buf = realloc(s->buf, s->cap);
+    }
+    ssize_t n = read(s->fd, s->buf + s->len, s->cap - s->len - 1);
+    if (n <= 0)
+        return -1;
+    s->len += (size_t)n;
+    s->buf[s->len] = '\0';
+    return 1;
+}
+
+static void stream_consume(h_stream *s, size_t n)
+{
+    memmove(s->buf, s->buf + n, s->len - n);
+    s->len -= n;
+    s->buf[s->len] = '\0';
+}
+
+h_stream *h_stream_open(h_cluster *c, const char *path, const char *body, int timeout_ms)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->http_port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    char req[4096];
+    int n = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", path, strlen(body), body);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    h_stream *s = calloc(1, sizeof *s);
+    s->fd = fd;
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
+    char *end;
+    while (!(s->buf && (end = strstr(s->buf, "\r\n\r\n")))) {
+        if (stream_fill(s, until) <= 0) {
+            h_stream_close(s);
+            return NULL;
+        }
+    }
+    *end = '\0';
+    sscanf(s->buf, "HTTP/1.%*d %ld", &s->status);
+    long long length = -1;
+    for (char *line = strstr(s->buf, "\r\n"); line; line = strstr(line + 2, "\r\n")) {
+        char *v = line + 2;
+        if (!strncasecmp(v, "Content-Type:", 13))
+            sscanf(v + 13, " %127[^\r]", s->content_type);
+        else if (!strncasecmp(v, "Transfer-Encoding:", 18) && strstr(v, "chunked"))
+            s->chunked = true;
+        else if (!strncasecmp(v, "Content-Length:", 15))
+            length = atoll(v + 15);
+    }
+    stream_consume(s, (size_t)(end + 4 - s->buf));
+    if (!s->chunked) {
+        /* An ordinary answer: read its body whole. */
+        while (length >= 0 && (long long)s->len < length && stream_fill(s, until) > 0)
+            ;
+        s->body = strndup(s->buf ? s->buf : "", s->len);
+        s->eof = true;
+    }
+    return s;
+}
+
+int h_stream_event(h_stream *s, int timeout_ms, cJSON **ev, uint64_t *recv_us)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
+    /* Chunks are decoded in place: their payload bytes are collected in
+     * s->line until a newline ends an event. */
+    char *line = s->line;
+    size_t llen = s->llen;
+    for (;;) {
+        char *nl = memchr(line, '\n', llen);
+        if (nl) {
+            *nl = '\0';
+            *ev = cJSON_Parse(line);
+            size_t used = (size_t)(nl - line) + 1;
+            memmove(line, line + used, llen - used);
+            llen -= used;
+            s->llen = llen;
+            *recv_us = h_now_us();
+            return *ev ? 1 : -1;
+        }
+        if (s->eof)
+            return -1;
+        if (s->chunk_left == 0) {
+            char *crlf = s->buf ? strstr(s->buf, "\r\n") : NULL;
+            if (crlf == s->buf && s->len >= 2) {   /* the CRLF after a chunk */
+                stream_consume(s, 2);
+                continue;
+            }
+            if (!crlf) {
+                int r = stream_fill(s, until);
+                if (r <= 0)
+                    return r;
+                continue;
+            }
+            size_t size = strtoul(s->buf, NULL, 16);
+            stream_consume(s, (size_t)(crlf + 2 - s->buf));
+            if (size == 0) {
+                s->eof = true;
+                continue;
+            }
+            s->chunk_left = size;
+        }
+        if (s->len == 0) {
+            int r = stream_fill(s, until);
+            if (r <= 0)
+                return r;
+            continue;
+        }
+        size_t k = s->len < s->chunk_left ? s->len : s->chunk_left;
+        if (k > sizeof s->line - llen)
+            return -1;
+        memcpy(line + llen, s->buf, k);
+        llen += k;
+        s->llen = llen;
+        s->chunk_left -= k;
+        stream_consume(s, k);
+    }
+}
+
+void h_stream_close(h_stream *s)
+{
+    if (!s)
+        return;
+    close(s->fd);
+    free(s->buf);
+    free(s->body);
+    free(s);
 }

@@ -81,6 +81,32 @@ const char *h_str(const h_resp *r, const char *field);
 long long h_int(const h_resp *r, const char *field);
 bool h_has(const h_resp *r, const char *field);
 
+/* A held stream (POST with "hold": true) read event by event over a raw
+ * socket, so that a test can also close it abruptly. */
+typedef struct h_stream {
+    int fd;
+    long status;              /* of the answer's status line */
+    char content_type[128];
+    bool chunked;
+    char *buf;                /* bytes read and not yet consumed */
+    size_t len, cap;
+    size_t chunk_left;        /* bytes left in the current chunk */
+    bool eof;                 /* the last chunk (or the connection's end) was read */
+    char *body;               /* a non-stream answer's body (status != 201) */
+    char line[8192];          /* chunk payload collected until a newline ends an event */
+    size_t llen;
+} h_stream;
+
+/* Sends POST path with body and reads the status line and headers (up to
+ * timeout_ms). NULL when the connection failed. */
+h_stream *h_stream_open(h_cluster *c, const char *path, const char *body, int timeout_ms);
+/* The next event, waiting up to timeout_ms: 1 with *ev (free with
+ * cJSON_Delete) and *recv_us (h_now_us when its line arrived), 0 on
+ * timeout, -1 at the stream's end or on error. */
+int h_stream_event(h_stream *s, int timeout_ms, cJSON **ev, uint64_t *recv_us);
+/* Closes the socket (abruptly, as a client that leaves) and frees. */
+void h_stream_close(h_stream *s);
+
 /* Waits up to timeout_ms for GET path to answer want; returns true if it did. */
 bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms);
 

@@ -1,0 +1,429 @@
+/* hold.c - see hold.h. */
+#include "hold.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deadline.h"
+#include "master.h"   /* mpool_now_us: the clock the engine counts validity on */
+
+#define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
+
+enum hold_end { END_NONE, END_LOST, END_RELEASED };
+
+struct hold {
+    hold_set *s;
+    struct hold *prev, *next;       /* in s->list */
+    char name[RL_NAME_MAX + 1];
+    char token[TOKEN_MAX_LEN + 1];
+    long long ttl_ms;
+    long long fence;
+    uint64_t valid_until_us;        /* end of the validity last obtained */
+    uint64_t next_try_us;           /* the next extension */
+    const char *fail_reason;        /* of the last failed extension: the "lost" reason if
+                                       validity runs out before one succeeds */
+    int engine_refs;                /* engine requests in flight that point here */
+    bool extending;                 /* an extension is in flight */
+    bool release_after;             /* release once that extension answers */
+    bool release_sent;
+    bool closed;                    /* the connection let go (hold_close) */
+
+    /* what the stream has still to say, in this order */
+    bool pend_acquired;
+    bool pend_renewed;
+    enum hold_end end;
+    const char *end_reason;         /* NULL: the event carries no reason */
+    bool end_formatted;
+    char out[HOLD_EVENT_MAX];       /* the event being handed out */
+    size_t out_len, out_off;
+    bool want_wake;                 /* hold_read answered 0 since the last wake */
+    hold_wake_fn wake;
+    void *arg;
+};
+
+struct hold_set {
+    rl_engine *e;
+    int max;
+    pthread_mutex_t mu;
+    pthread_cond_t changed;         /* the renewer's wake-up: a hold came or its timer moved */
+    pthread_cond_t settled;         /* a release answered (hold_set_end_all waits) */
+    hold *list;
+    int used;                       /* holds open plus reservations */
+    int open;
+    int releases_pending;
+    bool ending;                    /* stopping: no renewals, new holds refused */
+    bool stop;
+    pthread_t renewer;
+    bool renewer_started;
+};
+
+/* ---- events (s->mu held) ---- */
+
+static void notify(hold *h)
+{
+    if (h->want_wake && !h->closed) {
+        h->want_wake = false;
+        h->wake(h->arg);
+    }
+}
+
+static void end_stream(hold *h, enum hold_end kind, const char *reason)
+{
+    if (h->end != END_NONE)
+        return;
+    h->end = kind;
+    h->end_reason = reason;
+    h->pend_renewed = false;   /* nothing after the end counts */
+    notify(h);
+}
+
+static void free_if_done(hold *h)
+{
+    if (!h->closed || h->engine_refs > 0)
+        return;
+    hold_set *s = h->s;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        s->list = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    s->open--;
+    s->used--;
+    free(h);
+}
+
+/* ---- engine answers (engine thread) ---- */
+
+static void release_done(void *arg, const rl_result *res)
+{
+    hold *h = arg;
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    /* Only a shutdown waits for the answer to end the stream; after a
+     * client's close or a loss the stream has ended already. */
+    if (res->outcome == RL_OK || res->outcome == RL_NOT_HELD)
+        end_stream(h, END_RELEASED, s->ending ? "shutting_down" : NULL);
+    else
+        end_stream(h, END_LOST, "no_quorum");
+    h->engine_refs--;
+    s->releases_pending--;
+    pthread_cond_broadcast(&s->settled);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Step 5 of Redlock for a hold that ends: release on every master, once,
+ * after any extension in flight (which could otherwise renew it after the
+ * release). s->mu held. */
+static void release_lock(hold *h)
+{
+    if (h->release_sent)
+        return;
+    if (h->extending) {
+        h->release_after = true;
+        return;
+    }
+    rl_request req = {.op = RL_RELEASE};
+    snprintf(req.name, sizeof req.name, "%s", h->name);
+    snprintf(req.token, sizeof req.token, "%s", h->token);
+    h->release_sent = true;
+    h->engine_refs++;
+    h->s->releases_pending++;
+    if (rl_submit(h->s->e, &req, release_done, h, NULL) < 0) {
+        /* The engine has stopped: the lock expires with its ttl. */
+        h->engine_refs--;
+        h->s->releases_pending--;
+        end_stream(h, END_LOST, "no_quorum");
+    }
+}
+
+static void extend_done(void *arg, const rl_result *res)
+{
+    hold *h = arg;
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    h->extending = false;
+    h->engine_refs--;
+    uint64_t now = mpool_now_us();
+    if (h->end == END_NONE && !h->closed) {
+        if (res->outcome == RL_OK) {
+            /* next_try_us was set when the extension was sent; validity
+             * counts from then too (the engine's own start is later). */
+            uint64_t sent = h->next_try_us;
+            h->valid_until_us = sent + (uint64_t)res->validity_ms * 1000ULL;
+            h->next_try_us = sent + (uint64_t)h->ttl_ms * 1000ULL / 3;
+            h->fail_reason = NULL;
+            h->pend_renewed = true;
+            notify(h);
+        } else if (res->outcome == RL_NOT_HELD) {
+            /* Gone for good; the engine already released what it held. */
+            end_stream(h, END_LOST, res->reason == RL_REASON_HELD_BY_OTHER ? "held_by_other" : "expired");
+        } else {
+            /* No majority answered: try again while validity lasts. */
+            h->fail_reason = "no_quorum";
+            uint64_t retry = (uint64_t)h->ttl_ms * 1000ULL / 10;
+            if (retry < HOLD_RETRY_MIN_MS * 1000ULL)
+                retry = HOLD_RETRY_MIN_MS * 1000ULL;
+            h->next_try_us = now + retry;
+        }
+    }
+    if (h->end != END_NONE || h->closed || h->release_after) {
+        h->release_after = false;
+        release_lock(h);
+    }
+    pthread_cond_signal(&s->changed);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the renewer ---- */
+
+static uint64_t lost_at(const hold *h)
+{
+    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL;
+    return h->valid_until_us > margin ? h->valid_until_us - margin : 0;
+}
+
+/* One pass over the holds: declares loss where validity runs out, starts
+ * due extensions. Returns when the next pass is due. s->mu held. */
+static uint64_t renew_pass(hold_set *s, uint64_t now)
+{
+    uint64_t next = now + 1000000;   /* at least once a second */
+    for (hold *h = s->list; h; h = h->next) {
+        if (h->end != END_NONE || h->closed || s->ending)
+            continue;
+        if (now >= lost_at(h)) {
+            end_stream(h, END_LOST, h->fail_reason ? h->fail_reason : "expired");
+            release_lock(h);
+            continue;
+        }
+        if (!h->extending && now >= h->next_try_us) {
+            rl_request req = {.op = RL_EXTEND, .ttl_ms = h->ttl_ms};
+            snprintf(req.name, sizeof req.name, "%s", h->name);
+            snprintf(req.token, sizeof req.token, "%s", h->token);
+            h->next_try_us = now;   /* the extension's validity counts from here */
+            h->extending = true;
+            h->engine_refs++;
+            if (rl_submit(s->e, &req, extend_done, h, NULL) < 0) {
+                h->extending = false;
+                h->engine_refs--;
+                h->next_try_us = now + HOLD_RETRY_MIN_MS * 1000ULL;
+            }
+        }
+        uint64_t due = lost_at(h);
+        if (!h->extending && h->next_try_us < due)
+            due = h->next_try_us;
+        if (due < next)
+            next = due;
+    }
+    return next;
+}
+
+static void *renewer_main(void *arg)
+{
+    hold_set *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        uint64_t now = mpool_now_us();
+        uint64_t next = renew_pass(s, now);
+        if (next > now) {
+            struct timespec until = deadline_after_ms((long long)((next - now + 999) / 1000));
+            pthread_cond_timedwait(&s->changed, &s->mu, &until);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- the API ---- */
+
+hold_set *hold_set_new(rl_engine *e, int max_holds)
+{
+    hold_set *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->e = e;
+    s->max = max_holds;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    pthread_cond_init(&s->settled, NULL);
+    if (pthread_create(&s->renewer, NULL, renewer_main, s) != 0) {
+        hold_set_free(s);
+        return NULL;
+    }
+    s->renewer_started = true;
+    return s;
+}
+
+bool hold_reserve(hold_set *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool ok = s->used < s->max;
+    s->used += ok;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void hold_unreserve(hold_set *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->used--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+hold *hold_start(hold_set *s, const rl_request *req, const rl_result *res, uint64_t sent_us,
+                 hold_wake_fn wake, void *arg)
+{
+    hold *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->s = s;
+    snprintf(h->name, sizeof h->name, "%s", req->name);
+    snprintf(h->token, sizeof h->token, "%s", res->token);
+    h->ttl_ms = res->ttl_ms;
+    h->fence = res->fence;
+    h->valid_until_us = sent_us + (uint64_t)res->validity_ms * 1000ULL;
+    h->next_try_us = sent_us + (uint64_t)res->ttl_ms * 1000ULL / 3;
+    h->pend_acquired = true;
+    h->wake = wake;
+    h->arg = arg;
+    pthread_mutex_lock(&s->mu);
+    if (s->ending) {
+        pthread_mutex_unlock(&s->mu);
+        free(h);
+        return NULL;
+    }
+    h->next = s->list;
+    if (s->list)
+        s->list->prev = h;
+    s->list = h;
+    s->open++;
+    pthread_cond_signal(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+    return h;
+}
+
+/* Formats the next event into h->out; false when none is pending. The
+ * validity is counted now, as the event leaves. s->mu held. */
+static bool format_next(hold *h)
+{
+    uint64_t now = mpool_now_us();
+    long long left = h->valid_until_us > now ? (long long)((h->valid_until_us - now) / 1000) : 0;
+    int n;
+    if (h->pend_acquired) {
+        h->pend_acquired = false;
+        h->pend_renewed = false;   /* the acquired event carries the newest validity */
+        n = snprintf(h->out, sizeof h->out,
+                     "{\"event\":\"acquired\",\"name\":\"%s\",\"token\":\"%s\",\"fence\":%lld,"
+                     "\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
+                     h->name, h->token, h->fence, left, h->ttl_ms);
+    } else if (h->pend_renewed && h->end == END_NONE && left > 0) {
+        h->pend_renewed = false;
+        n = snprintf(h->out, sizeof h->out, "{\"event\":\"renewed\",\"validity_ms\":%lld}\n", left);
+    } else if (h->end != END_NONE && !h->end_formatted) {
+        h->end_formatted = true;
+        const char *what = h->end == END_LOST ? "lost" : "released";
+        if (h->end_reason)
+            n = snprintf(h->out, sizeof h->out, "{\"event\":\"%s\",\"reason\":\"%s\"}\n", what,
+                         h->end_reason);
+        else
+            n = snprintf(h->out, sizeof h->out, "{\"event\":\"%s\"}\n", what);
+    } else {
+        return false;
+    }
+    h->out_len = n > 0 && (size_t)n < sizeof h->out ? (size_t)n : 0;
+    h->out_off = 0;
+    return h->out_len > 0;
+}
+
+long hold_read(hold *h, char *buf, size_t cap)
+{
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    long n;
+    if (h->out_off < h->out_len || format_next(h)) {
+        size_t k = h->out_len - h->out_off;
+        if (k > cap)
+            k = cap;
+        memcpy(buf, h->out + h->out_off, k);
+        h->out_off += k;
+        n = (long)k;
+    } else if (h->end_formatted) {
+        n = -1;
+    } else {
+        h->want_wake = true;
+        n = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void hold_close(hold *h)
+{
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    h->closed = true;
+    h->want_wake = false;
+    /* The client has gone: no one relies on the lock any more. A hold that
+     * ended with "lost" released already; one that ended "released" too. */
+    release_lock(h);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hold_released(hold_set *s, const char *name, const char *token)
+{
+    pthread_mutex_lock(&s->mu);
+    for (hold *h = s->list; h; h = h->next) {
+        if (!h->closed && !strcmp(h->token, token) && !strcmp(h->name, name)) {
+            h->release_sent = true;   /* the DELETE did it */
+            end_stream(h, END_RELEASED, NULL);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+int hold_set_end_all(hold_set *s, long long timeout_ms)
+{
+    pthread_mutex_lock(&s->mu);
+    s->ending = true;
+    for (hold *h = s->list; h; h = h->next)
+        if (!h->closed)
+            release_lock(h);
+    struct timespec until = deadline_after_ms(timeout_ms);
+    while (s->releases_pending > 0)
+        if (pthread_cond_timedwait(&s->settled, &s->mu, &until) != 0)
+            break;
+    int left = s->releases_pending;
+    pthread_mutex_unlock(&s->mu);
+    return left;
+}
+
+int hold_set_count(hold_set *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->open;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void hold_set_free(hold_set *s)
+{
+    if (!s)
+        return;
+    if (s->renewer_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_signal(&s->changed);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->renewer, NULL);
+    }
+    pthread_cond_destroy(&s->changed);
+    pthread_cond_destroy(&s->settled);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

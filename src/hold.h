@@ -1,0 +1,81 @@
+/* hold.h - held streams: a lock the service keeps alive for as long as the
+ * client keeps its connection open (POST /locks/{name} with "hold": true).
+ *
+ * A hold renews its lock through the engine (an ordinary extension, same
+ * majority and validity rules as PATCH) every third of its ttl, and tells
+ * its client what happens as events, one JSON object per line: "acquired",
+ * "renewed", then "lost" or "released", after which the stream ends. Every
+ * event's validity_ms is counted when the event is handed to the connection,
+ * and "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
+ * announced runs out, unless an extension succeeds first.
+ *
+ * Who owns what: the hold set owns every hold, its timers and its pending
+ * events, all under one mutex (hold_set.mu). Its own thread (the renewer)
+ * starts extensions and declares loss; the engine's thread reports what
+ * extensions and releases answered; HTTP threads read events and close. The
+ * HTTP layer owns the connection: it is told through wake(arg), called with
+ * the set's mutex held (so never after hold_close returned), that a hold has
+ * something to read. No HTTP or Redis headers here.
+ */
+#ifndef RL_HOLD_H
+#define RL_HOLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "redlock.h"
+
+#define HOLD_LOST_MARGIN_MS 100   /* "lost" leaves this long before validity ends */
+#define HOLD_EVENT_MAX 512        /* the longest event line */
+
+typedef struct hold_set hold_set;
+typedef struct hold hold;
+typedef void (*hold_wake_fn)(void *arg);
+
+/* A set of at most max_holds holds over engine e (not owned). Starts the
+ * renewer thread. NULL on failure. */
+hold_set *hold_set_new(rl_engine *e, int max_holds);
+
+/* Reserves room for one more hold before its acquire is sent. False when
+ * max_holds are open or reserved (the caller answers 429 too_many_holds).
+ * Every reservation ends in hold_start or hold_unreserve. */
+bool hold_reserve(hold_set *s);
+void hold_unreserve(hold_set *s);
+
+/* Turns a reservation into a hold of the grant res of req (an acquire that
+ * answered RL_OK), sent at sent_us (mpool_now_us clock: the validity counts
+ * from it). Queues "acquired". wake(arg) is called whenever hold_read has
+ * something new after it answered 0. NULL when out of memory: the caller
+ * releases the grant and the reservation. */
+hold *hold_start(hold_set *s, const rl_request *req, const rl_result *res, uint64_t sent_us,
+                 hold_wake_fn wake, void *arg);
+
+/* Copies up to cap bytes of the pending events into buf. Returns the bytes
+ * copied (> 0), 0 when nothing is pending (wake follows when something
+ * is), or -1 when the stream is over: its last event was read. */
+long hold_read(hold *h, char *buf, size_t cap);
+
+/* The connection let go (the client left, the stream ended or failed).
+ * Releases the lock at once on every master unless it is already gone, and
+ * frees h once the engine has answered. Call exactly once; wake is never
+ * called after it returns. */
+void hold_close(hold *h);
+
+/* A DELETE released name with token: the hold of that grant, if any, ends
+ * with "released". Any thread. */
+void hold_released(hold_set *s, const char *name, const char *token);
+
+/* Stopping: every open hold releases its lock and ends its stream with
+ * "released" (reason shutting_down), or "lost" when the release could not
+ * be confirmed. Waits up to timeout_ms for the releases to answer; returns
+ * the number still unanswered. */
+int hold_set_end_all(hold_set *s, long long timeout_ms);
+
+/* Holds open now. */
+int hold_set_count(hold_set *s);
+
+/* Stops the renewer and frees the set; every hold must be closed. */
+void hold_set_free(hold_set *s);
+
+#endif
