@@ -167,32 +167,37 @@ static void kill_redlockd(fl_run *r)
 
 #define LONG_HOLD 1200   /* ms of a 2000 ms lock: holders still hold when masters restart */
 
-static const fl_scenario baseline = {"no faults", 16, 2, 2000, 5, 0, {NULL}, NULL, no_fault, true, false, 0};
+static const fl_scenario baseline = {"no faults", 16, 2, 2000, 5, 0, {NULL}, NULL, no_fault, true, false, 0, 0};
 static const fl_scenario pause1 = {"SIGSTOP one master, cycles", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_one, true, false, 0};
+                                   pause_one, true, false, 0, 0};
 static const fl_scenario pause2 = {"SIGSTOP two masters, cycles", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_two, true, false, 0};
+                                   pause_two, true, false, 0, 0};
 static const fl_scenario pause3 = {"SIGSTOP three masters", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_three, false, false, 0};
+                                   pause_three, false, false, 0, 0};
 static const fl_scenario restart_q = {"SIGKILL+restart empty, quar", 16, 2, 2000, LONG_HOLD, 0,
-                                      {NULL}, NULL, kill_three, false, false, 0};
+                                      {NULL}, NULL, kill_three, false, false, 0, 0};
 static const fl_scenario restart_noq = {"NEGATIVE: same, quarantine off", 16, 2, 2000, LONG_HOLD, 0,
-                                        {"--quarantine", "off", NULL}, NULL, kill_three, false, true, 0};
+                                        {"--quarantine", "off", NULL}, NULL, kill_three, false, true, 0, 0};
 static const fl_scenario restart_aof = {"SIGKILL+restart AOF always", 16, 2, 2000, LONG_HOLD, 0,
                                         {NULL},
-                                        "--appendonly yes --appendfsync always", kill_three, false, false, 0};
+                                        "--appendonly yes --appendfsync always", kill_three, false, false, 0, 0};
 static const fl_scenario late_client = {"client stalls past validity", 16, 1, 1000, 5, 300, {NULL}, NULL,
-                                        no_fault, false, false, 0};
+                                        no_fault, false, false, 0, 0};
 static const fl_scenario pexpire = {"PEXPIRE early + one paused", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                    pexpire_while_paused, true, false, 0};
+                                    pexpire_while_paused, true, false, 0, 0};
 static const fl_scenario flush = {"SCRIPT FLUSH during load", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                  script_flush, true, false, 0};
+                                  script_flush, true, false, 0, 0};
 static const fl_scenario churn_q = {"redlockd churn, masters empty", 18, 2, 2000, LONG_HOLD, 0, {NULL},
-                                    NULL, churn, false, false, 2};
+                                    NULL, churn, false, false, 2, 0};
 static const fl_scenario churn_noq = {"NEGATIVE: churn, quar off", 18, 2, 2000, LONG_HOLD, 0,
-                                      {"--quarantine", "off", NULL}, NULL, churn, false, true, 2};
+                                      {"--quarantine", "off", NULL}, NULL, churn, false, true, 2, 0};
 static const fl_scenario daemon_kill = {"redlockd SIGKILL+restart", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                        kill_redlockd, false, false, 0};
+                                        kill_redlockd, false, false, 0, 0};
+/* Held streams and ordinary acquires on the same names: half the clients
+ * hold for up to 2.5 ttls, trusting the stream's events, while two masters
+ * are paused in cycles (renewals then need the other three). */
+static const fl_scenario streams = {"held streams+acquires, STOP 2", 16, 2, 1000, 5, 0, {NULL},
+                                    NULL, pause_two, false, false, 0, 2500};
 
 Test(faults, no_faults) { fl_run_scenario(&baseline, seconds(), clients()); }
 Test(faults, sigstop_one_master_cycles) { fl_run_scenario(&pause1, seconds(), clients()); }
@@ -207,3 +212,4 @@ Test(faults, script_flush_during_load) { fl_run_scenario(&flush, seconds(), clie
 Test(faults, redlockd_churn_during_empty_master_restarts) { fl_run_scenario(&churn_q, seconds(), clients() + 2); }
 Test(faults, negative_control_churn_without_markers_is_caught) { fl_run_scenario(&churn_noq, seconds(), clients() + 2); }
 Test(faults, redlockd_sigkill_and_restart) { fl_run_scenario(&daemon_kill, seconds(), clients()); }
+Test(faults, held_streams_and_acquires_contend) { fl_run_scenario(&streams, seconds(), clients()); }

@@ -218,6 +218,83 @@ static long ghost_locks(fl_run *r)
     return ghosts;
 }
 
+/* One held-stream attempt: the record's window runs from the "acquired"
+ * event to the end of the validity last announced (each event's
+ * validity_ms counted from when it arrived), cut short by the client's
+ * release or a "lost" event. */
+static void stream_attempt(struct client *cl, fl_record *rec, h_cluster *x)
+{
+    fl_run *r = cl->run;
+    const fl_scenario *sc = r->sc;
+    char path[64], body[64];
+    snprintf(path, sizeof path, "/locks/fl-%d", rec->name);
+    snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":%lld}", sc->ttl_ms);
+    rec->sent_us = h_now_us();
+    h_stream *st = h_stream_open(x, path, body, 5000);
+    rec->answered_us = h_now_us();
+    rec->status = st ? (int)st->status : -1;
+    cJSON *ev = NULL;
+    uint64_t at;
+    if (rec->status == 201 && h_stream_event(st, 3000, &ev, &at) != 1) {
+        rec->status = -1;   /* a stream that never said "acquired" is no grant */
+    }
+    if (rec->status != 201) {
+        h_stream_close(st);
+        return;
+    }
+    rec->answered_us = at;
+    rec->fence = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "fence"));
+    rec->ttl_ms = sc->ttl_ms;
+    uint64_t valid_until = at + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "validity_ms")) * 1000ULL;
+    char token[300];
+    snprintf(token, sizeof token, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(ev, "token")));
+    cJSON_Delete(ev);
+    keep_token(r, token);
+
+    fl_resource *res = &r->res[rec->name];
+    long v = resource_read(res, rec->fence);
+    rec->read_us = h_now_us();
+    uint64_t until = rec->read_us + (uint64_t)rnd(cl, (uint32_t)sc->stream_hold_max_ms + 1) * 1000ULL;
+    bool lost = false;
+    while (!lost && h_now_us() < until) {
+        int left_ms = (int)((until - h_now_us()) / 1000) + 1;
+        int got = h_stream_event(st, left_ms, &ev, &at);
+        if (got < 0) {
+            lost = true;   /* the stream broke: rely on nothing more */
+            break;
+        }
+        if (got == 0)
+            continue;
+        const char *what = cJSON_GetStringValue(cJSON_GetObjectItem(ev, "event"));
+        if (what && !strcmp(what, "renewed"))
+            valid_until = at + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "validity_ms")) * 1000ULL;
+        else
+            lost = true;
+        cJSON_Delete(ev);
+    }
+    rec->write_us = h_now_us();
+    if (lost) {
+        rec->release_sent_us = rec->write_us;   /* it stopped relying on the lock here */
+        rec->write = FL_WRITE_NONE;
+    } else {
+        rec->late = rec->write_us > valid_until;
+        rec->write = resource_write(res, rec->fence, v + 1);
+        rec->release_sent_us = h_now_us();
+    }
+    rec->validity_ms = valid_until > rec->answered_us ? (long long)((valid_until - rec->answered_us) / 1000) : 0;
+    if (!lost && rnd(cl, 2)) {
+        /* DELETE with the token: the stream ends with "released". */
+        CURL *h = curl_easy_init();
+        struct body out;
+        char url[160];
+        snprintf(url, sizeof url, "%s%s", x->base, path);
+        rec->release_status = (int)http(h, "DELETE", url, NULL, token, &out);
+        curl_easy_cleanup(h);
+        rec->release_answered_us = h_now_us();
+    }
+    h_stream_close(st);   /* otherwise the close releases */
+}
+
 static void *client_main(void *arg)
 {
     struct client *cl = arg;
@@ -231,6 +308,13 @@ static void *client_main(void *arg)
         fl_record rec = {.client = cl->id, .name = (int)rnd(cl, (uint32_t)sc->names)};
         char url[160], token[300] = "";
         int inst = cl->id % (sc->peers + 1);
+        if (sc->stream_hold_max_ms && cl->id % 2) {
+            stream_attempt(cl, &rec, inst ? r->peers[inst - 1] : r->c);
+            if (rec.status != 201)
+                usleep(rec.status < 0 ? 20000 : rnd(cl, 10000));
+            client_log(cl, &rec);
+            continue;
+        }
         snprintf(url, sizeof url, "%s/locks/fl-%d", inst ? r->peers[inst - 1]->base : r->c->base,
                  rec.name);
         rec.sent_us = h_now_us();

@@ -42,6 +42,9 @@ typedef struct fl_scenario {
     bool expect_violation;      /* negative control: the checker must find one */
     int peers;                  /* extra redlockd instances on the same masters; client i
                                    goes through instance i % (peers + 1) */
+    int stream_hold_max_ms;     /* > 0: odd clients take the lock as a held stream and keep
+                                   it 0..this long (renewed by redlockd), trusting each
+                                   event's validity; it ends by DELETE or a close */
 } fl_scenario;
 
 struct fl_run {
