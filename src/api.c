@@ -124,9 +124,23 @@ static int int_field(const cJSON *obj, const char *field, long long min, long lo
     return 0;
 }
 
-/* "owner": 1 to RL_OWNER_MAX bytes of printable ASCII (0x20-0x7e). A NUL
- * inside the JSON string (\u0000) ends valuestring early: the length check
- * against the whole string catches it. */
+/* Does the JSON text hold an escaped NUL (\u0000)? cJSON decodes it into
+ * its strings, which then end early: "a\u0000b" would read as "a". No field
+ * of the API may hold one, so such a body is refused whole. Outside strings
+ * valid JSON has no backslash, so every backslash starts an escape. */
+static bool has_escaped_nul(const char *s, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 5 < len && !memcmp(s + i + 2, "0000", 4))
+            return true;
+        i++;   /* the escaped character */
+    }
+    return false;
+}
+
+/* "owner": 1 to RL_OWNER_MAX bytes of printable ASCII (0x20-0x7e). */
 static bool owner_valid(const cJSON *o)
 {
     if (!cJSON_IsString(o))
@@ -171,6 +185,10 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
         return -1;
     }
     int rc = -1;
+    if (has_escaped_nul(body, len)) {
+        snprintf(msg, msglen, "the body holds a NUL character (\\u0000), which no field may hold");
+        goto out;
+    }
     if (!cJSON_IsObject(root)) {
         snprintf(msg, msglen, "the body must be a JSON object");
         goto out;
@@ -414,9 +432,9 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
         cJSON_Delete(root);
         root = NULL;
     }
-    if (!cJSON_IsObject(root)) {
+    if (!cJSON_IsObject(root) || has_escaped_nul(body, len)) {
         cJSON_Delete(root);
-        snprintf(msg, msglen, "the body must be a JSON object");
+        snprintf(msg, msglen, "the body must be a JSON object without NUL characters");
         return -1;
     }
     int rc = -1;

@@ -2,6 +2,7 @@
  * tokens, the error table and answer bodies. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api.h"
@@ -87,6 +88,9 @@ Test(body, reads_fields_and_ignores_unknown)
     cr_assert_eq(req.wait_ms, 250);
     cr_assert_eq(parse(RL_ACQUIRE, "{\"ttl_ms\":3600000,\"wait_ms\":60000}", &req, msg), 0);
     cr_assert_eq(parse(RL_ACQUIRE, "{\"ttl_ms\":1,\"wait_ms\":0}", &req, msg), 0);
+    /* an escaped backslash before u0000 is text, not a NUL */
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"owner\":\"a\\\\u0000\"}", &req, msg), 0, "%s", msg);
+    cr_assert_str_eq(req.owner, "a\\u0000");
 }
 
 Test(body, refuses_bad_input_naming_the_field)
@@ -116,6 +120,16 @@ Test(body, refuses_bad_input_naming_the_field)
         {RL_EXTEND, "{\"token\":5}", "token"},
         {RL_RELEASE, "{\"token\":[\"a\"]}", "token"},
         {RL_ACQUIRE, "{\"ttl_ms\":1000} trailing", "JSON"},
+        {RL_ACQUIRE, "{\"hold\":1}", "hold"},
+        {RL_ACQUIRE, "{\"hold\":\"true\"}", "hold"},
+        {RL_ACQUIRE, "{\"hold\":true,\"ttl_ms\":999}", "ttl_ms"},
+        {RL_ACQUIRE, "{\"owner\":\"\"}", "owner"},
+        {RL_ACQUIRE, "{\"owner\":5}", "owner"},
+        {RL_ACQUIRE, "{\"owner\":\"a\\nb\"}", "owner"},
+        {RL_ACQUIRE, "{\"owner\":\"a\\u0000b\"}", "NUL"},
+        {RL_RELEASE, "{\"token\":\"abc\\u0000def\"}", "NUL"},
+        {RL_ACQUIRE, "{\"owner\":\"\\u00e9\"}", "owner"},
+        {RL_ACQUIRE, "{\"owner\":\"a\\u007fb\"}", "owner"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rl_request req;
@@ -125,6 +139,59 @@ Test(body, refuses_bad_input_naming_the_field)
         cr_assert(strstr(msg, cases[i].field), "message \"%s\" for %s does not name %s", msg,
                   cases[i].body, cases[i].field);
     }
+}
+
+Test(body, hold_and_owner)
+{
+    rl_request req;
+    char msg[160];
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"hold\":true,\"ttl_ms\":1000,\"owner\":\"pod-1 ~x\"}", &req, msg), 0);
+    cr_assert(req.hold);
+    cr_assert_str_eq(req.owner, "pod-1 ~x");
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"hold\":false,\"ttl_ms\":1}", &req, msg), 0, "%s", msg);
+    cr_assert(!req.hold);
+    cr_assert_str_eq(req.owner, "");
+    cr_assert_eq(parse(RL_ACQUIRE, "{\"hold\":true}", &req, msg), 0, "the default ttl is long enough");
+    char body[300], owner[RL_OWNER_MAX + 2];
+    memset(owner, 'o', RL_OWNER_MAX);
+    owner[RL_OWNER_MAX] = '\0';
+    snprintf(body, sizeof body, "{\"owner\":\"%s\"}", owner);
+    cr_assert_eq(parse(RL_ACQUIRE, body, &req, msg), 0, "128 bytes: %s", msg);
+    cr_assert_eq(strlen(req.owner), RL_OWNER_MAX);
+    snprintf(body, sizeof body, "{\"owner\":\"%so\"}", owner);
+    cr_assert_eq(parse(RL_ACQUIRE, body, &req, msg), -1, "129 bytes");
+}
+
+Test(answers, inspect_shows_owner_and_fence_while_held)
+{
+    rl_request req = {.op = RL_INSPECT};
+    strcpy(req.name, "n");
+    rl_result res = {.outcome = RL_OK, .held = true, .validity_ms = 10, .fence = 9007199254740991LL};
+    strcpy(res.owner, "pod \"7\"");
+    int status;
+    long long ra;
+    char *s = api_result_json(&req, &res, &status, &ra);
+    cr_assert(strstr(s, "\"fence\":9007199254740991"), "%s", s);
+    cr_assert(strstr(s, "\"owner\":\"pod \\\"7\\\"\""), "escaped: %s", s);
+    free(s);
+    res.held = false;
+    s = api_result_json(&req, &res, &status, &ra);
+    cr_assert_null(strstr(s, "owner"), "%s", s);
+    cr_assert_null(strstr(s, "fence"), "%s", s);
+    free(s);
+}
+
+Test(answers, too_many_holds_is_429_with_retry_after)
+{
+    rl_request req = {.op = RL_ACQUIRE};
+    rl_result res = {.outcome = RL_TOO_MANY_HOLDS, .retry_after_ms = 1000};
+    int status;
+    long long ra;
+    char *s = api_result_json(&req, &res, &status, &ra);
+    cr_assert_eq(status, 429);
+    cr_assert_eq(ra, 1);
+    cr_assert(strstr(s, "\"too_many_holds\""), "%s", s);
+    free(s);
 }
 
 Test(body, extend_ttl_defaults)
