@@ -2,14 +2,15 @@
 """What waiting, release notices and idle connections cost, measured against
 real masters and the real binary (loopback only, bounded, cleans up).
 
-  bench/lifecycle.py [--bin build/src/redlockd] [--waiters 500] [--instances 50]
+  bench/lifecycle.py [--bin build/src/redlockd] [--waiters 500] [--instances 50] [--holds 1000]
 
 Prints one line per measurement:
   - script calls per second on the masters while N acquires wait on a name
     held for a minute;
   - bytes each master sends, Redis CPU and redlockd CPU per acquire+release
     cycle, with 1 and with 1 + --instances redlockd on the same masters;
-  - redlockd's RSS idle, with 1,000 idle connections, and after they close.
+  - redlockd's RSS idle, with 1,000 idle connections, and after they close;
+  - redlockd's RSS and CPU with --holds held streams renewing (ttl 3 s).
 Run it with the binary of another commit (--bin) to compare.
 """
 import argparse
@@ -29,6 +30,7 @@ ap.add_argument("--bin", default="build/src/redlockd")
 ap.add_argument("--waiters", type=int, default=500)
 ap.add_argument("--instances", type=int, default=50)
 ap.add_argument("--cycles", type=int, default=2000)
+ap.add_argument("--holds", type=int, default=1000)
 args = ap.parse_args()
 
 procs = []
@@ -191,6 +193,44 @@ try:
     time.sleep(1.5)
     print(f"RSS: {base} KiB idle, {full} KiB with {len(conns)} idle connections "
           f"({(full - base) / max(1, len(conns)):.1f} KiB each), {rss_kb(d.pid)} KiB after they closed")
+
+    # 4. Held streams: --holds streams on distinct names, each renewed
+    # every third of its ttl, against the same number of idle connections
+    # measured above (the connection is most of a stream's cost).
+    d.kill()
+    d.wait()
+    d, port = redlockd(masters, ("--max-holds", str(args.holds), "--max-connections", str(args.holds + 64),
+                                 "--max-connections-per-ip", str(args.holds + 64)))
+    time.sleep(0.5)
+    base = rss_kb(d.pid)
+    streams = []
+    body = b'{"hold":true,"ttl_ms":3000}'
+    for i in range(args.holds):
+        try:
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /locks/bench-hold-%d HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (i, len(body), body))
+            streams.append(s)
+        except OSError:
+            break
+    granted = 0
+    for s in streams:
+        s.settimeout(5)
+        try:
+            granted += b" 201 " in s.recv(4096)
+        except OSError:
+            pass
+    time.sleep(3.5)   # a full ttl: every stream renewed at least twice
+    full = rss_kb(d.pid)
+    c0 = cpu_s(d.pid)
+    time.sleep(5)
+    per_s = (cpu_s(d.pid) - c0) / 5
+    for s in streams:
+        s.close()
+    time.sleep(1.5)
+    print(f"held streams: {granted} of {len(streams)} granted; RSS {base} KiB before, {full} KiB with them "
+          f"({(full - base) / max(1, granted):.1f} KiB each, connection included), {rss_kb(d.pid)} KiB "
+          f"after they closed; redlockd CPU {per_s * 100:.1f}% of a core renewing them every second")
 finally:
     for p in procs:
         if p.poll() is None:
