@@ -4,8 +4,11 @@
  * A lock request never blocks a worker thread: once its body is read, the
  * connection is suspended and the request handed to the engine; the engine's
  * callback stores the result and resumes the connection, and the worker that
- * picks it up sends the answer. The server borrows the engine, pool and
- * metrics; it owns its request contexts.
+ * picks it up sends the answer. A granted acquire with "hold" becomes a
+ * held stream (hold.h): its 201 body is read from the hold, and the
+ * connection is suspended whenever the hold has nothing to say, until the
+ * hold wakes it. The server borrows the engine, pool and metrics; it owns
+ * its request contexts and the hold set.
  */
 #ifndef RL_HTTP_H
 #define RL_HTTP_H
