@@ -35,7 +35,9 @@ static const struct opt opts[] = {
     {"drift-factor", OPT_DOUBLE, 0, 0, 0.0, 0.5, "clock drift allowance as a fraction of ttl (default 0.01)"},
     {"retry-delay-ms", OPT_INT, 1, 60000, 0, 0,
      "base of the random delay between tries of a waiting acquire (default 100)"},
-    {"threads", OPT_INT, 1, 1024, 0, 0, "HTTP worker threads (default: the number of CPUs, at least 2)"},
+    {"threads", OPT_INT, 1, 64, 0, 0,
+     "event loops, each with its own HTTP listener (SO_REUSEPORT) and master connections "
+     "(default: the number of CPUs)"},
     {"max-body-bytes", OPT_INT, 64, CONF_MAX_BODY_LIMIT, 0, 0,
      "largest request body, at most 1 MiB (default 16384)"},
     {"max-connections", OPT_INT, 16, 1000000, 0, 0,
@@ -352,13 +354,10 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->max_connections = CONF_DEFAULT_MAX_CONNECTIONS;
     c->max_connections_per_ip = CONF_DEFAULT_MAX_CONNECTIONS_PER_IP;
     c->request_timeout_ms = CONF_DEFAULT_REQUEST_TIMEOUT_MS;
-    /* As many HTTP threads as CPUs, at least 2: libmicrohttpd then runs a
-     * thread pool, so that parsing on one thread never queues every
-     * connection behind it. (--threads 1, one internal thread, works too; its
-     * old hangs under 256 connections were libmicrohttpd's epoll loop, see
-     * http_start.) */
+    /* One event loop per CPU: each serves HTTP and its own master
+     * connections on one thread (http.h). */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    c->threads = cpus > 2 ? (int)cpus : 2;
+    c->threads = cpus > 1 ? (int)(cpus < 64 ? cpus : 64) : 1;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
     c->quarantine = true;
     c->notify = true;

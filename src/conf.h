@@ -57,7 +57,7 @@ typedef struct conf {
     long long master_timeout_ms;   /* per-master reply deadline */
     double drift_factor;
     long long retry_delay_ms;      /* base of the random retry delay */
-    int threads;                   /* HTTP worker threads; 0 before parse = CPUs */
+    int threads;                   /* event loops (HTTP + masters each); default CPUs */
     long long max_body_bytes;
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *redis_password;          /* NULL: no AUTH to masters */

@@ -15,6 +15,7 @@ enum hold_end { END_NONE, END_LOST, END_RELEASED };
 
 struct hold {
     hold_set *s;
+    rl_engine *e;                   /* the engine of the loop that granted it */
     struct hold *prev, *next;       /* in s->list */
     char name[RL_NAME_MAX + 1];
     char token[TOKEN_MAX_LEN + 1];
@@ -44,7 +45,6 @@ struct hold {
 };
 
 struct hold_set {
-    rl_engine *e;
     int max;
     pthread_mutex_t mu;
     pthread_cond_t changed;         /* the renewer's wake-up: a hold came or its timer moved */
@@ -132,7 +132,7 @@ static void release_lock(hold *h)
     h->release_sent = true;
     h->engine_refs++;
     h->s->releases_pending++;
-    if (rl_submit(h->s->e, &req, release_done, h, NULL) < 0) {
+    if (rl_submit(h->e, &req, release_done, h, NULL) < 0) {
         /* The engine has stopped: the lock expires with its ttl. */
         h->engine_refs--;
         h->s->releases_pending--;
@@ -207,7 +207,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
             h->engine_refs++;
-            if (rl_submit(s->e, &req, extend_done, h, NULL) < 0) {
+            if (rl_submit(h->e, &req, extend_done, h, NULL) < 0) {
                 h->extending = false;
                 h->engine_refs--;
                 h->next_try_us = now + HOLD_RETRY_MIN_MS * 1000ULL;
@@ -240,12 +240,11 @@ static void *renewer_main(void *arg)
 
 /* ---- the API ---- */
 
-hold_set *hold_set_new(rl_engine *e, int max_holds)
+hold_set *hold_set_new(int max_holds)
 {
     hold_set *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    s->e = e;
     s->max = max_holds;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
@@ -274,13 +273,14 @@ void hold_unreserve(hold_set *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-hold *hold_start(hold_set *s, const rl_request *req, const rl_result *res, uint64_t sent_us,
-                 hold_wake_fn wake, void *arg)
+hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                 uint64_t sent_us, hold_wake_fn wake, void *arg)
 {
     hold *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     h->s = s;
+    h->e = e;
     snprintf(h->name, sizeof h->name, "%s", req->name);
     snprintf(h->token, sizeof h->token, "%s", res->token);
     h->ttl_ms = res->ttl_ms;

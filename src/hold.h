@@ -33,9 +33,9 @@ typedef struct hold_set hold_set;
 typedef struct hold hold;
 typedef void (*hold_wake_fn)(void *arg);
 
-/* A set of at most max_holds holds over engine e (not owned). Starts the
- * renewer thread. NULL on failure. */
-hold_set *hold_set_new(rl_engine *e, int max_holds);
+/* A set of at most max_holds holds. Starts the renewer thread. NULL on
+ * failure. */
+hold_set *hold_set_new(int max_holds);
 
 /* Reserves room for one more hold before its acquire is sent. False when
  * max_holds are open or reserved (the caller answers 429 too_many_holds).
@@ -44,12 +44,12 @@ bool hold_reserve(hold_set *s);
 void hold_unreserve(hold_set *s);
 
 /* Turns a reservation into a hold of the grant res of req (an acquire that
- * answered RL_OK), sent at sent_us (mpool_now_us clock: the validity counts
+ * answered RL_OK on engine e, which renews and releases it), sent at sent_us (mpool_now_us clock: the validity counts
  * from it). Queues "acquired". wake(arg) is called whenever hold_read has
  * something new after it answered 0. NULL when out of memory: the caller
  * releases the grant and the reservation. */
-hold *hold_start(hold_set *s, const rl_request *req, const rl_result *res, uint64_t sent_us,
-                 hold_wake_fn wake, void *arg);
+hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                 uint64_t sent_us, hold_wake_fn wake, void *arg);
 
 /* Copies up to cap bytes of the pending events into buf. Returns the bytes
  * copied (> 0), 0 when nothing is pending (wake follows when something

@@ -38,15 +38,29 @@ typedef struct conn_info {
     struct req_ctx *suspended;  /* the request waiting for the engine, if any */
 } conn_info;
 
-/* The server's threads: libmicrohttpd's pool (requests), the engine's loop
- * (lock_done), and the watcher (gone clients, slow requests). The registry
- * of connections is shared by all three under reg_lock; libmicrohttpd is
- * never called with reg_lock held (its own locks call back into ours). */
-struct http_server {
+/* One event loop's share of the server: a libmicrohttpd daemon in external
+ * epoll mode, listening on the common address with SO_REUSEPORT, run by
+ * the loop of its master pool (mpool_set_io), with that loop's engine. A
+ * request is parsed, decided and answered on the loop that accepted it. */
+typedef struct http_shard {
+    http_server *s;
     struct MHD_Daemon *daemon;
-    const conf *cfg;
     rl_engine *engine;
     mpool *pool;
+    atomic_bool kick;           /* a connection was resumed: run the daemon now (in external
+                                   mode libmicrohttpd signals nothing itself) */
+} http_shard;
+
+/* The server's threads: the loops (requests, each with its engine's
+ * callbacks), the watcher (gone clients, slow requests) and the hold set's
+ * renewer (hold.h). The registry of connections is shared by all under
+ * reg_lock; libmicrohttpd is never called with reg_lock held (its own locks
+ * call back into ours). */
+struct http_server {
+    http_shard shards[HTTP_MAX_LOOPS];
+    int nshards;
+    const conf *cfg;
+    mpool *pool;                /* the first loop's: /readyz and /metrics report its view */
     metrics *m;
     hold_set *holds;            /* held streams; wakes resume their connections */
     api_limits limits;
@@ -65,6 +79,7 @@ struct http_server {
 
 typedef struct req_ctx {
     http_server *s;
+    http_shard *sh;           /* the loop serving it */
     struct MHD_Connection *conn;
     conn_info *ci;
     atomic_int refs;          /* libmicrohttpd's, and the engine's until lock_done */
@@ -88,6 +103,19 @@ typedef struct req_ctx {
     rl_request req;
     rl_result res;
 } req_ctx;
+
+static void kick_job(void *arg) { (void)arg; }
+
+/* Resumes ctx's connection and makes its loop run the daemon soon: at once
+ * on its next turn when called on the loop, else by waking it. Any thread. */
+static void ctx_wake(req_ctx *ctx)
+{
+    http_shard *sh = ctx->sh;
+    MHD_resume_connection(ctx->conn);
+    atomic_store(&sh->kick, true);
+    if (!mpool_on_loop(sh->pool))
+        mpool_post(sh->pool, kick_job, NULL);   /* wakes it; on the loop the kick is seen */
+}
 
 /* ---- answers ---- */
 
@@ -286,7 +314,7 @@ static bool ctx_resume(req_ctx *ctx, const rl_result *res)
     }
     pthread_mutex_unlock(&s->reg_lock);
     if (was)
-        MHD_resume_connection(ctx->conn);
+        ctx_wake(ctx);
     return was;
 }
 
@@ -314,7 +342,7 @@ static void hold_wake(void *arg)
         ctx->ci->suspended = NULL;
     pthread_mutex_unlock(&s->reg_lock);
     if (was)
-        MHD_resume_connection(ctx->conn);
+        ctx_wake(ctx);
 }
 
 /* libmicrohttpd asks for the next part of a held stream. With nothing to
@@ -355,7 +383,8 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, &ctx->req, &ctx->res, ctx->start_us, hold_wake, ctx);
+    ctx->hold = hold_start(s->holds, ctx->sh->engine, &ctx->req, &ctx->res, ctx->start_us, hold_wake,
+                           ctx);
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */
@@ -425,7 +454,7 @@ static enum MHD_Result submit(req_ctx *ctx)
     metrics_inflight(s->m, 1);
     atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
     rl_handle *h = NULL;
-    if (rl_submit(s->engine, &ctx->req, lock_done, ctx, &h) < 0) {
+    if (rl_submit(ctx->sh->engine, &ctx->req, lock_done, ctx, &h) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
         ctx_resume(ctx, &down);
@@ -526,7 +555,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    http_server *s = cls;
+    http_shard *sh = cls;
+    http_server *s = sh->s;
     req_ctx *ctx = *con_cls;
     (void)version;
 
@@ -535,6 +565,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!ctx)
             return MHD_NO;
         ctx->s = s;
+        ctx->sh = sh;
         ctx->conn = conn;
         atomic_init(&ctx->refs, 1);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -644,7 +675,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     req_ctx *ctx = *con_cls;
-    http_server *s = cls;
+    http_server *s = ((http_shard *)cls)->s;
     (void)conn;
     if (!ctx)
         return;
@@ -654,7 +685,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
          * held stream's grant is the hold's to release. */
         bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
                                        !ctx->gone && !ctx->forced);
-        rl_finish(s->engine, ctx->h, delivered);
+        rl_finish(ctx->sh->engine, ctx->h, delivered);
     }
     if (ctx->hold)
         hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
@@ -677,7 +708,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    http_server *s = cls;
+    http_server *s = ((http_shard *)cls)->s;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         conn_info *ci = calloc(1, sizeof *ci);
         const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -745,7 +776,7 @@ static void *watch_main(void *arg)
                 left_holds[nleft++] = ctx;
             } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
                 ctx->gone = true;
-                rl_cancel(s->engine, ctx->h);
+                rl_cancel(ctx->sh->engine, ctx->h);
             } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
                 /* (phase_start_us may be later than now: set after now was read) */
                 ci->shut = true;   /* libmicrohttpd sees the end and closes it */
@@ -759,7 +790,7 @@ static void *watch_main(void *arg)
         }
         pthread_mutex_unlock(&s->reg_lock);
         for (int k = 0; k < nleft; k++)
-            MHD_resume_connection(left_holds[k]->conn);
+            ctx_wake(left_holds[k]);
         for (unsigned long long k = 0; k < slow; k++)
             metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
         unsigned long long suppressed;
@@ -815,20 +846,128 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_event(LOG_LEVEL_WARN, "http_error", "error", msg, "suppressed_since_last", more, NULL);
 }
 
-http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, char *err,
+/* ---- the loops ---- */
+
+/* A call run on a loop's thread, waited for: libmicrohttpd in external mode
+ * is only ever touched by the loop that runs it (and by resume, which it
+ * allows from any thread). */
+struct loop_call {
+    void (*fn)(void *);
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void loop_call_job(void *arg)
+{
+    struct loop_call *c = arg;
+    c->fn(c->arg);
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void run_on_loop(mpool *p, void (*fn)(void *), void *arg)
+{
+    struct loop_call c = {fn, arg, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    if (mpool_post(p, loop_call_job, &c) < 0) {
+        fn(arg);   /* the loop has stopped: nobody else runs the daemon */
+        return;
+    }
+    pthread_mutex_lock(&c.mu);
+    while (!c.done)
+        pthread_cond_wait(&c.cv, &c.mu);
+    pthread_mutex_unlock(&c.mu);
+}
+
+/* The loop's io hooks: run the daemon when its epoll fd is readable, and
+ * when its own timeout (idle connections, data already pending) comes. */
+static void shard_run(void *arg)
+{
+    http_shard *sh = arg;
+    atomic_store(&sh->kick, false);
+    MHD_run(sh->daemon);
+}
+
+static uint64_t shard_due(void *arg, uint64_t now)
+{
+    http_shard *sh = arg;
+    if (atomic_load(&sh->kick))
+        return now;
+    MHD_UNSIGNED_LONG_LONG ms;
+    if (MHD_get_timeout(sh->daemon, &ms) != MHD_YES)
+        return UINT64_MAX;
+    return ms > 3600000ULL ? now + 3600000000ULL : now + ms * 1000ULL;
+}
+
+static void shard_attach(void *arg)
+{
+    http_shard *sh = arg;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(sh->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    mpool_set_io(sh->pool, di->epoll_fd, shard_run, shard_due, sh);
+}
+
+static void shard_detach(void *arg)
+{
+    http_shard *sh = arg;
+    mpool_set_io(sh->pool, -1, NULL, NULL, NULL);
+}
+
+static void shard_quiesce(void *arg)
+{
+    http_shard *sh = arg;
+    MHD_socket fd = MHD_quiesce_daemon(sh->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+/* A daemon for loop k: external epoll mode (its epoll fd goes into the
+ * loop's poll), ITC so that other threads may resume its connections. */
+static struct MHD_Daemon *shard_daemon(http_shard *sh, const conf *cfg, const struct addrinfo *ai)
+{
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    /* Each daemon gets its share of the connection limits: the kernel
+     * spreads accepted connections over the listening sockets. */
+    unsigned n = (unsigned)sh->s->nshards;
+    unsigned limit = ((unsigned)cfg->max_connections + n - 1) / n;
+    unsigned per_ip = ((unsigned)cfg->max_connections_per_ip + n - 1) / n;
+    return MHD_start_daemon(
+        flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, sh,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, to catch every message */
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, sh,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, sh,
+        MHD_OPTION_END);
+}
+
+http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, metrics *m, char *err,
                         size_t errlen)
 {
+    if (nloops < 1 || nloops > HTTP_MAX_LOOPS) {
+        snprintf(err, errlen, "--threads must be from 1 to %d", HTTP_MAX_LOOPS);
+        return NULL;
+    }
     http_server *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     s->cfg = cfg;
-    s->engine = e;
-    s->pool = pool;
+    s->pool = loops[0].pool;
     s->m = m;
+    s->nshards = nloops;
     s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
-    s->holds = hold_set_new(e, cfg->max_holds);
+    s->holds = hold_set_new(cfg->max_holds);
     if (!s->holds) {
         snprintf(err, errlen, "out of memory");
         free(s);
@@ -846,40 +985,35 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
     if (gai != 0) {
         snprintf(err, errlen, "--listen %s:%d: %s", cfg->listen.host, cfg->listen.port,
                  gai_strerror(gai));
-        free(s);
-        return NULL;
-    }
-    /* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop blocks in a second
-     * epoll_wait when the first returned exactly its 128-event batch, before
-     * serving those connections, so that 128 or 256 keep-alive clients in
-     * lockstep hang for good (tests/integration: many_connections_all_answered).
-     * Its poll loop has no such batch; a worker polls only its own
-     * connections. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, s,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, to catch every message */
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_END);
-    freeaddrinfo(ai);
-    if (!s->daemon) {
-        snprintf(err, errlen, "--listen %s:%d: cannot listen there (in use or not a local address?)",
-                 cfg->listen.host, cfg->listen.port);
         hold_set_free(s->holds);
         free(s);
         return NULL;
     }
+    /* External mode: MHD_run never blocks, so libmicrohttpd 0.9.75's epoll
+     * loop cannot stall in its second epoll_wait after a full batch of 128
+     * events (its internal-thread epoll mode did: tests/integration,
+     * many_connections_all_answered). */
+    int started = 0;
+    for (int k = 0; k < nloops; k++) {
+        http_shard *sh = &s->shards[k];
+        *sh = (http_shard){.s = s, .engine = loops[k].engine, .pool = loops[k].pool};
+        sh->daemon = shard_daemon(sh, cfg, ai);
+        if (!sh->daemon)
+            break;
+        started++;
+    }
+    freeaddrinfo(ai);
+    if (started < nloops) {
+        snprintf(err, errlen, "--listen %s:%d: cannot listen there (in use or not a local address?)",
+                 cfg->listen.host, cfg->listen.port);
+        for (int k = 0; k < started; k++)
+            MHD_stop_daemon(s->shards[k].daemon);
+        hold_set_free(s->holds);
+        free(s);
+        return NULL;
+    }
+    for (int k = 0; k < nloops; k++)
+        run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
     s->watching = pthread_create(&s->watcher, NULL, watch_main, s) == 0;
     return s;
 }
@@ -887,9 +1021,8 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
 void http_quiesce(http_server *s)
 {
     atomic_store(&s->quiescing, true);
-    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    for (int k = 0; k < s->nshards; k++)
+        run_on_loop(s->shards[k].pool, shard_quiesce, &s->shards[k]);
 }
 
 int http_end_holds(http_server *s, long long timeout_ms)
@@ -924,7 +1057,7 @@ int http_drain(http_server *s, long long timeout_ms)
         atomic_store(&ctx->result_ready, true);
         forced++;
         pthread_mutex_unlock(&s->reg_lock);
-        MHD_resume_connection(ctx->conn);
+        ctx_wake(ctx);
         pthread_mutex_lock(&s->reg_lock);
     }
     if (forced) {
@@ -945,7 +1078,12 @@ void http_stop(http_server *s)
     atomic_store(&s->stop_watch, true);
     if (s->watching)
         pthread_join(s->watcher, NULL);
-    MHD_stop_daemon(s->daemon);
+    /* The loops stop running the daemons first: from here on only this
+     * thread touches them. */
+    for (int k = 0; k < s->nshards; k++)
+        run_on_loop(s->shards[k].pool, shard_detach, &s->shards[k]);
+    for (int k = 0; k < s->nshards; k++)
+        MHD_stop_daemon(s->shards[k].daemon);
     hold_set_free(s->holds);
     pthread_cond_destroy(&s->reg_cond);
     pthread_mutex_destroy(&s->reg_lock);

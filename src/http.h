@@ -1,14 +1,23 @@
-/* http.h - the HTTP layer: libmicrohttpd with its thread pool, routing,
- * auth, body limits, and JSON answers.
+/* http.h - the HTTP layer: libmicrohttpd, routing, auth, body limits, and
+ * JSON answers, served by the event loops of the master layer.
  *
- * A lock request never blocks a worker thread: once its body is read, the
- * connection is suspended and the request handed to the engine; the engine's
- * callback stores the result and resumes the connection, and the worker that
- * picks it up sends the answer. A granted acquire with "hold" becomes a
- * held stream (hold.h): its 201 body is read from the hold, and the
- * connection is suspended whenever the hold has nothing to say, until the
- * hold wakes it. The server borrows the engine, pool and metrics; it owns
- * its request contexts and the hold set.
+ * Each loop (--threads of them) runs its own libmicrohttpd daemon in
+ * external epoll mode on the loop's thread, all listening on one address
+ * with SO_REUSEPORT, beside that loop's own master connections and engine.
+ * A request is parsed, sent to the masters, decided and answered on the
+ * loop that accepted it: it never changes threads. Once its body is read the
+ * connection is suspended and the request handed to the loop's engine,
+ * whose callback (on the same thread) resumes it with the answer. A granted
+ * acquire with "hold" becomes a held stream (hold.h): its 201 body is read
+ * from the hold, and the connection is suspended whenever the hold has
+ * nothing to say, until the hold wakes it (from the renewer's thread:
+ * libmicrohttpd allows a resume from any thread).
+ *
+ * Shared between loops, and who guards it: the registry of connections and
+ * the count of open requests (reg_lock, also taken by the watcher thread,
+ * which notices clients that left and slow requests), the hold set (its own
+ * mutex), metrics (atomic). The server borrows the engines, pools and
+ * metrics; it owns its request contexts, its daemons and the hold set.
  */
 #ifndef RL_HTTP_H
 #define RL_HTTP_H
@@ -22,8 +31,18 @@
 
 typedef struct http_server http_server;
 
-/* Binds cfg->listen and starts serving. NULL with err on failure. */
-http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, char *err,
+#define HTTP_MAX_LOOPS 64
+
+/* One event loop: a master pool (its thread runs the loop) and the engine
+ * over it. */
+typedef struct http_loop {
+    rl_engine *engine;
+    mpool *pool;
+} http_loop;
+
+/* Binds cfg->listen once per loop (SO_REUSEPORT) and serves each share on
+ * that loop's thread; the pools must be started. NULL with err on failure. */
+http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, metrics *m, char *err,
                         size_t errlen);
 
 /* Stops accepting new connections; open ones are still served. */

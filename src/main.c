@@ -162,27 +162,42 @@ int main(int argc, char **argv)
                        : 0;
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
                        quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe};
-    mpool *pool = m ? mpool_new(&pc) : NULL;
     if (cfg.setup_cluster)
-        return setup_cluster(&cfg, pool, quarantine_us, m);
+        return setup_cluster(&cfg, m ? mpool_new(&pc) : NULL, quarantine_us, m);
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify,
                     cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters};
-    rl_engine *engine = pool ? rl_engine_new(&rc, pool, m) : NULL;
-    /* Quarantine off (--quarantine off) skips the guard and every marker. */
-    marker_check *mc = engine && cfg.quarantine
-                           ? marker_check_new(pool, quarantine_us, !cfg.cluster_setup_manual)
-                           : NULL;
-    if (!engine || (cfg.quarantine && !mc) || mpool_start(pool) < 0) {
-        fprintf(stderr, "redlockd: cannot start: out of memory or threads\n");
-        return 1;
+    /* One event loop per --threads: its own master connections, engine and
+     * marker check, like an instance of its own on the same masters (every
+     * rule already holds across instances); the HTTP server gives each loop
+     * a listening socket of its own. */
+    int nloops = cfg.threads < HTTP_MAX_LOOPS ? cfg.threads : HTTP_MAX_LOOPS;
+    http_loop loops[HTTP_MAX_LOOPS] = {{0}};
+    marker_check *mcs[HTTP_MAX_LOOPS] = {0};
+    bool ok = m != NULL;
+    for (int k = 0; ok && k < nloops; k++) {
+        loops[k].pool = mpool_new(&pc);
+        loops[k].engine = loops[k].pool ? rl_engine_new(&rc, loops[k].pool, m) : NULL;
+        /* Quarantine off (--quarantine off) skips the guard and every marker. */
+        mcs[k] = loops[k].engine && cfg.quarantine
+                     ? marker_check_new(loops[k].pool, quarantine_us, !cfg.cluster_setup_manual)
+                     : NULL;
+        ok = loops[k].engine && (!cfg.quarantine || mcs[k]) && mpool_start(loops[k].pool) == 0;
     }
-    http_server *http = http_start(&cfg, engine, pool, m, err, sizeof err);
+    http_server *http = NULL;
+    if (!ok)
+        snprintf(err, sizeof err, "cannot start: out of memory or threads");
+    else
+        http = http_start(&cfg, loops, nloops, m, err, sizeof err);
     if (!http) {
         fprintf(stderr, "redlockd: %s\n", err);
-        mpool_stop(pool);
-        rl_engine_free(engine);
-        marker_check_free(mc);
-        mpool_free(pool);
+        for (int k = 0; k < nloops; k++) {
+            if (loops[k].pool)
+                mpool_stop(loops[k].pool);
+            if (loops[k].engine)
+                rl_engine_free(loops[k].engine);
+            marker_check_free(mcs[k]);
+            mpool_free(loops[k].pool);
+        }
         metrics_free(m);
         conf_free(&cfg);
         return 1;
@@ -200,7 +215,9 @@ int main(int argc, char **argv)
      * answer could not be delivered are released before the masters go. */
     http_quiesce(http);
     http_end_holds(http, SHUTDOWN_SEND_MS);
-    int left = rl_engine_drain(engine, SHUTDOWN_DRAIN_MS);
+    int left = 0;
+    for (int k = 0; k < nloops; k++)
+        left += rl_engine_drain(loops[k].engine, SHUTDOWN_DRAIN_MS);
     int unsent = http_drain(http, SHUTDOWN_SEND_MS);
     if (left || unsent) {
         char n[16], u[16];
@@ -209,11 +226,14 @@ int main(int argc, char **argv)
         log_event(LOG_LEVEL_WARN, "drain_incomplete", "inflight", n, "unanswered", u, NULL);
     }
     http_stop(http);
-    rl_engine_sync(engine, SHUTDOWN_SEND_MS);
-    mpool_stop(pool);
-    rl_engine_free(engine);
-    marker_check_free(mc);
-    mpool_free(pool);
+    for (int k = 0; k < nloops; k++)
+        rl_engine_sync(loops[k].engine, SHUTDOWN_SEND_MS);
+    for (int k = 0; k < nloops; k++) {
+        mpool_stop(loops[k].pool);
+        rl_engine_free(loops[k].engine);
+        marker_check_free(mcs[k]);
+        mpool_free(loops[k].pool);
+    }
     metrics_free(m);
     conf_free(&cfg);
     log_event(LOG_LEVEL_INFO, "stopped", NULL);

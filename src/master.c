@@ -141,6 +141,11 @@ struct mpool {
     bool started;
     int wake_fd;
 
+    int io_fd;                  /* another event source on this loop (the HTTP server), -1 none */
+    mpool_io_fn io_run;
+    mpool_io_due_fn io_due;
+    void *io_arg;
+
     pthread_mutex_t jobs_lock;
     struct job *jobs_head, *jobs_tail;
     bool stopping;              /* under jobs_lock */
@@ -1114,6 +1119,11 @@ static int post(mpool *p, void (*fn)(void *), void *arg, bool lazy)
     else
         p->jobs_head = j;
     p->jobs_tail = j;
+    /* Posted from the loop itself: it runs the job before it sleeps again,
+     * so no wake-up write is needed (the HTTP server posts every request
+     * from this thread). */
+    if (p->started && pthread_equal(pthread_self(), p->thread))
+        lazy = true;
     bool wake = !lazy && !p->signalled;
     if (wake)
         p->signalled = true;
@@ -1333,6 +1343,10 @@ static uint64_t next_wakeup(mpool *p, uint64_t now)
 {
     uint64_t t = now + MASTER_PING_INTERVAL_US;
 #define EARLIER(x) do { if ((x) < t) t = (x); } while (0)
+    if (atomic_load(&p->lazy_pending))
+        return now;   /* jobs the loop posted to itself run before it sleeps */
+    if (p->io_run)
+        EARLIER(p->io_due(p->io_arg, now));
     if (p->fifo_head)
         EARLIER(p->fifo_head->deadline_us);
     if (p->ntimers)
@@ -1366,8 +1380,9 @@ static bool is_stopping(mpool *p)
 static void *loop_main(void *arg)
 {
     mpool *p = arg;
-    struct pollfd fds[2 * MASTER_MAX + 1];
-    int who[2 * MASTER_MAX + 1];   /* -1 wake fd, i master i, MASTER_MAX + i its subscription */
+    struct pollfd fds[2 * MASTER_MAX + 2];
+    int who[2 * MASTER_MAX + 2];   /* -1 wake fd, -2 io fd, i master i, MASTER_MAX + i its
+                                      subscription */
     uint64_t now = mpool_now_us();
     housekeeping(p, now);
     for (;;) {
@@ -1378,6 +1393,11 @@ static void *loop_main(void *arg)
         fds[nfds].fd = p->wake_fd;
         fds[nfds].events = POLLIN;
         who[nfds++] = -1;
+        if (p->io_run) {
+            fds[nfds].fd = p->io_fd;
+            fds[nfds].events = POLLIN;
+            who[nfds++] = -2;
+        }
         for (int i = 0; i < p->n; i++) {
             struct master *m = &p->masters[i];
             if (!m->ctx)
@@ -1406,7 +1426,10 @@ static void *loop_main(void *arg)
         }
         now = mpool_now_us();
 
+        bool io_ready = false;
         for (int k = 0; rc > 0 && k < nfds; k++) {
+            if (who[k] == -2 && fds[k].revents)
+                io_ready = true;
             if (!fds[k].revents)
                 continue;
             if (who[k] < 0)
@@ -1433,6 +1456,8 @@ static void *loop_main(void *arg)
             if (m->ctx && (fds[k].revents & POLLOUT))
                 master_flush(p, m, now);
         }
+        if (p->io_run && (io_ready || p->io_due(p->io_arg, now) <= now))
+            p->io_run(p->io_arg);
         if ((rc > 0 && fds[0].revents) || atomic_load(&p->lazy_pending))
             run_jobs(p);
         run_ready(p);
@@ -1469,6 +1494,16 @@ static void *loop_main(void *arg)
 }
 
 bool mpool_is_stopping(const mpool *p) { return p->timers_final; }
+
+bool mpool_on_loop(const mpool *p) { return p->started && pthread_equal(pthread_self(), p->thread); }
+
+void mpool_set_io(mpool *p, int fd, mpool_io_fn run, mpool_io_due_fn due, void *arg)
+{
+    p->io_fd = fd;
+    p->io_due = due;
+    p->io_arg = arg;
+    p->io_run = run;
+}
 
 int mpool_start(mpool *p)
 {

@@ -130,6 +130,18 @@ int mpool_start(mpool *p);
 void mpool_stop(mpool *p);
 void mpool_free(mpool *p);
 
+/* Another event source the loop serves beside the masters (the HTTP
+ * server of this loop): run(arg) is called on the loop thread when fd is
+ * readable, and when due(arg, now) (the latest time it wants to run,
+ * UINT64_MAX for no limit) has come. Call before mpool_start, or on the
+ * loop thread; run NULL detaches it. */
+typedef void (*mpool_io_fn)(void *arg);
+typedef uint64_t (*mpool_io_due_fn)(void *arg, uint64_t now);
+void mpool_set_io(mpool *p, int fd, mpool_io_fn run, mpool_io_due_fn due, void *arg);
+
+/* True on the pool's loop thread. */
+bool mpool_on_loop(const mpool *p);
+
 /* Any thread: runs fn(arg) on the loop thread soon, in posting order.
  * Returns 0, or -1 on OOM or after stop (fn is then never run). */
 int mpool_post(mpool *p, void (*fn)(void *), void *arg);
