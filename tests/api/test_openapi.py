@@ -587,6 +587,7 @@ def boundaries(A):
             ("owner empty", {"owner": ""}, True), ("owner spaces and ~", {"owner": " a b ~ "}, False),
             ("owner tab", {"owner": "a\tb"}, True), ("owner DEL", {"owner": "a\x7fb"}, True),
             ("owner non-ASCII", {"owner": "caf\u00e9"}, True), ("owner number", {"owner": 7}, True),
+            ("owner escaped NUL", {"owner": "a\u0000b"}, True),
             ("hold string", {"hold": "yes"}, True), ("hold ttl 999", {"hold": True, "ttl_ms": 999}, True),
             ("hold false ttl 999", {"hold": False, "ttl_ms": 999}, False),
             ("not an object", [1], True), ("not JSON", "{ttl_ms: 1}", True),
@@ -611,7 +612,8 @@ def boundaries(A):
                 ("query token space", {}, "?token=a%20b", None, True),
                 ("body token 257", {}, "", {"token": "t" * 257}, True),
                 ("body token 256", {}, "", {"token": "t" * 256}, False),
-                ("body token number", {}, "", {"token": 5}, True)]:
+                ("body token number", {}, "", {"token": 5}, True),
+                ("body token escaped NUL", {}, "", {"token": "a\u0000b"}, True)]:
             p = f"/locks/{name()}" + (path or "")
             cases.append((f"{m} {what}", m, p, h, json.dumps(body).encode() if body else None, refused))
     cases.append(("PATCH ttl_ms max+1", "PATCH", f"/locks/{name()}", {"Lock-Token": "t"},
@@ -626,6 +628,8 @@ def boundaries(A):
             ("lockOwner 256", {"lockOwner": "o" * 256}, False),
             ("lockOwner 257", {"lockOwner": "o" * 257}, True),
             ("lockOwner space", {"lockOwner": "o o"}, True),
+            ("lockOwner escaped NUL", {"lockOwner": "o\u0000o"}, True),
+            ("resourceId escaped NUL", {"resourceId": "r\u0000r"}, True),
             ("expiryInSeconds 0", {"expiryInSeconds": 0}, True),
             ("expiryInSeconds max", {"expiryInSeconds": 3600}, False),
             ("expiryInSeconds max+1", {"expiryInSeconds": 3601}, True),
