@@ -29,6 +29,9 @@ HTTP_METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "tra
 STANDARD_HEADERS = {"date", "content-length", "content-type", "connection", "transfer-encoding",
                     "keep-alive"}
 OTHER_CATEGORIES = ["anyRequest", "unknownPath", "otherMethod"]
+# Body fields whose documented values (enum, const) each answer must reach
+# too: the error codes of every status, and the reasons of not_held.
+CODE_FIELDS = ["error", "errorCode", "reason"]
 
 # JSON Schema 2020-12 keywords, and those OpenAPI 3.1 adds to Schema Objects.
 SCHEMA_KEYWORDS = {
@@ -108,6 +111,7 @@ class Spec:
                     rx += re.escape(p)
             self.templates.append((tpl, re.compile("^" + rx + "$"), item))
         self.reached = {}     # coverage key -> count
+        self.codes = {}       # (coverage key, field, value) -> count
         self.events = {}      # held-stream event variant -> count
 
     # ---- the document as data ----
@@ -169,6 +173,31 @@ class Spec:
             for st in other.get(cat, {}) or {}:
                 keys.append(("other", cat, "*", st))
         return keys
+
+    def response_of(self, key):
+        if key[0] == "op":
+            return self.resolve(self.doc["paths"][key[1]][key[2].lower()]["responses"][key[3]])
+        return self.resolve(self.doc["x-other-responses"][key[1]][key[3]])
+
+    def documented_codes(self, key):
+        """{field: set of values} of the CODE_FIELDS of a JSON answer."""
+        out = {}
+        for media, mt in (self.response_of(key).get("content") or {}).items():
+            if norm_media(media) != "application/json":
+                continue
+            schema = self.resolve(mt.get("schema", {}))
+            parts = [schema] + [self.resolve(x) for x in schema.get("allOf", [])]
+            for part in parts:
+                for f, ps in (part.get("properties") or {}).items():
+                    ps = self.resolve(ps)
+                    vals = set(ps["enum"]) if "enum" in ps else {ps["const"]} if "const" in ps else None
+                    if f in CODE_FIELDS and vals is not None:
+                        out[f] = out[f] & vals if f in out else vals
+        return out
+
+    def code_keys(self):
+        return [(k, f, v) for k in self.coverage_keys()
+                for f, vals in sorted(self.documented_codes(k).items()) for v in sorted(vals)]
 
     def event_keys(self):
         """Every variant of the held-stream event: (event, reason) pairs,
@@ -295,6 +324,12 @@ class Spec:
                                           stream_complete)
         if not probs:
             self.reached[key] = self.reached.get(key, 0) + 1
+            if ctype and norm_media(ctype) == "application/json" and not is_head:
+                value = json.loads(body.decode())
+                for f in CODE_FIELDS:
+                    if isinstance(value, dict) and f in value:
+                        k = (key, f, value[f])
+                        self.codes[k] = self.codes.get(k, 0) + 1
         return probs
 
     def _check_body(self, media, schema, body, stream_complete):
@@ -335,15 +370,21 @@ class Spec:
     def missing_coverage(self):
         return [k for k in self.coverage_keys() if k not in self.reached]
 
+    def missing_codes(self):
+        return [k for k in self.code_keys() if k not in self.codes]
+
     def missing_events(self):
         return [k for k in self.event_keys() if k not in self.events]
 
     def coverage_table(self):
-        rows = ["| path | method | status | answers checked |", "|---|---|---|---|"]
+        rows = ["| path | method | status | answers checked | documented codes reached |",
+                "|---|---|---|---|---|"]
         for k in self.coverage_keys():
             what, a, b, st = k
             path = a if what == "op" else f"(x-other-responses: {a})"
-            rows.append(f"| {path} | {b} | {st} | {self.reached.get(k, 0) or 'NOT REACHED'} |")
+            codes = ", ".join(f"{v} ({self.codes.get((k, f, v), 0) or 'NOT REACHED'})"
+                              for f, vals in sorted(self.documented_codes(k).items()) for v in sorted(vals))
+            rows.append(f"| {path} | {b} | {st} | {self.reached.get(k, 0) or 'NOT REACHED'} | {codes} |")
         rows.append("")
         rows += ["| held-stream event | reason | lines checked |", "|---|---|---|"]
         for k in self.event_keys():

@@ -438,7 +438,7 @@ def operational(A):
     for m, p in [("GET", "/healthz"), ("GET", "/nope"), ("GET", "/locks/x"), ("GET", "/v1.0/metadata")]:
         expect(A.raw(m, p, ["Content-Length: 20000", "Connection: close"]), 413, "too_large",
                f"{m} {p} declaring 20000 bytes")
-    for m, p in [("GET", "/healthz"), ("POST", "/nope"), ("POST", "/locks/x")]:
+    for m, p in [("GET", "/healthz"), ("POST", "/nope"), ("POST", "/locks/x"), ("GET", "/locks/x")]:
         a = A.raw(m, p, ["Content-Length: 5", "Transfer-Encoding: chunked"])
         expect(a, 400, "bad_request", f"{m} {p} with Content-Length and Transfer-Encoding")
     expect(A.raw("POST", "/locks/x", ["Content-Length: 2", "Content-Length: 3"]), 400, "bad_request",
@@ -465,9 +465,10 @@ def native_locks(A):
         e = A.req("PATCH", path, **kw)
         if expect(e, 200, what=f"extend, token in {how}") and e.json()["fence"] != grant["fence"]:
             fail(f"an extension changed the fence: {e.body!r}")
-    a = A.req("PATCH", f"/locks/{n}", headers={"Lock-Token": "someone-else"})
-    if expect(a, 409, "not_held", "extend with another token") and a.json()["reason"] != "held_by_other":
-        fail(f"extend with another token: reason {a.json()['reason']}, not held_by_other")
+    for m in ["PATCH", "DELETE"]:
+        a = A.req(m, f"/locks/{n}", headers={"Lock-Token": "someone-else"})
+        if expect(a, 409, "not_held", f"{m} with another token") and a.json()["reason"] != "held_by_other":
+            fail(f"{m} with another token: reason {a.json()['reason']}, not held_by_other")
     expect(A.req("DELETE", f"/locks/{n}?token={tok}"), 204, what="release")
     a = A.req("DELETE", f"/locks/{n}", {"token": tok})
     if expect(a, 409, "not_held", "release twice") and a.json()["reason"] != "expired":
@@ -801,11 +802,20 @@ def shutting_down(tmp, masters):
     t, out = in_thread(lambda: C.req("POST", "/locks/sd-1", {"wait_ms": 30000}, timeout=40,
                                      what="a waiter when the service stops"))
     h = hold(C, "sd-2", {"hold": True, "ttl_ms": 3000}, "sd-2 on C")
-    body = b'{"ttl_ms": 1000}'
-    late = httpraw.Conn(C.port, 20)
-    late.send(httpraw.build("POST", "/locks/sd-3", {"Content-Type": "application/json",
-                                                    "Content-Length": str(len(body))}))
-    time.sleep(0.5)   # the waiter waits; the late request's headers have arrived
+    # Requests whose headers arrive before the stop and whose bodies after it.
+    late = []
+    for m, p, hd, body in [("POST", "/locks/sd-3", {}, b'{"ttl_ms": 1000}'),
+                          ("PATCH", "/locks/sd-3", {"Lock-Token": "t"}, b'{"ttl_ms": 1000}'),
+                          ("DELETE", "/locks/sd-3", {"Lock-Token": "t"}, b'{}'),
+                          ("GET", "/locks/sd-3", {}, b'{}'),
+                          ("POST", "/v1.0-alpha1/lock/lockstore", {},
+                           b'{"resourceId":"sd-4","lockOwner":"o","expiryInSeconds":1}'),
+                          ("POST", "/v1.0-alpha1/unlock/lockstore", {}, b'{"resourceId":"sd-4","lockOwner":"o"}')]:
+        c = httpraw.Conn(C.port, 20)
+        c.send(httpraw.build(m, p, dict(hd, **{"Content-Type": "application/json",
+                                              "Content-Length": str(len(body))})))
+        late.append((m, p, c, body))
+    time.sleep(0.5)   # the waiter waits; the late requests' headers have arrived
     C.proc.send_signal(signal.SIGTERM)
     t.join(30)
     w = out.get("value")
@@ -819,15 +829,20 @@ def shutting_down(tmp, masters):
             fail(f"sd-2 when the service stops: {ev}, not released shutting_down")
         h.expect_end(5, "sd-2 after released")
         h.finish()
-    time.sleep(0.3)   # the engine has stopped taking work; the HTTP side waits for this request
-    try:
-        late.send(body)
-        a = late.read_body(late.read_head(), "POST")
-        conform("POST", "/locks/sd-3", a, "a request completed while the service stops")
-        expect(a, 503, "shutting_down", "a request completed while the service stops")
-    except (OSError, EOFError, TimeoutError, ValueError) as e:
-        fail(f"a request completed while the service stops: {e!r}")
-    late.close()
+    time.sleep(0.3)   # the engine has stopped taking work; the HTTP side waits for these requests
+    for m, p, c, body in late:
+        what = f"{m} {p} completed while the service stops"
+        try:
+            c.send(body)
+            a = c.read_body(c.read_head(), m)
+            conform(m, p, a, what)
+            if p.startswith("/locks/"):
+                expect(a, 503, "shutting_down", what)
+            else:
+                expect(a, 500, "ERR_UNLOCK" if "unlock" in p else "ERR_TRY_LOCK", what)
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            fail(f"{what}: {e!r}")
+        c.close()
     C.stop(sig=None)   # SIGTERM was sent above
     # What C held by its stream is free again.
     for m in masters:
@@ -902,7 +917,7 @@ def negative_controls(doc, oas):
     for what, m, p, st, h, b in bad:
         if not s.check(m, p, st, h, b):
             fail(f"negative controls: the checker passes {what}")
-    if not s.missing_coverage() or not s.missing_events():
+    if not s.missing_coverage() or not s.missing_events() or not s.missing_codes():
         fail("negative controls: coverage is complete with almost nothing reached")
     # Documents that depart.
     for what, edit in [
@@ -988,6 +1003,8 @@ def main():
     print(table)
     for k in SPEC.missing_coverage():
         fail(f"coverage: no conforming answer reached {k[2]} {k[1]} {k[3]}")
+    for (k, f, v) in SPEC.missing_codes():
+        fail(f"coverage: no conforming answer to {k[2]} {k[1]} {k[3]} had {f} {v}")
     for k in SPEC.missing_events():
         fail(f"coverage: no held stream sent the event {k[0]} {k[1] or ''}")
     log(f"openapi conformance: {sum(SPEC.reached.values())} answers and "
