@@ -20,7 +20,6 @@ import base64
 import ctypes
 import fcntl
 import hashlib
-import io
 import json
 import os
 import random
@@ -322,6 +321,7 @@ class Held:
         self.s = httpraw.Stream(d.port, "POST", self.path, h, json.dumps(body), timeout)
         self.a = self.s.answer
         self.events = []
+        self.times = []   # when each event arrived
         self.ended = False
         self.checked = False
         if not self.s.chunked:
@@ -335,6 +335,7 @@ class Held:
             return None
         ev = json.loads(line)
         self.events.append(ev)
+        self.times.append(time.monotonic())
         if ev.get("token"):
             secrets.add(ev["token"])
         return ev
@@ -353,6 +354,18 @@ class Held:
                 return None
             if pred(ev):
                 return ev
+
+    def lost_in_time(self, what):
+        """lost comes no later than the end of the validity last announced
+        (counted here from when that event arrived, later than it was sent:
+        a lenient bound)."""
+        last = max((i for i, e in enumerate(self.events[:-1]) if "validity_ms" in e), default=None)
+        if last is None or self.events[-1].get("event") != "lost":
+            return
+        late = self.times[-1] - (self.times[last] + self.events[last]["validity_ms"] / 1000.0)
+        if late > 0:
+            fail(f"{what}: lost came {late * 1000:.0f} ms after the validity last announced "
+                 f"({self.events[last]})")
 
     def expect_end(self, timeout, what):
         try:
@@ -710,6 +723,7 @@ def held_streams(A, masters):
         ev = h.until(lambda e: e.get("event") != "renewed", 3, "hold-3 after its key was deleted")
         if ev and ev != {"event": "lost", "reason": "expired"}:
             fail(f"hold-3: {ev}, not lost expired")
+        h.lost_in_time("hold-3")
         h.expect_end(3, "hold-3 after lost")
         h.finish()
 
@@ -721,6 +735,7 @@ def held_streams(A, masters):
         ev = h.until(lambda e: e.get("event") != "renewed", 3, "hold-4 after another token took the key")
         if ev and ev != {"event": "lost", "reason": "held_by_other"}:
             fail(f"hold-4: {ev}, not lost held_by_other")
+        h.lost_in_time("hold-4")
         h.expect_end(3, "hold-4 after lost")
         h.finish()
         for m in masters:
@@ -754,6 +769,7 @@ def no_quorum(A, B, masters):
             ev = h.until(lambda e: e.get("event") != "renewed", 4, "hold-nq with 3 masters paused")
             if ev and ev != {"event": "lost", "reason": "no_quorum"}:
                 fail(f"hold-nq: {ev}, not lost no_quorum")
+            h.lost_in_time("hold-nq")
             h.expect_end(3, "hold-nq after lost")
             h.finish()
         deadline = time.monotonic() + 10
