@@ -493,6 +493,18 @@ Test(cli, run_passes_the_lock_to_cmd_and_its_status_back)
     cr_assert_not(held("nightly"));
 }
 
+/* CMD holds none of redlock's sockets: neither the held stream (closing it
+ * must release the lock when redlock goes) nor libcurl's own. */
+Test(cli, cmd_inherits_no_sockets)
+{
+    start_service(3, NULL);
+    cr_assert_eq(RUN("r", "run", "fds", "--", "sh", "-c", "for f in /proc/$$/fd/*; do readlink $f; done"), 0,
+                 "%s", err_of("r"));
+    const char *fds = out_of("r");
+    cr_assert(strstr(fds, "/dev/null"), "no descriptors listed: %s", fds);
+    cr_assert_null(strstr(fds, "socket:"), "CMD inherited a socket:\n%s", fds);
+}
+
 /* Four `redlock run`s of one name at once, 100 runs in all: no two CMDs
  * overlap on CLOCK_MONOTONIC, and fences increase in the order they ran.
  * Negative controls: the checker finds the overlap of a synthetic log, and
