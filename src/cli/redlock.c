@@ -978,6 +978,17 @@ static int cmd_run(const cli_args *a)
                 timeout = until_ms(r.retry_at_us, now, timeout);
             }
         }
+        if (r.h && !r.acquired) {
+            /* The answer (and with a held stream, its first event) is due
+             * by the end of the wait asked for, give or take a call's time. */
+            uint64_t due = r.sent_us + (uint64_t)(r.asked_ms + CALL_TIMEOUT_MS) * 1000u;
+            if (now >= due) {
+                say("unreachable: %s: no answer within %lld ms", g_url, r.asked_ms + CALL_TIMEOUT_MS);
+                r.exit_code = CLI_EXIT_UNAVAILABLE;
+                break;
+            }
+            timeout = until_ms(due, now, timeout);
+        }
         if (r.acquired && !r.child && !r.lost) {
             if (spawn(&r) < 0) {
                 r.exit_code = CLI_EXIT_SOFTWARE;
