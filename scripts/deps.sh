@@ -1,16 +1,21 @@
 # scripts/deps.sh - sourced by run.sh and test.sh: installs the Debian
 # packages redlockd needs to build, test and run, if any is missing
 # (docker-compose, python3-yaml and python3-kubernetes only validate the
-# deployment files; the containers suite installs podman itself).
+# deployment files; python3-jsonschema and npm serve the OpenAPI conformance
+# test, npm to fetch the OpenAPI meta-schema; the containers suite installs
+# podman itself).
 REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
 libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl
-python3 python3-yaml python3-kubernetes docker-compose"
+python3 python3-yaml python3-kubernetes python3-jsonschema docker-compose"
 
 install_deps() {
     local missing=()
     for p in $REDLOCKD_PACKAGES; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
+    # npm by command: a Node.js from elsewhere (NodeSource) brings its own npm
+    # and conflicts with Debian's package.
+    command -v npm >/dev/null || missing+=(npm)
     [ ${#missing[@]} -eq 0 ] && return 0
     echo "installing: ${missing[*]}" >&2
     local sudo=""

@@ -692,6 +692,30 @@ static void on_done(run *r, CURLcode rc)
     r->phase = DONE;
 }
 
+/* Descriptors redlock was started with, which CMD inherits as any child
+ * would; every other one (libcurl's, such as its multi handle's wake-up
+ * socket pair) is made close-on-exec before CMD starts. */
+#define FDS_TRACKED 4096
+static unsigned char fds_at_start[FDS_TRACKED / 8];
+
+static void note_inherited_fds(void)
+{
+    for (int fd = 0; fd < FDS_TRACKED; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            fds_at_start[fd / 8] |= (unsigned char)(1u << (fd % 8));
+}
+
+static void close_own_fds_on_exec(void)
+{
+    for (int fd = 3; fd < FDS_TRACKED; fd++) {
+        if (fds_at_start[fd / 8] & (1u << (fd % 8)))
+            continue;
+        int flags = fcntl(fd, F_GETFD);
+        if (flags != -1 && !(flags & FD_CLOEXEC))
+            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+}
+
 /* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE. */
 static char **child_env(const run *r)
 {
@@ -725,6 +749,7 @@ static int spawn(run *r)
         say("out of memory");
         return -1;
     }
+    close_own_fds_on_exec();
     pid_t parent = getpid();
     /* A terminal in the foreground goes to CMD, so that it can read it and
      * a Ctrl-C there reaches CMD's whole group directly. */
@@ -933,6 +958,7 @@ static int cmd_run(const cli_args *a)
         default_owner(r.owner, sizeof r.owner);
     if (a->wait_ms > 0)
         r.deadline_us = now_us() + (uint64_t)a->wait_ms * 1000u;
+    note_inherited_fds();
     if (setup_signals() < 0 || !(r.multi = curl_multi_init()) || start_try(&r) < 0) {
         say("cannot start: %s", strerror(errno));
         return CLI_EXIT_SOFTWARE;
@@ -951,6 +977,17 @@ static int cmd_run(const cli_args *a)
             } else {
                 timeout = until_ms(r.retry_at_us, now, timeout);
             }
+        }
+        if (r.h && !r.acquired) {
+            /* The answer (and with a held stream, its first event) is due
+             * by the end of the wait asked for, give or take a call's time. */
+            uint64_t due = r.sent_us + (uint64_t)(r.asked_ms + CALL_TIMEOUT_MS) * 1000u;
+            if (now >= due) {
+                say("unreachable: %s: no answer within %lld ms", g_url, r.asked_ms + CALL_TIMEOUT_MS);
+                r.exit_code = CLI_EXIT_UNAVAILABLE;
+                break;
+            }
+            timeout = until_ms(due, now, timeout);
         }
         if (r.acquired && !r.child && !r.lost) {
             if (spawn(&r) < 0) {

