@@ -32,6 +32,8 @@
 typedef struct conn_info {
     struct conn_info *prev, *next;
     int fd;
+    struct sockaddr_storage peer; /* for --max-connections-per-ip */
+    socklen_t peer_len;
     uint64_t phase_start_us;    /* connect, or the end of the last request */
     bool busy;                  /* a complete request is being served */
     bool shut;                  /* closed for --request-timeout-ms */
@@ -71,6 +73,7 @@ struct http_server {
     conn_info *conns;
     int nrequests;              /* requests whose headers arrived and that have not completed:
                                    the shutdown waits for them */
+    int nconns;                 /* connections in the registry, for --max-connections */
     int closed_since_trim;
     pthread_t watcher;
     bool watching;
@@ -80,6 +83,7 @@ struct http_server {
 typedef struct req_ctx {
     http_server *s;
     http_shard *sh;           /* the loop serving it */
+    rl_engine *eng;           /* the engine its request went to (engine_for) */
     struct MHD_Connection *conn;
     conn_info *ci;
     atomic_int refs;          /* libmicrohttpd's, and the engine's until lock_done */
@@ -162,6 +166,37 @@ static enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *mess
 
 /* ---- operational routes ---- */
 
+/* Master i as every loop sees it (each has its own connection): up only
+ * where up on every loop, quarantined where any loop found it so, counters
+ * summed. */
+static void status_of(http_server *s, int i, master_status *out)
+{
+    mpool_status(s->shards[0].pool, i, out);
+    for (int k = 1; k < s->nshards; k++) {
+        master_status o;
+        mpool_status(s->shards[k].pool, i, &o);
+        out->up &= o.up;
+        out->subscribed &= o.subscribed;
+        if (o.quarantined) {
+            out->quarantined = true;
+            if (o.quarantine_left_ms > out->quarantine_left_ms)
+                out->quarantine_left_ms = o.quarantine_left_ms;
+        }
+        if (o.marker < out->marker)
+            out->marker = o.marker;
+        if (!out->policy[0])
+            memcpy(out->policy, o.policy, sizeof out->policy);
+        if (out->persistence == 0)
+            out->persistence = o.persistence;
+        out->may_lose_locks |= o.may_lose_locks;
+        if (o.restarts > out->restarts)
+            out->restarts = o.restarts;
+        out->errors += o.errors;
+        out->replies += o.replies;
+        out->reply_us_sum += o.reply_us_sum;
+    }
+}
+
 static enum MHD_Result serve_readyz(req_ctx *ctx)
 {
     mpool *p = ctx->s->pool;
@@ -170,7 +205,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
     for (int i = 0; arr && i < n; i++) {
         master_status st;
-        mpool_status(p, i, &st);
+        status_of(ctx->s, i, &st);
         up += st.up;
         voting += st.up && !st.quarantined;
         cJSON *mo = cJSON_CreateObject();
@@ -240,7 +275,7 @@ static enum MHD_Result serve_metrics(req_ctx *ctx)
     int n = mpool_size(p);
     master_status st[MASTER_MAX];
     for (int i = 0; i < n; i++)
-        mpool_status(p, i, &st[i]);
+        status_of(ctx->s, i, &st[i]);
     for (size_t f = 0; f < sizeof master_families / sizeof master_families[0]; f++) {
         rc |= metrics_appendf(&buf, &len, &cap, "# HELP %s %s\n# TYPE %s %s\n", master_families[f].name,
                               master_families[f].help, master_families[f].name, master_families[f].type);
@@ -383,7 +418,7 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, ctx->sh->engine, &ctx->req, &ctx->res, ctx->start_us, hold_wake,
+    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us, hold_wake,
                            ctx);
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
@@ -439,6 +474,22 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
     return send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
+/* The engine a request goes to: its own loop's, so that it never changes
+ * threads; but an acquire that may wait goes to the loop that owns its
+ * name (by hash), so that the waiters of one name sleep in one engine and
+ * are served in arrival order, as on one loop. A release elsewhere reaches
+ * them by the name's release notice. */
+static rl_engine *engine_for(const req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    if (s->nshards == 1 || ctx->req.op != RL_ACQUIRE || ctx->req.wait_ms == 0)
+        return ctx->sh->engine;
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (const char *c = ctx->req.name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return s->shards[h % (uint64_t)s->nshards].engine;
+}
+
 /* Hands ctx->req to the engine; lock_done resumes the connection. */
 static enum MHD_Result submit(req_ctx *ctx)
 {
@@ -454,7 +505,8 @@ static enum MHD_Result submit(req_ctx *ctx)
     metrics_inflight(s->m, 1);
     atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
     rl_handle *h = NULL;
-    if (rl_submit(ctx->sh->engine, &ctx->req, lock_done, ctx, &h) < 0) {
+    ctx->eng = engine_for(ctx);
+    if (rl_submit(ctx->eng, &ctx->req, lock_done, ctx, &h) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
         ctx_resume(ctx, &down);
@@ -685,7 +737,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
          * held stream's grant is the hold's to release. */
         bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
                                        !ctx->gone && !ctx->forced);
-        rl_finish(ctx->sh->engine, ctx->h, delivered);
+        rl_finish(ctx->eng, ctx->h, delivered);
     }
     if (ctx->hold)
         hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
@@ -701,6 +753,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_unlock(&s->reg_lock);
     *con_cls = NULL;
     ctx_unref(ctx);
+}
+
+/* Do a and b name the same host (address only, not port)? */
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                       sizeof(struct in6_addr));
+    return false;
 }
 
 /* libmicrohttpd's connection start and close: the registry the watcher and
@@ -719,11 +784,32 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         }
         ci->fd = fdi->connect_fd;
         ci->phase_start_us = mpool_now_us();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ai && ai->client_addr) {
+            ci->peer_len = ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                   : sizeof(struct sockaddr_in);
+            memcpy(&ci->peer, ai->client_addr, ci->peer_len);
+        }
         pthread_mutex_lock(&s->reg_lock);
+        /* The limits hold for the whole server: each loop's daemon would
+         * count only the connections the kernel happened to give it. One
+         * over a limit is closed at once, as libmicrohttpd would. */
+        bool over = s->nconns >= s->cfg->max_connections;
+        if (!over && ci->peer_len) {
+            int same = 0;
+            for (conn_info *o = s->conns; o; o = o->next)
+                same += !o->shut && same_host(&o->peer, &ci->peer);
+            over = same >= s->cfg->max_connections_per_ip;
+        }
+        if (over) {
+            ci->shut = true;
+            shutdown(ci->fd, SHUT_RDWR);
+        }
         ci->next = s->conns;
         if (s->conns)
             s->conns->prev = ci;
         s->conns = ci;
+        s->nconns++;
         pthread_mutex_unlock(&s->reg_lock);
         *socket_context = ci;
         return;
@@ -738,6 +824,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         s->conns = ci->next;
     if (ci->next)
         ci->next->prev = ci->prev;
+    s->nconns--;
     s->closed_since_trim++;
     pthread_mutex_unlock(&s->reg_lock);
     free(ci);
@@ -776,7 +863,7 @@ static void *watch_main(void *arg)
                 left_holds[nleft++] = ctx;
             } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
                 ctx->gone = true;
-                rl_cancel(ctx->sh->engine, ctx->h);
+                rl_cancel(ctx->eng, ctx->h);
             } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
                 /* (phase_start_us may be later than now: set after now was read) */
                 ci->shut = true;   /* libmicrohttpd sees the end and closes it */
@@ -919,8 +1006,21 @@ static void shard_quiesce(void *arg)
 {
     http_shard *sh = arg;
     MHD_socket fd = MHD_quiesce_daemon(sh->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    if (fd == MHD_INVALID_SOCKET)
+        return;
+    /* Connections the kernel completed but nobody accepted yet would be
+     * reset by the close: take them in first, so that each gets its answer
+     * (with Connection: close). */
+    for (;;) {
+        struct sockaddr_storage a;
+        socklen_t alen = sizeof a;
+        int c = accept4(fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0)
+            break;
+        (void)MHD_add_connection(sh->daemon, c, (struct sockaddr *)&a, alen);   /* closes c on failure */
+    }
+    close(fd);
+    atomic_store(&sh->kick, true);
 }
 
 /* A daemon for loop k: external epoll mode (its epoll fd goes into the
@@ -930,11 +1030,10 @@ static struct MHD_Daemon *shard_daemon(http_shard *sh, const conf *cfg, const st
     unsigned flags = MHD_USE_EPOLL | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    /* Each daemon gets its share of the connection limits: the kernel
-     * spreads accepted connections over the listening sockets. */
-    unsigned n = (unsigned)sh->s->nshards;
-    unsigned limit = ((unsigned)cfg->max_connections + n - 1) / n;
-    unsigned per_ip = ((unsigned)cfg->max_connections_per_ip + n - 1) / n;
+    /* The limits are the whole server's (on_connection counts them over
+     * every loop); each daemon could take them all. */
+    unsigned limit = (unsigned)cfg->max_connections;
+    unsigned per_ip = (unsigned)cfg->max_connections_per_ip;
     return MHD_start_daemon(
         flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, sh,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, to catch every message */

@@ -164,8 +164,9 @@ int main(int argc, char **argv)
                        quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe};
     if (cfg.setup_cluster)
         return setup_cluster(&cfg, m ? mpool_new(&pc) : NULL, quarantine_us, m);
+    static _Atomic int waiters;   /* --max-waiters counts every loop's */
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify,
-                    cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters};
+                    cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters, &waiters};
     /* One event loop per --threads: its own master connections, engine and
      * marker check, like an instance of its own on the same masters (every
      * rule already holds across instances); the HTTP server gives each loop
@@ -173,16 +174,24 @@ int main(int argc, char **argv)
     int nloops = cfg.threads < HTTP_MAX_LOOPS ? cfg.threads : HTTP_MAX_LOOPS;
     http_loop loops[HTTP_MAX_LOOPS] = {{0}};
     marker_check *mcs[HTTP_MAX_LOOPS] = {0};
+    static mpool *pools[HTTP_MAX_LOOPS];   /* every loop's, for the marker checks to share */
     bool ok = m != NULL;
     for (int k = 0; ok && k < nloops; k++) {
         loops[k].pool = mpool_new(&pc);
         loops[k].engine = loops[k].pool ? rl_engine_new(&rc, loops[k].pool, m) : NULL;
-        /* Quarantine off (--quarantine off) skips the guard and every marker. */
-        mcs[k] = loops[k].engine && cfg.quarantine
-                     ? marker_check_new(loops[k].pool, quarantine_us, !cfg.cluster_setup_manual)
-                     : NULL;
-        ok = loops[k].engine && (!cfg.quarantine || mcs[k]) && mpool_start(loops[k].pool) == 0;
+        pools[k] = loops[k].pool;
+        ok = loops[k].engine != NULL;
     }
+    /* Every pool exists before any starts: the checks note markers on all. */
+    for (int k = 0; ok && k < nloops; k++) {
+        /* Quarantine off (--quarantine off) skips the guard and every marker. */
+        mcs[k] = cfg.quarantine ? marker_check_new_shared(loops[k].pool, pools, nloops, quarantine_us,
+                                                          !cfg.cluster_setup_manual)
+                                : NULL;
+        ok = !cfg.quarantine || mcs[k];
+    }
+    for (int k = 0; ok && k < nloops; k++)
+        ok = mpool_start(loops[k].pool) == 0;
     http_server *http = NULL;
     if (!ok)
         snprintf(err, sizeof err, "cannot start: out of memory or threads");

@@ -16,6 +16,8 @@
 
 struct marker_check {
     struct mpool *p;
+    struct mpool *const *mirror;  /* the process's other pools: what a read finds, they learn */
+    int nmirror;
     char window[24];          /* window_us as text */
     bool auto_setup;
     bool busy;                /* a check is under way */
@@ -71,6 +73,9 @@ static void on_read(void *arg, const master_reply *replies)
             r->ints[0] <= QMARK_READY) {
             st[i] = (enum quarantine_marker)r->ints[0];
             mpool_note_marker(mc->p, i, st[i], r->ints[1]);
+            for (int k = 0; k < mc->nmirror; k++)
+                if (mc->mirror[k] != mc->p)
+                    mpool_note_marker(mc->mirror[k], i, st[i], r->ints[1]);
         } else {
             st[i] = QMARK_UNKNOWN;
         }
@@ -155,10 +160,18 @@ static void on_report(void *arg, int master)
 
 marker_check *marker_check_new(struct mpool *p, uint64_t window_us, bool auto_setup)
 {
+    return marker_check_new_shared(p, NULL, 0, window_us, auto_setup);
+}
+
+marker_check *marker_check_new_shared(struct mpool *p, struct mpool *const *all, int nall,
+                                      uint64_t window_us, bool auto_setup)
+{
     marker_check *mc = calloc(1, sizeof *mc);
     if (!mc)
         return NULL;
     mc->p = p;
+    mc->mirror = all;
+    mc->nmirror = nall;
     snprintf(mc->window, sizeof mc->window, "%llu", (unsigned long long)window_us);
     mc->auto_setup = auto_setup;
     scripts_init();

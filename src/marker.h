@@ -25,6 +25,12 @@ typedef struct marker_check marker_check;
  * plus drift). auto_setup: a brand-new cluster (no marker anywhere, every
  * master answering) is set up by the check itself. NULL on OOM. */
 marker_check *marker_check_new(struct mpool *p, uint64_t window_us, bool auto_setup);
+/* The same for one of several pools of one process (one per event loop):
+ * what a check reads on the masters is noted on every pool of all[0..nall)
+ * too (mpool_note_marker only stores atomics), so that every loop's view of
+ * the quarantine, and /readyz, agree at once. all must outlive the check. */
+marker_check *marker_check_new_shared(struct mpool *p, struct mpool *const *all, int nall,
+                                      uint64_t window_us, bool auto_setup);
 void marker_check_free(marker_check *mc);
 
 #endif

@@ -63,7 +63,9 @@ struct rl_engine {
     /* Acquires that wait for a held lock, indexed by key: a notice or a
      * timer finds the waiters of its name in O(1). Loop thread only. */
     struct wname *wtab[RL_WTAB_SIZE];
-    int nsleeping;               /* waiters asleep now, bounded by max_waiters */
+    atomic_int own_sleeping;
+    atomic_int *nsleeping;       /* waiters asleep now, bounded by max_waiters: shared by every
+                                    engine of the process (rl_config.waiters), else own_sleeping */
     struct rl_task *all;         /* every live task, freed by rl_engine_free at the end */
     pthread_mutex_t sync_lock;   /* rl_engine_sync's barrier */
     pthread_cond_t sync_cond;
@@ -290,7 +292,7 @@ static void sleepers_unlink(rl_task *op)
         w->tail = op->wprev;
     op->wprev = op->wnext = NULL;
     op->sleeping = false;
-    op->e->nsleeping--;
+    atomic_fetch_sub(op->e->nsleeping, 1);
 }
 
 /* Puts op (trying) to sleep in arrival order: usually at the tail, or near
@@ -313,7 +315,7 @@ static void sleepers_insert(rl_task *op)
         w->head = op;
     w->trying--;
     op->sleeping = true;
-    op->e->nsleeping++;
+    atomic_fetch_add(op->e->nsleeping, 1);
     if (!w->subscribed && op->e->cfg.notify) {
         /* Notices of this name now matter: subscribe (the subscription's
          * confirmation wakes the oldest sleeper once, so a release in
@@ -459,7 +461,7 @@ static void acquire_refused(rl_task *op)
         acquire_attempt(op);
         return;
     }
-    if (e->nsleeping >= e->cfg.max_waiters) {
+    if (atomic_load(e->nsleeping) >= e->cfg.max_waiters) {
         op->res.outcome = RL_TOO_MANY_WAITERS;
         op_answer(op);
         return;
@@ -872,6 +874,7 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     snprintf(e->key_prefix, sizeof e->key_prefix, "%s", cfg->key_prefix);
     e->cfg.key_prefix = e->key_prefix;
     e->n = mpool_size(pool);
+    e->nsleeping = cfg->waiters ? cfg->waiters : &e->own_sleeping;
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng || e->rng == 0)
         e->rng = 0x9E3779B97F4A7C15ULL ^ mpool_now_us();
     pthread_mutex_init(&e->lock, NULL);

@@ -84,6 +84,8 @@ typedef struct rl_config {
     bool guard;                /* vote scripts check the cluster marker (quarantine) */
     long long fence_keep_ms;   /* a fence counter outlives its lock by this much */
     int max_waiters;           /* acquires asleep at once; more answer RL_TOO_MANY_WAITERS */
+    _Atomic int *waiters;      /* the count of those, shared by every engine of the process
+                                  (NULL: the engine counts its own) */
 } rl_config;
 
 /* Creates an engine over a started master pool (not owned). cfg is copied. */
