@@ -185,8 +185,14 @@ static void wait_leave(rl_task *op);
  * points at it and the caller let go of it (rl_finish). */
 static void op_answer(rl_task *op)
 {
-    if (op->wn)
+    if (op->wn) {
+        /* A waiter answers with the holder's time left now, not as it was
+         * when it last tried. */
+        uint64_t now = mpool_now_us(), until = op->wn->holder_until_us;
+        if (op->res.outcome == RL_LOCKED && until)
+            op->res.retry_after_ms = until > now ? (long long)((until - now) / 1000ULL) : 0;
         wait_leave(op);
+    }
     rl_engine *e = op->e;
     if (!op->answered) {
         op->answered = true;

@@ -440,6 +440,15 @@ def checks(port, image, redis_services):
         check(got["appendonly"] == "yes", f"{m}: appendonly {got['appendonly']}")
         check(str(got["maxmemory"]).isdigit() and int(got["maxmemory"]) > 0, f"{m}: maxmemory {got['maxmemory']}")
 
+    # The redlock client ships in the image and works against its redlockd:
+    # a held lock through `redlock run`, seen by `redlock status`.
+    st, out, err = podman("exec", r, "redlock", "--url", "http://127.0.0.1:8080", "run", "--ttl", "5s",
+                          "ct-cli", "--", "sh", "-c", 'redlock status --url http://127.0.0.1:8080 ct-cli && '
+                          'test -n "$REDLOCK_TOKEN"', check=False)
+    check(st == 0 and "held" in out, f"redlock run/status in the image: status {st}, {out!r} {err!r}")
+    st, out, _ = podman("exec", r, "redlock", "--url", "http://127.0.0.1:8080", "ready", check=False)
+    check(st == 0, f"redlock ready in the image: status {st}, {out!r}")
+
     # Non-root, with a user and a group entry.
     status = podman("exec", r, "cat", "/proc/1/status")[1]
     uid = re.search(r"^Uid:\s+(.*)$", status, re.M).group(1).split()

@@ -493,6 +493,26 @@ Test(lifecycle, short_waiter_answers_at_its_own_deadline)
     h_resp_free(&held);
 }
 
+/* A 409 after waiting tells the holder's time left when it answers, not
+ * when the wait began (it said 7,959 ms of a 10 s lock after 3 s). */
+Test(lifecycle, retry_after_after_a_wait_is_current)
+{
+    C = h_cluster_start(3, NULL);
+    h_daemon_start(C, NULL);
+    h_resp held = h_http(C, "POST", "/locks/ra", "{\"ttl_ms\":10000}", NULL);
+    cr_assert_eq(held.status, 201);
+    uint64_t t0 = h_now_us();
+    h_resp w = h_http(C, "POST", "/locks/ra", "{\"wait_ms\":3000}", NULL);
+    cr_assert_eq(w.status, 409, "%s", w.body);
+    long long left = 10000 - (long long)((h_now_us() - t0) / 1000);
+    long long said = h_int(&w, "retry_after_ms");
+    cr_assert(said <= left + 100 && said >= left - 400, "retry_after_ms %lld, the holder had %lld ms left",
+              said, left);
+    cr_assert_str_eq(w.retry_after, "7");
+    h_resp_free(&w);
+    h_resp_free(&held);
+}
+
 Test(lifecycle, waiters_are_bounded)
 {
     C = h_cluster_start(3, NULL);
