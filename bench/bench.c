@@ -5,12 +5,23 @@
  * EVALSHA). Both drive N clients from one epoll thread, one connection per
  * client (five for a floor client), each client its own lock name.
  *
+ * Beside them, the peer users would pick: node-redlock (npm "redlock" 4.2)
+ * over ioredis with auto-pipelining, five clients, one per master
+ * (bench/node/redlock-bench.js, installed with npm ci into bench/node when
+ * node and npm exist; skipped with a note when they do not, or --no-node).
+ * redlockd runs twice, with --threads 1 and --threads 2, on the same masters.
+ *
  *   bench [--seconds S] [--levels 1,8,64,256] [--json FILE]
  *         [--redlockd PATH] [--masters host:port,...] [--label TEXT]
+ *         [--no-node] [--node-dir DIR]
  *
  * Starts five redis-server masters on free loopback ports (no persistence)
- * unless --masters is given, and the redlockd binary. Prints a table per
- * level and writes the same as JSON. It is a measurement, not a test.
+ * unless --masters is given, and the redlockd binary. For every row it reads
+ * the masters' CPU (INFO cpu, summed over the five) and the CPU of the
+ * process doing the work (the floor: the benchmark's own thread; node-redlock:
+ * the node process; redlockd: the redlockd process) around the level, and
+ * prints both per 1000 cycles. Prints a table per level and writes the same
+ * as JSON. It is a measurement, not a test.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,6 +29,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,6 +38,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -88,16 +101,76 @@ static double pct_ms(samples *s, double p)
 }
 
 typedef struct result {
+    bool ran;                    /* false: not measured (node-redlock skipped or failed) */
     int clients;
     double seconds;
     long cycles, errors;
     double p50, p99, p999;
     double cycles_per_s;
-    double cpu_s_per_1000;       /* redlockd's CPU seconds per 1000 cycles */
+    double masters_cpu_s_per_1000; /* the five masters' CPU seconds (summed) per 1000 cycles */
+    double own_cpu_s_per_1000;     /* the working process's CPU seconds per 1000 cycles; <0: not measured */
 } result;
+
+/* ---- the masters' CPU: INFO cpu, used_cpu_sys + used_cpu_user ---- */
+
+#define MAX_HOST 256
+
+static char master_host[NMASTERS][MAX_HOST];
+static int master_port[NMASTERS];
+static redisContext *info_ctx[NMASTERS];
+
+/* Sum over the five masters of used_cpu_sys + used_cpu_user, in seconds;
+ * -1 when a master does not answer. */
+static double masters_cpu_s(void)
+{
+    double sum = 0;
+    for (int m = 0; m < NMASTERS; m++) {
+        if (!info_ctx[m]) {
+            struct timeval tv = {2, 0};
+            info_ctx[m] = redisConnectWithTimeout(master_host[m], master_port[m], tv);
+            if (!info_ctx[m] || info_ctx[m]->err) {
+                if (info_ctx[m])
+                    redisFree(info_ctx[m]);
+                info_ctx[m] = NULL;
+                return -1;
+            }
+            redisSetTimeout(info_ctx[m], tv);
+        }
+        redisReply *r = redisCommand(info_ctx[m], "INFO cpu");
+        if (!r || r->type != REDIS_REPLY_STRING) {
+            if (r)
+                freeReplyObject(r);
+            redisFree(info_ctx[m]);
+            info_ctx[m] = NULL;
+            return -1;
+        }
+        const char *sys = strstr(r->str, "used_cpu_sys:"), *user = strstr(r->str, "used_cpu_user:");
+        if (sys)
+            sum += strtod(sys + 13, NULL);
+        if (user)
+            sum += strtod(user + 14, NULL);
+        freeReplyObject(r);
+    }
+    return sum;
+}
+
+static double per_1000(double cpu_s, long cycles)
+{
+    return cycles > 0 && cpu_s >= 0 ? cpu_s / (double)cycles * 1000.0 : -1;
+}
+
+/* CPU seconds of the calling thread (user + system). */
+static double thread_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) < 0)
+        return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static void finish(result *r, samples *s, uint64_t elapsed_us)
 {
+    r->ran = true;
     qsort(s->v, s->n, sizeof *s->v, cmp_u32);
     r->seconds = (double)elapsed_us / 1e6;
     r->cycles_per_s = (double)r->cycles / r->seconds;
@@ -280,7 +353,7 @@ static result run_http(int port, int nclients, double seconds, pid_t daemon)
     usleep(50000);
     samples s = {0};
     result r = {.clients = nclients};
-    double cpu0 = proc_cpu_s(daemon);
+    double cpu0 = proc_cpu_s(daemon), mcpu0 = masters_cpu_s();
     uint64_t t0 = now_us(), end = t0 + (uint64_t)(seconds * 1e6);
     for (int i = 0; i < nclients; i++)
         h_request(&cl[i]);
@@ -346,13 +419,14 @@ static result run_http(int port, int nclients, double seconds, pid_t daemon)
         }
     }
     uint64_t elapsed = now_us() - t0;
-    double cpu1 = proc_cpu_s(daemon);
+    double cpu1 = proc_cpu_s(daemon), mcpu1 = masters_cpu_s();
     for (int i = 0; i < nclients; i++)
         close(cl[i].fd);
     close(ep);
     free(cl);
     finish(&r, &s, elapsed);
-    r.cpu_s_per_1000 = r.cycles ? (cpu1 - cpu0) / (double)r.cycles * 1000.0 : 0;
+    r.own_cpu_s_per_1000 = per_1000(cpu1 - cpu0, r.cycles);
+    r.masters_cpu_s_per_1000 = per_1000(mcpu0 < 0 || mcpu1 < 0 ? -1 : mcpu1 - mcpu0, r.cycles);
     free(s.v);
     return r;
 }
@@ -401,7 +475,7 @@ static void f_send(fclient *c)
     c->yes = 0;
 }
 
-static result run_floor(const int *ports, int nclients, double seconds)
+static result run_floor(int nclients, double seconds)
 {
     int ep = epoll_create1(0);
     fclient *cl = calloc((size_t)nclients, sizeof *cl);
@@ -410,7 +484,7 @@ static result run_floor(const int *ports, int nclients, double seconds)
         cl[i].id = i;
         for (int m = 0; m < NMASTERS; m++) {
             struct timeval tv = {2, 0};
-            redisContext *ctx = redisConnectWithTimeout("127.0.0.1", ports[m], tv);
+            redisContext *ctx = redisConnectWithTimeout(master_host[m], master_port[m], tv);
             if (!ctx || ctx->err)
                 die("redis connect");
             int fl = fcntl(ctx->fd, F_GETFL);
@@ -426,6 +500,7 @@ static result run_floor(const int *ports, int nclients, double seconds)
     }
     samples s = {0};
     result r = {.clients = nclients};
+    double cpu0 = thread_cpu_s(), mcpu0 = masters_cpu_s();
     uint64_t t0 = now_us(), end = t0 + (uint64_t)(seconds * 1e6);
     for (int i = 0; i < nclients; i++) {
         cl[i].acquiring = true;
@@ -473,6 +548,7 @@ static result run_floor(const int *ports, int nclients, double seconds)
         }
     }
     uint64_t elapsed = now_us() - t0;
+    double cpu1 = thread_cpu_s(), mcpu1 = masters_cpu_s();
     for (int i = 0; i < nclients; i++)
         for (int m = 0; m < NMASTERS; m++)
             redisFree(cl[i].ctx[m]);
@@ -480,7 +556,222 @@ static result run_floor(const int *ports, int nclients, double seconds)
     free(cl);
     free(conns);
     finish(&r, &s, elapsed);
+    r.own_cpu_s_per_1000 = per_1000(cpu1 - cpu0, r.cycles);
+    r.masters_cpu_s_per_1000 = per_1000(mcpu0 < 0 || mcpu1 < 0 ? -1 : mcpu1 - mcpu0, r.cycles);
     free(s.v);
+    return r;
+}
+
+/* ---- node-redlock: bench/node/redlock-bench.js as a child process ---- */
+
+#ifndef BENCH_NODE_DIR
+#define BENCH_NODE_DIR "bench/node"
+#endif
+
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return false;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        char full[4400];
+        snprintf(full, sizeof full, "%s/%s", *d ? d : ".", prog);
+        if (access(full, X_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Runs argv in cwd (NULL: here) with its standard output sent to our
+ * standard error, so that only the tables reach standard output; returns
+ * its exit status (-1 when it did not exit). */
+static int run_cmd(char *const argv[], const char *cwd, bool quiet)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (quiet) {
+            int fd = open("/dev/null", O_WRONLY);
+            dup2(fd, 1);
+            dup2(fd, 2);
+        } else {
+            dup2(2, 1);
+        }
+        if (cwd && chdir(cwd) < 0)
+            _exit(126);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+        return -1;
+    return WEXITSTATUS(st);
+}
+
+/* Makes node-redlock runnable: the pinned versions of bench/node/package.json
+ * installed in bench/node/node_modules (npm ci, from package-lock.json).
+ * Returns the script's path, or NULL with the reason in note. */
+static const char *node_prepare(const char *dir, char *note, size_t notelen)
+{
+    static char script[1024];
+    snprintf(script, sizeof script, "%s/redlock-bench.js", dir);
+    if (!on_path("node") || !on_path("npm")) {
+        snprintf(note, notelen, "skipped: node and npm are not both on PATH");
+        return NULL;
+    }
+    if (access(script, R_OK) != 0) {
+        snprintf(note, notelen, "skipped: %s not found (--node-dir)", script);
+        return NULL;
+    }
+    char *check[] = {"node", script, "--check", NULL};
+    if (run_cmd(check, NULL, true) == 0)
+        return script;
+    fprintf(stderr, "bench: node-redlock: installing %s from npm (npm ci) ...\n", dir);
+    char *ci[] = {"npm", "ci", "--no-audit", "--no-fund", NULL};
+    int st = run_cmd(ci, dir, false);
+    if (st != 0 || run_cmd(check, NULL, true) != 0) {
+        snprintf(note, notelen, "skipped: npm ci in %s failed (exit %d)", dir, st);
+        return NULL;
+    }
+    return script;
+}
+
+/* The value of "key": in a line of flat JSON, or def. */
+static double json_num(const char *line, const char *key, double def)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    return p ? strtod(p + strlen(pat), NULL) : def;
+}
+
+static void json_str(const char *line, const char *key, char *out, size_t outlen)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(line, pat);
+    if (p)
+        snprintf(out, outlen, "%.*s", (int)strcspn(p + strlen(pat), "\""), p + strlen(pat));
+}
+
+/* Reads one line from fd into line (without the newline) within deadline_us;
+ * buf/blen keep what came after it. Returns false on end, error or time out. */
+static bool read_line(int fd, char *buf, size_t *blen, size_t cap, char *line, size_t linecap, uint64_t deadline_us)
+{
+    for (;;) {
+        char *nl = memchr(buf, '\n', *blen);
+        if (nl) {
+            size_t n = (size_t)(nl - buf);
+            snprintf(line, linecap, "%.*s", (int)n, buf);
+            memmove(buf, nl + 1, *blen - n - 1);
+            *blen -= n + 1;
+            return true;
+        }
+        uint64_t t = now_us();
+        if (t >= deadline_us || *blen + 1 >= cap)
+            return false;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, (int)((deadline_us - t) / 1000 + 1));
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            return false;
+        ssize_t r = read(fd, buf + *blen, cap - 1 - *blen);
+        if (r <= 0)
+            return false;
+        *blen += (size_t)r;
+    }
+}
+
+static char node_versions[160];
+
+/* One level of node-redlock: spawns the script, waits for its "ready" (it
+ * has connected and warmed up), reads the masters' CPU, says go, reads its
+ * JSON line, reads the masters' CPU again. */
+static result run_node(const char *script, const char *masters, int nclients, double seconds, const char *log)
+{
+    result r = {.clients = nclients, .own_cpu_s_per_1000 = -1, .masters_cpu_s_per_1000 = -1};
+    int in[2], out[2];
+    if (pipe(in) < 0 || pipe(out) < 0)
+        die("pipe");
+    char n[16], sec[32];
+    snprintf(n, sizeof n, "%d", nclients);
+    snprintf(sec, sizeof sec, "%g", seconds);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0)
+            dup2(fd, 2);
+        close(in[1]);
+        close(out[0]);
+        char *av[] = {"node", (char *)script, "--masters", (char *)masters, "--clients", n, "--seconds", sec,
+                      "--ttl-ms", "30000", NULL};
+        execvp(av[0], av);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    char buf[8192], line[4096];
+    size_t blen = 0;
+    bool ok = false;
+    double mcpu0 = -1, mcpu1 = -1;
+    uint64_t deadline = now_us() + 60000000ULL;
+    while (read_line(out[0], buf, &blen, sizeof buf, line, sizeof line, deadline))
+        if (!strcmp(line, "ready")) {
+            ok = true;
+            break;
+        }
+    if (ok) {
+        mcpu0 = masters_cpu_s();
+        ok = write(in[1], "go\n", 3) == 3;
+    }
+    if (ok) {
+        ok = false;
+        deadline = now_us() + (uint64_t)(seconds * 1e6) + 30000000ULL;
+        while (read_line(out[0], buf, &blen, sizeof buf, line, sizeof line, deadline))
+            if (line[0] == '{') {
+                ok = true;
+                break;
+            }
+        mcpu1 = masters_cpu_s();
+    }
+    close(in[1]);
+    close(out[0]);
+    if (!ok)
+        kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    if (!ok) {
+        fprintf(stderr, "bench: node-redlock at %d clients gave no result (see %s)\n", nclients, log);
+        return r;
+    }
+    r.ran = true;
+    r.seconds = json_num(line, "seconds", 0);
+    r.cycles = (long)json_num(line, "cycles", 0);
+    r.errors = (long)json_num(line, "errors", 0);
+    r.cycles_per_s = json_num(line, "cycles_per_s", 0);
+    r.p50 = json_num(line, "p50_ms", 0);
+    r.p99 = json_num(line, "p99_ms", 0);
+    r.p999 = json_num(line, "p999_ms", 0);
+    r.own_cpu_s_per_1000 = per_1000(json_num(line, "cpu_s", -1), r.cycles);
+    r.masters_cpu_s_per_1000 = per_1000(mcpu0 < 0 || mcpu1 < 0 ? -1 : mcpu1 - mcpu0, r.cycles);
+    if (!node_versions[0]) {
+        char rl[32] = "", io[32] = "", nd[32] = "";
+        json_str(line, "redlock", rl, sizeof rl);
+        json_str(line, "ioredis", io, sizeof io);
+        json_str(line, "node", nd, sizeof nd);
+        snprintf(node_versions, sizeof node_versions, "redlock %s, ioredis %s (enableAutoPipelining), node %s", rl,
+                 io, nd);
+    }
     return r;
 }
 
@@ -633,19 +924,89 @@ static handoff_result run_handoff(int port_a, int port_b, double seconds)
 
 /* ---- main ---- */
 
+enum { ROW_FLOOR, ROW_NODE, ROW_T1, ROW_T2, NROWS };
+static const char *const row_name[NROWS] = {"floor", "node-redlock", "redlockd t1", "redlockd t2"};
+static const char *const row_json[NROWS] = {"floor", "node_redlock", "redlockd_t1", "redlockd_t2"};
+static const int row_threads[2] = {1, 2};   /* redlockd t1, t2 */
+
 static void print_header(void)
 {
-    printf("| clients | what     | cycles/s | acquire p50 ms | p99 ms | p99.9 ms | errors | CPU s/1000 cycles |\n");
-    printf("|--------:|----------|---------:|---------------:|-------:|---------:|-------:|------------------:|\n");
+    printf("| clients | what         | cycles/s | acquire p50 ms | p99 ms | p99.9 ms | errors "
+           "| masters CPU s/1000 cycles | own CPU s/1000 cycles |\n");
+    printf("|--------:|--------------|---------:|---------------:|-------:|---------:|-------:"
+           "|--------------------------:|----------------------:|\n");
+}
+
+static void fmt3(char *out, size_t len, double v)
+{
+    if (v >= 0)
+        snprintf(out, len, "%.3f", v);
+    else
+        out[0] = '\0';
 }
 
 static void print_row(const char *what, const result *r)
 {
-    char cpu[32] = "";
-    if (r->cpu_s_per_1000 > 0)
-        snprintf(cpu, sizeof cpu, "%.3f", r->cpu_s_per_1000);
-    printf("| %7d | %-8s | %8.0f | %14.3f | %6.3f | %8.3f | %6ld | %17s |\n", r->clients, what,
-           r->cycles_per_s, r->p50, r->p99, r->p999, r->errors, cpu);
+    char mc[32], oc[32];
+    fmt3(mc, sizeof mc, r->masters_cpu_s_per_1000);
+    fmt3(oc, sizeof oc, r->own_cpu_s_per_1000);
+    printf("| %7d | %-12s | %8.0f | %14.3f | %6.3f | %8.3f | %6ld | %25s | %21s |\n", r->clients, what,
+           r->cycles_per_s, r->p50, r->p99, r->p999, r->errors, mc, oc);
+}
+
+/* a/b of two measured rows, or -1. */
+static double ratio(const result *a, const result *b, bool p50)
+{
+    if (!a->ran || !b->ran)
+        return -1;
+    double x = p50 ? a->p50 : a->cycles_per_s, y = p50 ? b->p50 : b->cycles_per_s;
+    return x > 0 && y > 0 ? x / y : -1;
+}
+
+static void fmt2(char *out, size_t len, double v)
+{
+    if (v >= 0)
+        snprintf(out, len, "%.2f", v);
+    else
+        out[0] = '\0';
+}
+
+static void json_string(FILE *j, const char *s)
+{
+    fputc('"', j);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(j, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(j, "\\u%04x", *s);
+        else
+            fputc(*s, j);
+    }
+    fputc('"', j);
+}
+
+static void json_double(FILE *j, int decimals, double v)
+{
+    if (v >= 0)
+        fprintf(j, "%.*f", decimals, v);
+    else
+        fputs("null", j);
+}
+
+static void json_row(FILE *j, const result *r)
+{
+    if (!r->ran) {
+        fputs("null", j);
+        return;
+    }
+    fprintf(j,
+            "{\"cycles\":%ld,\"seconds\":%.3f,\"cycles_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+            "\"p999_ms\":%.3f,\"errors\":%ld,\"masters_cpu_s_per_1000_cycles\":",
+            r->cycles, r->seconds, r->cycles_per_s, r->p50, r->p99, r->p999, r->errors);
+    json_double(j, 4, r->masters_cpu_s_per_1000);
+    fputs(",\"own_cpu_s_per_1000_cycles\":", j);
+    json_double(j, 4, r->own_cpu_s_per_1000);
+    fputc('}', j);
 }
 
 int main(int argc, char **argv)
@@ -653,7 +1014,8 @@ int main(int argc, char **argv)
     double seconds = 5;
     int levels[MAX_LEVELS] = {1, 8, 64, 256}, nlevels = 4;
     const char *json_path = "bench-result.json", *bin = "build/src/redlockd", *masters_arg = NULL;
-    const char *label = "";
+    const char *label = "", *node_dir = BENCH_NODE_DIR;
+    bool use_node = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
             seconds = atof(argv[++i]);
@@ -669,9 +1031,13 @@ int main(int argc, char **argv)
             masters_arg = argv[++i];
         } else if (!strcmp(argv[i], "--label") && i + 1 < argc) {
             label = argv[++i];
+        } else if (!strcmp(argv[i], "--no-node")) {
+            use_node = false;
+        } else if (!strcmp(argv[i], "--node-dir") && i + 1 < argc) {
+            node_dir = argv[++i];
         } else {
             fprintf(stderr, "usage: bench [--seconds S] [--levels 1,8,64,256] [--json FILE] "
-                            "[--redlockd PATH] [--masters h:p,...] [--label TEXT]\n");
+                            "[--redlockd PATH] [--masters h:p,...] [--label TEXT] [--no-node] [--node-dir DIR]\n");
             return 2;
         }
     }
@@ -679,7 +1045,10 @@ int main(int argc, char **argv)
     char dir[] = "/tmp/redlockd-bench-XXXXXX";
     if (!mkdtemp(dir))
         die("mkdtemp");
-    int ports[NMASTERS];
+
+    char node_note[1200] = "skipped: --no-node";
+    const char *node_script = use_node ? node_prepare(node_dir, node_note, sizeof node_note) : NULL;
+
     pid_t redis[NMASTERS] = {0};
     char masters[512] = "";
     if (masters_arg) {
@@ -687,69 +1056,118 @@ int main(int argc, char **argv)
         char tmp[512];
         snprintf(tmp, sizeof tmp, "%s", masters_arg);
         int k = 0;
-        for (char *t = strtok(tmp, ","); t && k < NMASTERS; t = strtok(NULL, ","))
-            ports[k++] = atoi(strrchr(t, ':') + 1);
+        for (char *t = strtok(tmp, ","); t && k < NMASTERS; t = strtok(NULL, ",")) {
+            char *colon = strrchr(t, ':');
+            if (!colon)
+                break;
+            snprintf(master_host[k], MAX_HOST, "%.*s", (int)(colon - t), t);
+            master_port[k++] = atoi(colon + 1);
+        }
         if (k != NMASTERS) {
-            fprintf(stderr, "bench: --masters needs five local masters\n");
+            fprintf(stderr, "bench: --masters needs five masters, host:port each\n");
             return 2;
         }
     } else {
         size_t o = 0;
         for (int m = 0; m < NMASTERS; m++) {
-            ports[m] = free_port();
+            master_port[m] = free_port();
+            snprintf(master_host[m], MAX_HOST, "127.0.0.1");
             char port[16], log[340], mdir[300];
-            snprintf(port, sizeof port, "%d", ports[m]);
+            snprintf(port, sizeof port, "%d", master_port[m]);
             snprintf(mdir, sizeof mdir, "%s/m%d", dir, m);
             mkdir(mdir, 0755);
             snprintf(log, sizeof log, "%s/redis.log", mdir);
             char *av[] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", mdir,
                           "--save", "", "--appendonly", "no", NULL};
             redis[m] = spawn(av, log);
-            o += (size_t)snprintf(masters + o, sizeof masters - o, "%s127.0.0.1:%d", m ? "," : "", ports[m]);
+            o += (size_t)snprintf(masters + o, sizeof masters - o, "%s127.0.0.1:%d", m ? "," : "", master_port[m]);
         }
         for (int m = 0; m < NMASTERS; m++)
-            wait_port(ports[m], "redis-server");
+            wait_port(master_port[m], "redis-server");
     }
     for (int m = 0; m < NMASTERS; m++) {
-        redisContext *c = redisConnect("127.0.0.1", ports[m]);
+        redisContext *c = redisConnect(master_host[m], master_port[m]);
         redisReply *r = c && !c->err ? redisCommand(c, "SCRIPT LOAD %s", RELEASE_LUA) : NULL;
         if (!r || r->type != REDIS_REPLY_STRING) {
-            fprintf(stderr, "bench: cannot reach master %d\n", ports[m]);
+            fprintf(stderr, "bench: cannot reach master %s:%d\n", master_host[m], master_port[m]);
             return 1;
         }
         snprintf(release_sha, sizeof release_sha, "%s", r->str);
         freeReplyObject(r);
         redisFree(c);
     }
-    int http_port = free_port();
-    char listen[64], log[300];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", http_port);
-    snprintf(log, sizeof log, "%s/redlockd.log", dir);
-    char *av[] = {(char *)bin, "--listen", listen, "--masters", masters, "--log-level", "warn", NULL};
-    pid_t daemon = spawn(av, log);
-    wait_port(http_port, "redlockd");
+    if (masters_cpu_s() < 0)
+        fprintf(stderr, "bench: INFO cpu fails on a master: the masters' CPU is left blank\n");
+
+    /* redlockd twice on the same masters: --threads 1 and --threads 2. */
+    pid_t daemon[2];
+    int http_port[2];
+    for (int k = 0; k < 2; k++) {
+        http_port[k] = free_port();
+        char listen[64], log[300], threads[8];
+        snprintf(listen, sizeof listen, "127.0.0.1:%d", http_port[k]);
+        snprintf(log, sizeof log, "%s/redlockd-t%d.log", dir, row_threads[k]);
+        snprintf(threads, sizeof threads, "%d", row_threads[k]);
+        char *av[] = {(char *)bin, "--listen", listen, "--masters", masters, "--log-level", "warn",
+                      "--threads", threads, NULL};
+        daemon[k] = spawn(av, log);
+        wait_port(http_port[k], "redlockd");
+    }
     usleep(300000);   /* masters connected */
 
-    result floor[MAX_LEVELS], svc[MAX_LEVELS];
-    long max_rss = 0;
-    printf("redlockd benchmark %s: %.1f s per level, acquire+release cycles, five local masters\n\n", label,
-           seconds);
+    result res[MAX_LEVELS][NROWS];
+    memset(res, 0, sizeof res);
+    long max_rss[2] = {0, 0};
+    printf("redlockd benchmark %s: %.1f s per level, acquire+release cycles, five masters\n\n", label, seconds);
+    if (!node_script)
+        printf("node-redlock: %s\n\n", node_note);
     print_header();
     for (int i = 0; i < nlevels; i++) {
-        floor[i] = run_floor(ports, levels[i], seconds);
-        print_row("floor", &floor[i]);
-        svc[i] = run_http(http_port, levels[i], seconds, daemon);
-        print_row("redlockd", &svc[i]);
-        long hwm = proc_kib(daemon, "VmHWM:");
-        if (hwm > max_rss)
-            max_rss = hwm;
+        res[i][ROW_FLOOR] = run_floor(levels[i], seconds);
+        print_row(row_name[ROW_FLOOR], &res[i][ROW_FLOOR]);
         fflush(stdout);
+        if (node_script) {
+            char log[300];
+            snprintf(log, sizeof log, "%s/node-redlock.log", dir);
+            res[i][ROW_NODE] = run_node(node_script, masters, levels[i], seconds, log);
+            if (res[i][ROW_NODE].ran)
+                print_row(row_name[ROW_NODE], &res[i][ROW_NODE]);
+            fflush(stdout);
+        }
+        for (int k = 0; k < 2; k++) {
+            res[i][ROW_T1 + k] = run_http(http_port[k], levels[i], seconds, daemon[k]);
+            print_row(row_name[ROW_T1 + k], &res[i][ROW_T1 + k]);
+            long hwm = proc_kib(daemon[k], "VmHWM:");
+            if (hwm > max_rss[k])
+                max_rss[k] = hwm;
+            fflush(stdout);
+        }
     }
-    printf("\n| clients | p50 redlockd/floor | cycles/s redlockd/floor |\n|--------:|---:|---:|\n");
-    for (int i = 0; i < nlevels; i++)
-        printf("| %7d | %.2f | %.2f |\n", levels[i], floor[i].p50 > 0 ? svc[i].p50 / floor[i].p50 : 0,
-               floor[i].cycles_per_s > 0 ? svc[i].cycles_per_s / floor[i].cycles_per_s : 0);
-    printf("\nredlockd peak RSS: %.1f MiB\n", (double)max_rss / 1024.0);
+    if (node_script && node_versions[0])
+        printf("\nnode-redlock: %s\n", node_versions);
+    else
+        printf("\nnode-redlock: %s\n", node_script ? "no result (see the errors above)" : node_note);
+
+    printf("\n| clients | p50 t2/floor | p50 t1/floor | cycles/s t2/floor | cycles/s t1/floor "
+           "| cycles/s t2/node-redlock | cycles/s t1/node-redlock | cycles/s t2/t1 |\n"
+           "|--------:|---:|---:|---:|---:|---:|---:|---:|\n");
+    int grew = 0;
+    for (int i = 0; i < nlevels; i++) {
+        const result *r = res[i];
+        double v[7] = {ratio(&r[ROW_T2], &r[ROW_FLOOR], true),  ratio(&r[ROW_T1], &r[ROW_FLOOR], true),
+                       ratio(&r[ROW_T2], &r[ROW_FLOOR], false), ratio(&r[ROW_T1], &r[ROW_FLOOR], false),
+                       ratio(&r[ROW_T2], &r[ROW_NODE], false),  ratio(&r[ROW_T1], &r[ROW_NODE], false),
+                       ratio(&r[ROW_T2], &r[ROW_T1], false)};
+        char c[7][16];
+        for (int k = 0; k < 7; k++)
+            fmt2(c[k], sizeof c[k], v[k]);
+        printf("| %7d | %s | %s | %s | %s | %s | %s | %s |\n", levels[i], c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+        if (v[6] > 1)
+            grew++;
+    }
+    printf("\nthroughput must grow with threads: t2/t1 above 1 at %d of %d levels\n", grew, nlevels);
+    printf("redlockd peak RSS: t1 %.1f MiB, t2 %.1f MiB\n", (double)max_rss[0] / 1024.0,
+           (double)max_rss[1] / 1024.0);
 
     /* Handoff: a second instance on the same masters, then the same with
      * release notices off (sleep-and-retry, --retry-delay-ms 100). */
@@ -783,19 +1201,35 @@ int main(int argc, char **argv)
 
     FILE *j = fopen(json_path, "w");
     if (j) {
-        fprintf(j, "{\"label\":\"%s\",\"seconds_per_level\":%.1f,\"redlockd_peak_rss_kib\":%ld,\"levels\":[", label,
-                seconds, max_rss);
+        fputs("{\"label\":", j);
+        json_string(j, label);
+        fprintf(j, ",\"seconds_per_level\":%.1f,\"redlockd_t1_peak_rss_kib\":%ld,\"redlockd_t2_peak_rss_kib\":%ld,",
+                seconds, max_rss[0], max_rss[1]);
+        fputs("\"node_redlock\":", j);
+        json_string(j, node_script && node_versions[0] ? node_versions : node_script ? "no result" : node_note);
+        fputs(",\"levels\":[", j);
         for (int i = 0; i < nlevels; i++) {
-            const result *f = &floor[i], *v = &svc[i];
-            fprintf(j,
-                    "%s{\"clients\":%d,"
-                    "\"floor\":{\"cycles_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"errors\":%ld},"
-                    "\"redlockd\":{\"cycles_per_s\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"errors\":%ld,"
-                    "\"cpu_s_per_1000_cycles\":%.4f},"
-                    "\"ratio_p50\":%.3f,\"ratio_cycles\":%.3f}",
-                    i ? "," : "", levels[i], f->cycles_per_s, f->p50, f->p99, f->p999, f->errors, v->cycles_per_s,
-                    v->p50, v->p99, v->p999, v->errors, v->cpu_s_per_1000, f->p50 > 0 ? v->p50 / f->p50 : 0,
-                    f->cycles_per_s > 0 ? v->cycles_per_s / f->cycles_per_s : 0);
+            const result *r = res[i];
+            fprintf(j, "%s{\"clients\":%d", i ? "," : "", levels[i]);
+            for (int k = 0; k < NROWS; k++) {
+                fprintf(j, ",\"%s\":", row_json[k]);
+                json_row(j, &r[k]);
+            }
+            fputs(",\"ratios\":{\"p50_t2_floor\":", j);
+            json_double(j, 3, ratio(&r[ROW_T2], &r[ROW_FLOOR], true));
+            fputs(",\"p50_t1_floor\":", j);
+            json_double(j, 3, ratio(&r[ROW_T1], &r[ROW_FLOOR], true));
+            fputs(",\"cycles_t2_floor\":", j);
+            json_double(j, 3, ratio(&r[ROW_T2], &r[ROW_FLOOR], false));
+            fputs(",\"cycles_t1_floor\":", j);
+            json_double(j, 3, ratio(&r[ROW_T1], &r[ROW_FLOOR], false));
+            fputs(",\"cycles_t2_node_redlock\":", j);
+            json_double(j, 3, ratio(&r[ROW_T2], &r[ROW_NODE], false));
+            fputs(",\"cycles_t1_node_redlock\":", j);
+            json_double(j, 3, ratio(&r[ROW_T1], &r[ROW_NODE], false));
+            fputs(",\"cycles_t2_t1\":", j);
+            json_double(j, 3, ratio(&r[ROW_T2], &r[ROW_T1], false));
+            fputs("}}", j);
         }
         fprintf(j, "],\"handoff\":{\"notices\":{\"handoffs\":%ld,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"errors\":%ld},"
                    "\"timed_retries\":{\"handoffs\":%ld,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"errors\":%ld}}}\n",
@@ -805,20 +1239,24 @@ int main(int argc, char **argv)
         printf("JSON: %s\n", json_path);
     }
 
-    kill(daemon, SIGTERM);
-    int st;
-    waitpid(daemon, &st, 0);
-    for (int m = 0; m < NMASTERS; m++)
+    for (int k = 0; k < 2; k++) {
+        kill(daemon[k], SIGTERM);
+        waitpid(daemon[k], NULL, 0);
+    }
+    for (int m = 0; m < NMASTERS; m++) {
+        if (info_ctx[m])
+            redisFree(info_ctx[m]);
         if (redis[m] > 0) {
             kill(redis[m], SIGKILL);
             waitpid(redis[m], NULL, 0);
         }
+    }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "bench: could not remove %s\n", dir);
     long errs = 0;
     for (int i = 0; i < nlevels; i++)
-        errs += svc[i].errors;
+        errs += res[i][ROW_T1].errors + res[i][ROW_T2].errors;
     return errs ? 1 : 0;
 }
