@@ -28,6 +28,9 @@
  *
  * Replies never leave this layer as redisReply: they are converted to
  * master_reply (integers and at most one string) before any callback sees them.
+ *
+ * The layer is src/master_*.c, a file per concern; master_int.h, their private
+ * header, says which file owns what.
  */
 #ifndef RL_MASTER_H
 #define RL_MASTER_H

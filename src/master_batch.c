@@ -1,0 +1,206 @@
+/* master_batch.c - pipelined batches (mpool_eval): one script to a set of
+ * masters, their replies converted to master_reply and collected until every
+ * master asked has answered or the deadline passes (a FIFO by deadline: all
+ * share the pool's timeout), NOSCRIPT answered by sending the body with EVAL,
+ * and the guard's verdict on each answer.
+ *
+ * A batch is freed when its last reference goes (batch_drop): one per record
+ * still waiting on a master, one until its callback has run, one while it is
+ * in the FIFO.
+ *
+ * Depends on master_pipeline.c, master_undo.c (a release a master could not
+ * take), master_marker.c (the guard) and master_timer.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "master_int.h"
+#include "sha1.h"
+
+void mscript_init(mscript *s) { sha1_hex(s->body, strlen(s->body), s->sha); }
+
+/* Drops n references to b (n >= 1) and frees it when none is left. Every
+ * release of a reference goes through here once per event, so no path can
+ * touch b after the decrement that freed it. */
+static void batch_drop(struct mbatch *b, int n)
+{
+    b->refs -= n;
+    if (b->refs == 0) {
+        free(b->argv);
+        free(b);
+    }
+}
+
+/* Calls b's callback if it has not run yet. Returns the references the
+ * caller must drop for it: 1 (the "uncompleted" reference) the first time,
+ * 0 after. Never frees b. */
+static int batch_complete(struct mbatch *b)
+{
+    if (b->completed)
+        return 0;
+    b->completed = true;
+    if (b->done)
+        b->done(b->arg, b->replies);
+    return 1;
+}
+
+/* A master answered (or failed) for batch b: drops the record's reference,
+ * and the uncompleted one if this was the last answer owed. */
+void mpool_batch_answer(struct mbatch *b, int slot, const master_reply *r)
+{
+    int drop = 1;
+    if (!b->completed) {
+        b->replies[slot] = *r;
+        if (--b->pending == 0)
+            drop += batch_complete(b);
+    }
+    batch_drop(b, drop);
+}
+
+static void convert_reply(const redisReply *rr, master_reply *out)
+{
+    memset(out, 0, offsetof(master_reply, str));
+    out->str[0] = '\0';
+    if (rr->type == REDIS_REPLY_ERROR) {
+        out->kind = MREPLY_ERROR;
+    } else {
+        out->kind = MREPLY_VALUE;
+    }
+    const redisReply *items = rr;
+    size_t n = 1;
+    const redisReply *const *elems = &items;
+    if (rr->type == REDIS_REPLY_ARRAY) {
+        elems = (const redisReply *const *)rr->element;
+        n = rr->elements;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = elems[i];
+        if (e->type == REDIS_REPLY_INTEGER && out->nints < MREPLY_MAX_INTS) {
+            out->ints[out->nints++] = e->integer;
+        } else if ((e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS ||
+                    e->type == REDIS_REPLY_ERROR) && !out->has_str) {
+            size_t len = e->len < MREPLY_STR_MAX ? e->len : MREPLY_STR_MAX;
+            memcpy(out->str, e->str, len);
+            out->str[len] = '\0';
+            out->str_len = len;
+            out->has_str = true;
+        }
+    }
+}
+
+/* m answered r with rr. Replies come in order, so this is the answer to the
+ * command r recorded. */
+void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, const redisReply *rr,
+                        uint64_t now)
+{
+    struct mbatch *b = r->batch;
+    if (rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8) && !b->completed) {
+        /* The master lost its script cache (restart, SCRIPT FLUSH): send
+         * the body with EVAL; the batch keeps its deadline. */
+        const char *argv0 = b->argv[0], *argv1 = b->argv[1];
+        size_t len0 = b->argvlen[0], len1 = b->argvlen[1];
+        b->argv[0] = "EVAL";
+        b->argvlen[0] = 4;
+        b->argv[1] = b->script->body;
+        b->argvlen[1] = strlen(b->script->body);
+        int app = master_append(m, REC_BATCH, b, r->slot, b->argc, b->argv, b->argvlen, now,
+                                r->deadline_us);
+        b->argv[0] = argv0;
+        b->argv[1] = argv1;
+        b->argvlen[0] = len0;
+        b->argvlen[1] = len1;
+        if (app == 0)
+            return;   /* the batch's reference moves to the new record */
+    }
+    master_reply mr;
+    convert_reply(rr, &mr);
+    mr.quarantined = master_guard(p, m, b->script, &mr);
+    if (mr.kind == MREPLY_ERROR)
+        master_log_error(m, b->script->name, mr.str, now);
+    mpool_batch_answer(b, r->slot, &mr);
+}
+
+void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                const char *const *args, const size_t *lens, mpool_done_fn done, void *arg)
+{
+    uint64_t now = mpool_now_us();
+    int argc = nargs + 3;
+    /* One allocation holds the whole command: NOSCRIPT may need it again
+     * after this call. */
+    struct mbatch *b = calloc(1, sizeof *b);
+    void *mem = b ? malloc(mpool_pack_size(nargs, lens)) : NULL;
+    if (!mem) {
+        /* No memory: every master counts as failed. */
+        free(b);
+        master_reply replies[MASTER_MAX] = {0};
+        for (int i = 0; i < p->n; i++)
+            replies[i].kind = (mask >> i & 1u) ? MREPLY_FAIL : MREPLY_NONE;
+        if (done)
+            done(arg, replies);
+        return;
+    }
+    const char **argv;
+    size_t *argvlen;
+    mpool_pack_command(mem, "EVALSHA", s->sha, nkeys, nargs, args, lens, &argv, &argvlen);
+    b->done = done;
+    b->arg = arg;
+    b->script = s;
+    b->argc = argc;
+    b->argv = argv;
+    b->argvlen = argvlen;
+    b->deadline_us = now + p->timeout_us;
+    b->refs = 2;   /* uncompleted + FIFO */
+
+    for (int i = 0; i < p->n; i++) {
+        struct master *m = &p->masters[i];
+        if (!(mask >> i & 1u)) {
+            b->replies[i].kind = MREPLY_NONE;
+            continue;
+        }
+        if (!master_votes(m) ||
+            master_append(m, REC_BATCH, b, i, argc, argv, argvlen, now, b->deadline_us) < 0) {
+            b->replies[i].kind = MREPLY_FAIL;
+            master_batch_redo(p, m, b, now);
+            continue;
+        }
+        b->replies[i].kind = MREPLY_FAIL;   /* until it answers */
+        b->replies[i].sent = true;
+        b->pending++;
+        b->refs++;
+    }
+    if (b->pending == 0) {
+        b->next = p->ready;
+        p->ready = b;
+        b->refs--;   /* never joins the FIFO */
+        return;
+    }
+    b->next = NULL;
+    if (p->fifo_tail)
+        p->fifo_tail->next = b;
+    else
+        p->fifo_head = b;
+    p->fifo_tail = b;
+}
+
+void mpool_run_ready(mpool *p)
+{
+    while (p->ready) {
+        struct mbatch *b = p->ready;
+        p->ready = b->next;
+        batch_drop(b, batch_complete(b));
+    }
+}
+
+void mpool_expire_batches(mpool *p, uint64_t now)
+{
+    /* Masters that failed answered their batches above; what is left at the
+     * head of the FIFO past its deadline completes with the answers it has. */
+    while (p->fifo_head && now >= p->fifo_head->deadline_us) {
+        struct mbatch *b = p->fifo_head;
+        p->fifo_head = b->next;
+        if (!p->fifo_head)
+            p->fifo_tail = NULL;
+        /* unanswered slots stay MREPLY_FAIL; the FIFO's reference goes too */
+        batch_drop(b, 1 + batch_complete(b));
+    }
+}

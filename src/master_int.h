@@ -1,0 +1,285 @@
+/* master_int.h - the master layer's private header: the pool and master
+ * structs its files share, and the functions they call across files. Only
+ * src/master_*.c include it; every other module includes master.h alone.
+ *
+ * Who owns what. A pool (struct mpool) and its masters belong to the pool's
+ * loop thread: nothing below is touched elsewhere, except
+ *  - the job queue (jobs_head, jobs_tail, stopping, signalled), under
+ *    jobs_lock, which mpool_post takes on any thread; lazy_pending is atomic;
+ *  - the atomics of struct master: written on the loop (marker and
+ *    quarantine_until_us also by mpool_note_marker, which marker.h's shared
+ *    check calls from another pool's loop), read by mpool_status and
+ *    mpool_notices_up on any thread; each is read alone, so no lock;
+ *  - error_log, a log_limit with its own mutex;
+ *  - what mpool_new copies from the config (n, timeout_us, quarantine_us,
+ *    redo_us, refuse_unsafe, password, each master's addr and name), read
+ *    only after; marker_fn, notice_*, io_* are set before mpool_start (io_*
+ *    also on the loop thread).
+ *
+ * The files, top down, with the state each one writes and the files it
+ * calls (calls only go down this list: no two files call each other):
+ *   master_loop.c      the thread, the wake fd, posted jobs, the io hook;
+ *                      mpool_new, start, stop, free    -> notice, conn, batch,
+ *                                                         undo, pipeline, timer
+ *   master_notice.c    the subscription connection (sub*, subscribed), the
+ *                      channels wanted (chans)         -> conn, timer
+ *   master_conn.c      a master's connection: ctx, state, backoff, lag, its
+ *                      handshake (info, persists, policy) and its counters
+ *                                                      -> batch, undo, marker,
+ *                                                         pipeline, timer
+ *   master_batch.c     batches (struct mbatch), the deadline FIFO and the
+ *                      ready list                      -> undo, marker,
+ *                                                         pipeline, timer
+ *   master_undo.c      remembered releases (struct undo, undo_head/tail)
+ *                                                      -> pipeline
+ *   master_marker.c    the marker as reported (marker, quarantine_until_us),
+ *                      reports to marker_fn            -> timer
+ *   master_pipeline.c  command packing, each master's queue of records
+ *                      awaiting replies (head, tail, want_write), error lines
+ *   master_timer.c     the clock and the timer heap (timers, timers_final)
+ */
+#ifndef RL_MASTER_INT_H
+#define RL_MASTER_INT_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "master.h"
+#include "quarantine.h"
+
+#define MASTER_PING_INTERVAL_US 1000000ULL     /* an idle voting master is pinged this often */
+#define MASTER_HANDSHAKE_TIMEOUT_US 1000000ULL /* connect, each handshake step, each undo command */
+#define MASTER_BACKOFF_MIN_US 100000ULL        /* first reconnect wait (data and subscription) */
+#define MASTER_BACKOFF_MAX_US 1000000ULL       /* the wait doubles up to this */
+#define MASTER_CHAN_BUCKETS 4096 /* notice channels wanted (a power of two) */
+
+enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
+/* What a command in a master's queue was sent for. */
+enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_CONFIG, REC_OBSERVE, REC_HANDSHAKE_PING,
+                REC_UNDO };
+
+struct chan;   /* a notice channel wanted (master_notice.c) */
+struct job;    /* a posted job (master_loop.c) */
+struct undo;   /* a remembered release (master_undo.c) */
+
+/* One mpool_eval: a script sent to several masters at once. */
+struct mbatch {
+    struct mbatch *next;        /* deadline FIFO or ready list */
+    mpool_done_fn done;         /* NULL: fire and forget */
+    void *arg;
+    uint64_t deadline_us;       /* monotonic: sent + the pool's timeout */
+    int pending;                /* masters asked that have not answered */
+    int refs;                   /* records + uncompleted + FIFO membership */
+    bool completed;             /* done has run (or never will) */
+    const mscript *script;
+    int argc;                   /* EVALSHA sha nkeys args... */
+    const char **argv;          /* one allocation with argvlen and the copied args */
+    size_t *argvlen;            /* bytes of each argv[i] */
+    master_reply replies[MASTER_MAX]; /* by master index; FAIL until answered */
+};
+
+/* A command written on a master's connection, awaiting its reply. Replies
+ * come in order, so the queue's head is the next one answered. */
+struct mrecord {
+    struct mrecord *next;       /* toward the newest */
+    enum rec_kind kind;
+    struct mbatch *batch;       /* REC_BATCH: holds one of its refs */
+    int slot;                   /* REC_BATCH: the master's index in batch->replies */
+    uint64_t sent_us;           /* monotonic, when appended (reply latency) */
+    uint64_t deadline_us;       /* monotonic */
+    struct undo *undo;          /* REC_UNDO: kept until answered; queued again if the connection drops */
+};
+
+struct master {
+    int idx;                    /* in pool->masters */
+    mpool *pool;
+    bool marker_report_due;     /* a marker_due timer is pending; loop thread */
+    log_limit error_log;        /* master_error lines */
+    conf_addr addr;
+    char name[280];             /* host:port */
+    enum mstate state;
+    redisContext *ctx;          /* NULL while M_DOWN */
+    struct mrecord *head, *tail; /* written, awaiting replies, oldest first */
+    struct undo *undo_head, *undo_tail; /* run when it is up again */
+    size_t nundo;               /* entries from undo_head */
+    uint64_t next_connect_us;   /* monotonic: M_DOWN reconnects then */
+    uint64_t backoff_us;        /* the wait after the next failure */
+    uint64_t connect_deadline_us; /* monotonic: M_CONNECTING fails then */
+    uint64_t next_ping_us;      /* monotonic: the idle ping */
+    bool want_write;            /* the output buffer holds unwritten commands */
+    bool lagging;               /* M_UP with a reply overdue: no votes until it catches up */
+    bool logged_down;           /* "down" logged since it was last up */
+    quarantine_info info;       /* from INFO on the current connection; loop thread */
+    bool persists;              /* appendonly yes with appendfsync always */
+    atomic_bool up;
+    atomic_int marker;          /* enum quarantine_marker, as last reported */
+    atomic_ullong quarantine_until_us; /* monotonic; 0 when its guard lets it vote */
+    atomic_int persistence;     /* enum master_persistence */
+    atomic_int policy_idx;      /* index in policies[] (master_conn.c) */
+    atomic_bool may_lose;       /* may lose locks (quarantine_may_lose) */
+    atomic_ullong restarts;     /* run_id changes seen */
+    atomic_ullong errors;       /* connections lost or refused, timeouts */
+    atomic_ullong replies;      /* replies received */
+    atomic_ullong reply_us_sum; /* total latency of those replies */
+
+    /* The release-notice subscription: its own connection, read only. */
+    redisContext *sub;          /* NULL while down */
+    bool sub_connecting;        /* the TCP connect is under way */
+    uint64_t sub_next_connect_us; /* monotonic: reconnects then while sub is NULL */
+    uint64_t sub_backoff_us;    /* the wait after the next failure */
+    uint64_t sub_deadline_us;   /* monotonic: a connect still under way fails then */
+    atomic_bool subscribed;     /* the prefix's SUBSCRIBE was confirmed */
+};
+
+/* A timer of mpool_after. */
+struct timer {
+    uint64_t when_us;           /* monotonic */
+    uint64_t seq;               /* FIFO among equal times */
+    void (*fn)(void *);
+    void *arg;
+};
+
+struct mpool {
+    int n;                      /* masters */
+    uint64_t timeout_us;        /* per-command reply deadline */
+    uint64_t quarantine_us;     /* 0: off */
+    uint64_t redo_us;           /* how long a redo waits for its master */
+    bool refuse_unsafe;
+    char *password;             /* NULL: no AUTH; wiped on free */
+    struct master masters[MASTER_MAX];
+    mpool_marker_fn marker_fn;  /* loop thread */
+    void *marker_arg;
+
+    pthread_t thread;
+    bool started;
+    int wake_fd;                /* eventfd; -1 before start */
+
+    int io_fd;                  /* another event source on this loop (the HTTP server), -1 none */
+    mpool_io_fn io_run;
+    mpool_io_due_fn io_due;
+    void *io_arg;
+
+    pthread_mutex_t jobs_lock;
+    struct job *jobs_head, *jobs_tail;
+    bool stopping;              /* under jobs_lock */
+    bool signalled;             /* the wake fd was written since the last run; under jobs_lock */
+    atomic_bool lazy_pending;   /* jobs queued without a wake-up */
+
+    struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
+    struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
+
+    char *notice_channel;       /* the notice prefix; NULL: no subscriptions */
+    size_t notice_prefix_len;   /* bytes */
+    mpool_notice_fn notice_fn;
+    void *notice_arg;
+    struct chan *chans[MASTER_CHAN_BUCKETS]; /* channels wanted, refcounted; loop thread */
+
+    struct timer *timers;       /* min-heap by (when_us, seq) */
+    bool timers_final;          /* the loop is ending: timers run to clean up */
+    size_t ntimers, timers_cap; /* entries; allocated entries */
+    uint64_t timer_seq;         /* the next timer's seq */
+};
+
+/* New votes go to m: it is up and has no reply overdue. */
+static inline bool master_votes(const struct master *m)
+{
+    return m->state == M_UP && !m->lagging;
+}
+
+/* ---- master_timer.c ---- */
+
+/* Runs the timers due by now. */
+void mpool_run_timers(mpool *p, uint64_t now);
+/* The loop is ending: runs every timer left, once, with mpool_is_stopping
+ * true, and refuses new ones. */
+void mpool_finish_timers(mpool *p);
+
+/* ---- master_pipeline.c ---- */
+
+/* Bytes mpool_pack_command needs for nargs arguments of lens. */
+size_t mpool_pack_size(int nargs, const size_t *lens);
+/* Lays out "verb script nkeys args..." in mem (mpool_pack_size bytes),
+ * copying the arguments; verb and script are not copied. */
+void mpool_pack_command(void *mem, const char *verb, const char *script, int nkeys, int nargs,
+                        const char *const *args, const size_t *lens, const char ***argv_out,
+                        size_t **lens_out);
+/* Appends a command to m's output buffer and its record to m's queue.
+ * 0, or -1 when out of memory (nothing queued). */
+int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
+                  int argc, const char **argv, const size_t *lens, uint64_t now,
+                  uint64_t deadline);
+/* Takes the record at the head of m's queue (the next reply's); the caller
+ * frees it. NULL when empty. */
+struct mrecord *master_pop(struct master *m);
+/* Logs m's error answer to script, rate limited per master. */
+void master_log_error(struct master *m, const char *script, const char *error, uint64_t now);
+
+/* ---- master_undo.c ---- */
+
+/* Queues u to run when m is back; takes u (freed at once if expired). */
+void master_undo_keep(struct master *m, struct undo *u, uint64_t now);
+/* m could not take batch b: remembers it if its script is redo_when_back. */
+void master_batch_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
+/* Writes m's remembered releases on its new connection, before anything else. */
+void master_undo_flush(struct master *m, uint64_t now);
+/* Frees m's remembered releases (the pool is being freed). */
+void master_undo_free(struct master *m);
+
+/* ---- master_marker.c ---- */
+
+/* Tells marker_fn, from a timer, that m answered without a ready marker. */
+void master_marker_report(mpool *p, struct master *m);
+/* What a reply to vote script s says of m's marker. True: no vote. */
+bool master_guard(mpool *p, struct master *m, const mscript *s, const master_reply *mr);
+
+/* ---- master_batch.c ---- */
+
+/* Master slot of batch b answered (or failed) with r. */
+void mpool_batch_answer(struct mbatch *b, int slot, const master_reply *r);
+/* m answered record r (REC_BATCH) with rr. The caller frees r, never rr's
+ * batch: a NOSCRIPT answer moves r's reference on b to a new record. */
+void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, const redisReply *rr,
+                        uint64_t now);
+/* Calls the callbacks owed for batches that completed inside mpool_eval. */
+void mpool_run_ready(mpool *p);
+/* Completes the batches whose deadline passed by now with the answers they have. */
+void mpool_expire_batches(mpool *p, uint64_t now);
+
+/* ---- master_conn.c ---- */
+
+/* The wait before the next reconnect, doubling up to the maximum. */
+uint64_t master_backoff_next(uint64_t *backoff_us);
+/* 0 when the non-blocking connect on fd succeeded, else its errno. */
+int master_connect_error(int fd);
+void master_connect(mpool *p, struct master *m, uint64_t now);
+/* The TCP connect finished (M_CONNECTING and writable). */
+void master_handshake(mpool *p, struct master *m, uint64_t now);
+/* Drops m's connection; everything pending on it answers as failed. */
+void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now);
+/* A reply is overdue: m takes no votes until it catches up. */
+void master_lag(struct master *m);
+/* When the record at the head of m's queue (not empty) is due. */
+uint64_t master_head_due_us(const struct master *m);
+/* m's socket is readable: reads and dispatches every reply there is. */
+void master_read(mpool *p, struct master *m, uint64_t now);
+/* Writes what m's output buffer holds, as far as the socket takes it. */
+void master_flush(mpool *p, struct master *m, uint64_t now);
+
+/* ---- master_notice.c ---- */
+
+void master_sub_connect(mpool *p, struct master *m, uint64_t now);
+/* Drops m's subscription connection; it reconnects after a backoff. */
+void master_sub_fail(mpool *p, struct master *m, uint64_t now);
+/* The subscription's TCP connect finished: subscribes. */
+void master_sub_start(mpool *p, struct master *m, uint64_t now);
+/* The subscription's socket is readable: confirmations and notices. */
+void master_sub_read(mpool *p, struct master *m, uint64_t now);
+/* Frees the channels wanted (the pool is being freed). */
+void mpool_notice_free(mpool *p);
+
+#endif
