@@ -474,15 +474,22 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
     return send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
-/* The engine a request goes to: its own loop's, so that it never changes
- * threads; but an acquire that may wait goes to the loop that owns its
- * name (by hash), so that the waiters of one name sleep in one engine and
- * are served in arrival order, as on one loop. A release elsewhere reaches
- * them by the name's release notice. */
+/* The engine a request goes to. Every acquire, extension and release of
+ * one name goes to the loop that owns the name (by hash); an inspection
+ * stays on its own loop. The owner's one connection to each master then
+ * carries every write of the name in order: each master sees acquires in
+ * the same order, so two of them never split the vote between them; and a
+ * release a lagging master missed is remembered and replayed on the very
+ * connection whose next vote it must precede. (With writes of one name on
+ * two loops, a paused master came back holding a released lock while the
+ * other loop's replay was still to come: one free-name acquire in four
+ * failed in faults::sigstop_two_masters_cycles.) The waiters of one name
+ * also sleep in one engine, served in arrival order. This is the one
+ * hand-off between loops: with N loops, N-1 of N writes take it. */
 static rl_engine *engine_for(const req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    if (s->nshards == 1 || ctx->req.op != RL_ACQUIRE || ctx->req.wait_ms == 0)
+    if (s->nshards == 1 || ctx->req.op == RL_INSPECT)
         return ctx->sh->engine;
     uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
     for (const char *c = ctx->req.name; *c; c++)

@@ -4,10 +4,12 @@
  * Each loop (--threads of them) runs its own libmicrohttpd daemon in
  * external epoll mode on the loop's thread, all listening on one address
  * with SO_REUSEPORT, beside that loop's own master connections and engine.
- * A request is parsed, sent to the masters, decided and answered on the
- * loop that accepted it: it never changes threads. Once its body is read the
- * connection is suspended and the request handed to the loop's engine,
- * whose callback (on the same thread) resumes it with the answer. A granted
+ * A request is parsed and answered on the loop that accepted it; its
+ * engine is that loop's for an inspection, and the name's owner loop's
+ * (by hash) for an acquire, extension or release, so that every write of a
+ * name reaches each master over one connection, in one order (engine_for).
+ * Once its body is read the connection is suspended and the request handed
+ * to that engine, whose callback resumes it with the answer. A granted
  * acquire with "hold" becomes a held stream (hold.h): its 201 body is read
  * from the hold, and the connection is suspended whenever the hold has
  * nothing to say, until the hold wakes it (from the renewer's thread:
