@@ -11,8 +11,9 @@
  *
  * Who owns what: the hold set owns every hold, its timers and its pending
  * events, all under one mutex (hold_set.mu). Its own thread (the renewer)
- * starts extensions and declares loss; the engine's thread reports what
- * extensions and releases answered; HTTP threads read events and close. The
+ * starts extensions and declares loss; the engine's loop (of the name's
+ * owner) reports what extensions and releases answered; the loop serving the
+ * connection reads events and closes. The
  * HTTP layer owns the connection: it is told through wake(arg), called with
  * the set's mutex held (so never after hold_close returned), that a hold has
  * something to read. No HTTP or Redis headers here.

@@ -1,9 +1,12 @@
 /* master.h - the master layer: one connection per Redis master, all owned by
- * one event-loop thread.
+ * one event-loop thread. A process runs one pool per event loop (--threads);
+ * pools share nothing but the masters themselves.
  *
- * The pool's thread runs a poll() loop over the masters' sockets. Work reaches
- * it through mpool_post (any thread); everything else here is called on the
- * loop thread only, from posted jobs, batch callbacks or timers.
+ * The pool's thread runs a poll() loop over the masters' sockets and any
+ * other event source of its loop (mpool_set_io: the loop's HTTP server).
+ * Work reaches it through mpool_post (any thread); everything else here is
+ * called on the loop thread only, from posted jobs, batch callbacks or
+ * timers.
  *
  * A batch sends one Lua script (EVALSHA, falling back to EVAL on NOSCRIPT) to a
  * set of masters at once: commands are appended to each connection's buffer
