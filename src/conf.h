@@ -27,6 +27,7 @@
 #define CONF_MAX_BODY_LIMIT (1024 * 1024)  /* a larger body's parse costs too much memory */
 #define CONF_DEFAULT_MAX_WAITERS 10000
 #define CONF_DEFAULT_MAX_HOLDS 1024
+#define CONF_DEFAULT_THREADS 1
 #define CONF_DEFAULT_MAX_CONNECTIONS 1024
 #define CONF_DEFAULT_MAX_CONNECTIONS_PER_IP 512
 #define CONF_DEFAULT_REQUEST_TIMEOUT_MS 10000
@@ -57,7 +58,7 @@ typedef struct conf {
     long long master_timeout_ms;   /* per-master reply deadline */
     double drift_factor;
     long long retry_delay_ms;      /* base of the random retry delay */
-    int threads;                   /* event loops (HTTP + masters each); default CPUs */
+    int threads;                   /* event loops (HTTP + masters each) */
     long long max_body_bytes;
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *redis_password;          /* NULL: no AUTH to masters */

@@ -7,7 +7,13 @@
  * "renewed", then "lost" or "released", after which the stream ends. Every
  * event's validity_ms is counted when the event is handed to the connection,
  * and "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
- * announced runs out, unless an extension succeeds first.
+ * announced runs out, unless an extension succeeds first. A hold that ends
+ * by a loss releases what it still holds when the client closes the stream
+ * or when the validity last announced has run out, never sooner: until the
+ * client has read "lost", the lock stays its own, even after a failed
+ * extension (which therefore keeps what it holds: keep_on_fail). A
+ * shutdown releases as soon as "released" has been handed to the
+ * connection.
  *
  * Who owns what: the hold set owns every hold, its timers and its pending
  * events, all under one mutex (hold_set.mu). Its own thread (the renewer)
@@ -67,10 +73,10 @@ void hold_close(hold *h);
  * with "released". Any thread. */
 void hold_released(hold_set *s, const char *name, const char *token);
 
-/* Stopping: every open hold releases its lock and ends its stream with
- * "released" (reason shutting_down), or "lost" when the release could not
- * be confirmed. Waits up to timeout_ms for the releases to answer; returns
- * the number still unanswered. */
+/* Stopping: every open hold ends its stream with "released" (reason
+ * shutting_down) and releases its lock once that event has left (at once
+ * after half of timeout_ms for a client that does not read). Waits up to
+ * timeout_ms in all; returns the number of releases still unanswered. */
 int hold_set_end_all(hold_set *s, long long timeout_ms);
 
 /* Holds open now. */
