@@ -15,6 +15,7 @@ enum hold_end { END_NONE, END_LOST, END_RELEASED };
 
 struct hold {
     hold_set *s;
+    rl_engine *e;                   /* the engine of the loop that granted it */
     struct hold *prev, *next;       /* in s->list */
     char name[RL_NAME_MAX + 1];
     char token[TOKEN_MAX_LEN + 1];
@@ -28,6 +29,9 @@ struct hold {
     bool extending;                 /* an extension is in flight */
     bool release_after;             /* release once that extension answers */
     bool release_sent;
+    bool release_when_read;         /* release once the last event has left (hold_read) */
+    uint64_t release_at_us;         /* after a loss: release when the validity last
+                                       announced has run out (0: no such release due) */
     bool closed;                    /* the connection let go (hold_close) */
 
     /* what the stream has still to say, in this order */
@@ -44,7 +48,6 @@ struct hold {
 };
 
 struct hold_set {
-    rl_engine *e;
     int max;
     pthread_mutex_t mu;
     pthread_cond_t changed;         /* the renewer's wake-up: a hold came or its timer moved */
@@ -102,12 +105,9 @@ static void release_done(void *arg, const rl_result *res)
     hold *h = arg;
     hold_set *s = h->s;
     pthread_mutex_lock(&s->mu);
-    /* Only a shutdown waits for the answer to end the stream; after a
-     * client's close or a loss the stream has ended already. */
-    if (res->outcome == RL_OK || res->outcome == RL_NOT_HELD)
-        end_stream(h, END_RELEASED, s->ending ? "shutting_down" : NULL);
-    else
-        end_stream(h, END_LOST, "no_quorum");
+    /* Every release follows the stream's end (a close, a loss, a DELETE,
+     * a shutdown): nothing is left to tell. */
+    (void)res;
     h->engine_refs--;
     s->releases_pending--;
     pthread_cond_broadcast(&s->settled);
@@ -132,7 +132,7 @@ static void release_lock(hold *h)
     h->release_sent = true;
     h->engine_refs++;
     h->s->releases_pending++;
-    if (rl_submit(h->s->e, &req, release_done, h, NULL) < 0) {
+    if (rl_submit(h->e, &req, release_done, h, NULL) < 0) {
         /* The engine has stopped: the lock expires with its ttl. */
         h->engine_refs--;
         h->s->releases_pending--;
@@ -159,8 +159,12 @@ static void extend_done(void *arg, const rl_result *res)
             h->pend_renewed = true;
             notify(h);
         } else if (res->outcome == RL_NOT_HELD) {
-            /* Gone for good; the engine already released what it held. */
+            /* Gone for good. What the token still holds on some masters is
+             * released once "lost" has left (keep_on_fail): until then the
+             * client may rely on the validity it was told, and no one else
+             * may take the name from a majority that still holds it. */
             end_stream(h, END_LOST, res->reason == RL_REASON_HELD_BY_OTHER ? "held_by_other" : "expired");
+            h->release_at_us = h->valid_until_us;
         } else {
             /* No majority answered: try again while validity lasts. */
             h->fail_reason = "no_quorum";
@@ -170,7 +174,7 @@ static void extend_done(void *arg, const rl_result *res)
             h->next_try_us = now + retry;
         }
     }
-    if (h->end != END_NONE || h->closed || h->release_after) {
+    if (h->closed || h->release_after) {
         h->release_after = false;
         release_lock(h);
     }
@@ -193,21 +197,31 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
 {
     uint64_t next = now + 1000000;   /* at least once a second */
     for (hold *h = s->list; h; h = h->next) {
+        if (h->release_at_us && !h->closed && !s->ending) {
+            if (now >= h->release_at_us) {
+                h->release_at_us = 0;
+                release_lock(h);
+            } else if (h->release_at_us < next) {
+                next = h->release_at_us;
+            }
+        }
         if (h->end != END_NONE || h->closed || s->ending)
             continue;
         if (now >= lost_at(h)) {
+            /* The client may rely on the lock until the validity it was
+             * told ends: released only once "lost" has left for it. */
             end_stream(h, END_LOST, h->fail_reason ? h->fail_reason : "expired");
-            release_lock(h);
+            h->release_at_us = h->valid_until_us;
             continue;
         }
         if (!h->extending && now >= h->next_try_us) {
-            rl_request req = {.op = RL_EXTEND, .ttl_ms = h->ttl_ms};
+            rl_request req = {.op = RL_EXTEND, .ttl_ms = h->ttl_ms, .keep_on_fail = true};
             snprintf(req.name, sizeof req.name, "%s", h->name);
             snprintf(req.token, sizeof req.token, "%s", h->token);
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
             h->engine_refs++;
-            if (rl_submit(s->e, &req, extend_done, h, NULL) < 0) {
+            if (rl_submit(h->e, &req, extend_done, h, NULL) < 0) {
                 h->extending = false;
                 h->engine_refs--;
                 h->next_try_us = now + HOLD_RETRY_MIN_MS * 1000ULL;
@@ -240,12 +254,11 @@ static void *renewer_main(void *arg)
 
 /* ---- the API ---- */
 
-hold_set *hold_set_new(rl_engine *e, int max_holds)
+hold_set *hold_set_new(int max_holds)
 {
     hold_set *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
-    s->e = e;
     s->max = max_holds;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
@@ -274,13 +287,14 @@ void hold_unreserve(hold_set *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-hold *hold_start(hold_set *s, const rl_request *req, const rl_result *res, uint64_t sent_us,
-                 hold_wake_fn wake, void *arg)
+hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                 uint64_t sent_us, hold_wake_fn wake, void *arg)
 {
     hold *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     h->s = s;
+    h->e = e;
     snprintf(h->name, sizeof h->name, "%s", req->name);
     snprintf(h->token, sizeof h->token, "%s", res->token);
     h->ttl_ms = res->ttl_ms;
@@ -351,6 +365,11 @@ long hold_read(hold *h, char *buf, size_t cap)
         memcpy(buf, h->out + h->out_off, k);
         h->out_off += k;
         n = (long)k;
+        if (h->end_formatted && h->out_off == h->out_len && h->release_when_read) {
+            h->release_when_read = false;
+            release_lock(h);
+            pthread_cond_broadcast(&s->settled);
+        }
     } else if (h->end_formatted) {
         n = -1;
     } else {
@@ -367,6 +386,9 @@ void hold_close(hold *h)
     pthread_mutex_lock(&s->mu);
     h->closed = true;
     h->want_wake = false;
+    h->release_when_read = false;
+    h->release_at_us = 0;
+    pthread_cond_broadcast(&s->settled);
     /* The client has gone: no one relies on the lock any more. A hold that
      * ended with "lost" released already; one that ended "released" too. */
     release_lock(h);
@@ -380,6 +402,7 @@ void hold_released(hold_set *s, const char *name, const char *token)
     for (hold *h = s->list; h; h = h->next) {
         if (!h->closed && !strcmp(h->token, token) && !strcmp(h->name, name)) {
             h->release_sent = true;   /* the DELETE did it */
+            h->release_when_read = false;
             end_stream(h, END_RELEASED, NULL);
             break;
         }
@@ -387,14 +410,38 @@ void hold_released(hold_set *s, const char *name, const char *token)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Holds whose last event has not left yet (their release waits for it). */
+static int unread_ends(const hold_set *s)
+{
+    int n = 0;
+    for (const hold *h = s->list; h; h = h->next)
+        n += !h->closed && h->release_when_read;
+    return n;
+}
+
 int hold_set_end_all(hold_set *s, long long timeout_ms)
 {
     pthread_mutex_lock(&s->mu);
     s->ending = true;
+    /* Each stream is told first; its lock is released as the event leaves
+     * (a stream that ended already releases as before). */
     for (hold *h = s->list; h; h = h->next)
-        if (!h->closed)
+        if (!h->closed && h->end == END_NONE) {
+            end_stream(h, END_RELEASED, "shutting_down");
+            h->release_when_read = true;
+        }
+    struct timespec until = deadline_after_ms(timeout_ms / 2);
+    while (unread_ends(s) > 0)
+        if (pthread_cond_timedwait(&s->settled, &s->mu, &until) != 0)
+            break;
+    /* A client that does not read gets no more time: its lock goes. */
+    for (hold *h = s->list; h; h = h->next)
+        if (!h->closed && (h->release_when_read || h->release_at_us)) {
+            h->release_when_read = false;
+            h->release_at_us = 0;
             release_lock(h);
-    struct timespec until = deadline_after_ms(timeout_ms);
+        }
+    until = deadline_after_ms(timeout_ms / 2);
     while (s->releases_pending > 0)
         if (pthread_cond_timedwait(&s->settled, &s->mu, &until) != 0)
             break;

@@ -7,7 +7,13 @@
  * "renewed", then "lost" or "released", after which the stream ends. Every
  * event's validity_ms is counted when the event is handed to the connection,
  * and "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
- * announced runs out, unless an extension succeeds first.
+ * announced runs out, unless an extension succeeds first. A hold that ends
+ * by a loss releases what it still holds when the client closes the stream
+ * or when the validity last announced has run out, never sooner: until the
+ * client has read "lost", the lock stays its own, even after a failed
+ * extension (which therefore keeps what it holds: keep_on_fail). A
+ * shutdown releases as soon as "released" has been handed to the
+ * connection.
  *
  * Who owns what: the hold set owns every hold, its timers and its pending
  * events, all under one mutex (hold_set.mu). Its own thread (the renewer)
@@ -33,9 +39,9 @@ typedef struct hold_set hold_set;
 typedef struct hold hold;
 typedef void (*hold_wake_fn)(void *arg);
 
-/* A set of at most max_holds holds over engine e (not owned). Starts the
- * renewer thread. NULL on failure. */
-hold_set *hold_set_new(rl_engine *e, int max_holds);
+/* A set of at most max_holds holds. Starts the renewer thread. NULL on
+ * failure. */
+hold_set *hold_set_new(int max_holds);
 
 /* Reserves room for one more hold before its acquire is sent. False when
  * max_holds are open or reserved (the caller answers 429 too_many_holds).
@@ -44,12 +50,12 @@ bool hold_reserve(hold_set *s);
 void hold_unreserve(hold_set *s);
 
 /* Turns a reservation into a hold of the grant res of req (an acquire that
- * answered RL_OK), sent at sent_us (mpool_now_us clock: the validity counts
+ * answered RL_OK on engine e, which renews and releases it), sent at sent_us (mpool_now_us clock: the validity counts
  * from it). Queues "acquired". wake(arg) is called whenever hold_read has
  * something new after it answered 0. NULL when out of memory: the caller
  * releases the grant and the reservation. */
-hold *hold_start(hold_set *s, const rl_request *req, const rl_result *res, uint64_t sent_us,
-                 hold_wake_fn wake, void *arg);
+hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                 uint64_t sent_us, hold_wake_fn wake, void *arg);
 
 /* Copies up to cap bytes of the pending events into buf. Returns the bytes
  * copied (> 0), 0 when nothing is pending (wake follows when something
@@ -66,10 +72,10 @@ void hold_close(hold *h);
  * with "released". Any thread. */
 void hold_released(hold_set *s, const char *name, const char *token);
 
-/* Stopping: every open hold releases its lock and ends its stream with
- * "released" (reason shutting_down), or "lost" when the release could not
- * be confirmed. Waits up to timeout_ms for the releases to answer; returns
- * the number still unanswered. */
+/* Stopping: every open hold ends its stream with "released" (reason
+ * shutting_down) and releases its lock once that event has left (at once
+ * after half of timeout_ms for a client that does not read). Waits up to
+ * timeout_ms in all; returns the number of releases still unanswered. */
 int hold_set_end_all(hold_set *s, long long timeout_ms);
 
 /* Holds open now. */

@@ -355,7 +355,7 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, &ctx->req, &ctx->res, ctx->start_us, hold_wake, ctx);
+    ctx->hold = hold_start(s->holds, s->engine, &ctx->req, &ctx->res, ctx->start_us, hold_wake, ctx);
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */
@@ -828,7 +828,7 @@ http_server *http_start(const conf *cfg, rl_engine *e, mpool *pool, metrics *m, 
     s->pool = pool;
     s->m = m;
     s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
-    s->holds = hold_set_new(e, cfg->max_holds);
+    s->holds = hold_set_new(cfg->max_holds);
     if (!s->holds) {
         snprintf(err, errlen, "out of memory");
         free(s);

@@ -705,7 +705,7 @@ static void extend_voted(void *arg, const master_reply *replies)
      * lost. Free what we still hold so the next owner need not wait. */
     op->res.outcome = RL_NOT_HELD;
     op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
-    if (yes_mask || answered < e->n) {
+    if (!op->req.keep_on_fail && (yes_mask || answered < e->n)) {
         /* Every master, not only the yes votes: a quarantined or late master
          * may hold the token too. The script deletes only our own token. */
         release_unwatched(op, all_mask(e), op->req.token);

@@ -50,6 +50,9 @@ typedef struct rl_request {
     char owner[RL_OWNER_MAX + 1];   /* acquire: who holds it, for inspect ("" = none); stored
                                        beside the lock, never in its value */
     bool hold;                      /* acquire: a held stream (the HTTP layer keeps it) */
+    bool keep_on_fail;              /* extend: a failed extension leaves what the token still
+                                       holds in place (a held stream releases it itself, once
+                                       its client has been told) */
 } rl_request;
 
 typedef struct rl_result {
