@@ -18,7 +18,10 @@ run_suites() {   # build-dir, meson setup options...
     local dir=$1; shift
     [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@"
     ninja -C "$dir"
-    meson test -C "$dir" --suite unit --suite integration --suite deploy --print-errorlogs
+    # One test binary at a time (each runs two tests at once): with more, five
+    # masters per test and the sanitizers on two cores made masters miss the
+    # 50 ms vote deadline now and then (a no_quorum in locks::, seen in CI).
+    meson test -C "$dir" --suite unit --suite integration --suite deploy --print-errorlogs --num-processes 1
     # One at a time: the fault scenarios measure latency and need both cores.
     rm -f "$dir/faults-table.md"
     meson test -C "$dir" --suite faults --print-errorlogs --num-processes 1

@@ -115,6 +115,25 @@ static void release_done(void *arg, const rl_result *res)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A request of op for h's lock and token. */
+static rl_request request_of(const hold *h, enum rl_op op)
+{
+    rl_request req = {.op = op, .ttl_ms = h->ttl_ms, .keep_on_fail = op == RL_EXTEND};
+    snprintf(req.name, sizeof req.name, "%s", h->name);
+    snprintf(req.token, sizeof req.token, "%s", h->token);
+    return req;
+}
+
+/* The lock is lost: the stream says so now; what the token may still hold
+ * is released when the client closes the stream or when the validity it was
+ * told runs out, never sooner (until it has read "lost", the client may
+ * rely on that validity). */
+static void end_lost(hold *h, const char *reason)
+{
+    end_stream(h, END_LOST, reason);
+    h->release_at_us = h->valid_until_us;
+}
+
 /* Step 5 of Redlock for a hold that ends: release on every master, once,
  * after any extension in flight (which could otherwise renew it after the
  * release). s->mu held. */
@@ -126,9 +145,7 @@ static void release_lock(hold *h)
         h->release_after = true;
         return;
     }
-    rl_request req = {.op = RL_RELEASE};
-    snprintf(req.name, sizeof req.name, "%s", h->name);
-    snprintf(req.token, sizeof req.token, "%s", h->token);
+    rl_request req = request_of(h, RL_RELEASE);
     h->release_sent = true;
     h->engine_refs++;
     h->s->releases_pending++;
@@ -159,12 +176,9 @@ static void extend_done(void *arg, const rl_result *res)
             h->pend_renewed = true;
             notify(h);
         } else if (res->outcome == RL_NOT_HELD) {
-            /* Gone for good. What the token still holds on some masters is
-             * released once "lost" has left (keep_on_fail): until then the
-             * client may rely on the validity it was told, and no one else
-             * may take the name from a majority that still holds it. */
-            end_stream(h, END_LOST, res->reason == RL_REASON_HELD_BY_OTHER ? "held_by_other" : "expired");
-            h->release_at_us = h->valid_until_us;
+            /* Gone for good; the failed extension kept what the token
+             * still holds (keep_on_fail), released by end_lost's rule. */
+            end_lost(h, res->reason == RL_REASON_HELD_BY_OTHER ? "held_by_other" : "expired");
         } else {
             /* No majority answered: try again while validity lasts. */
             h->fail_reason = "no_quorum";
@@ -208,16 +222,11 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         if (h->end != END_NONE || h->closed || s->ending)
             continue;
         if (now >= lost_at(h)) {
-            /* The client may rely on the lock until the validity it was
-             * told ends: released only once "lost" has left for it. */
-            end_stream(h, END_LOST, h->fail_reason ? h->fail_reason : "expired");
-            h->release_at_us = h->valid_until_us;
+            end_lost(h, h->fail_reason ? h->fail_reason : "expired");
             continue;
         }
         if (!h->extending && now >= h->next_try_us) {
-            rl_request req = {.op = RL_EXTEND, .ttl_ms = h->ttl_ms, .keep_on_fail = true};
-            snprintf(req.name, sizeof req.name, "%s", h->name);
-            snprintf(req.token, sizeof req.token, "%s", h->token);
+            rl_request req = request_of(h, RL_EXTEND);
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
             h->engine_refs++;

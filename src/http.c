@@ -363,20 +363,28 @@ static void lock_done(void *arg, const rl_result *res)
     ctx_unref(ctx);
 }
 
+/* Takes ctx out of its suspension as the registry sees it (the watcher and
+ * the shutdown look there). Returns whether it was suspended: whoever gets
+ * true owns the matching MHD_resume_connection. */
+static bool ctx_unsuspend(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    bool was = ctx->susp;
+    ctx->susp = false;
+    if (ctx->ci)
+        ctx->ci->suspended = NULL;
+    pthread_mutex_unlock(&s->reg_lock);
+    return was;
+}
+
 /* A hold has something to read: resume its connection if it is suspended
  * waiting for that (called with the hold set's mutex held; never after
  * hold_close). */
 static void hold_wake(void *arg)
 {
     req_ctx *ctx = arg;
-    http_server *s = ctx->s;
-    pthread_mutex_lock(&s->reg_lock);
-    bool was = ctx->susp;
-    ctx->susp = false;
-    if (was && ctx->ci)
-        ctx->ci->suspended = NULL;
-    pthread_mutex_unlock(&s->reg_lock);
-    if (was)
+    if (ctx_unsuspend(ctx))
         ctx_wake(ctx);
 }
 
@@ -398,15 +406,9 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
     pthread_mutex_unlock(&s->reg_lock);
     long n = hold_read(ctx->hold, buf, max);
     if (n != 0) {
-        pthread_mutex_lock(&s->reg_lock);
-        bool was = ctx->susp;
-        ctx->susp = false;
-        if (ctx->ci)
-            ctx->ci->suspended = NULL;
-        pthread_mutex_unlock(&s->reg_lock);
         /* A wake came in between and resumed ahead of the suspension:
          * this suspension takes that resume back (libmicrohttpd pairs them). */
-        if (!was)
+        if (!ctx_unsuspend(ctx))
             MHD_suspend_connection(ctx->conn);
         return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
     }
@@ -418,8 +420,7 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us, hold_wake,
-                           ctx);
+    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us, hold_wake, ctx);
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */
