@@ -1,8 +1,9 @@
 /* master_batch.c - pipelined batches (mpool_eval): one script to a set of
  * masters, their replies converted to master_reply and collected until every
  * master asked has answered or the deadline passes (a FIFO by deadline: all
- * share the pool's timeout), NOSCRIPT answered by sending the body with EVAL,
- * and the guard's verdict on each answer.
+ * share the pool's timeout), NOSCRIPT answered by sending the body with EVAL
+ * (also after the batch was answered, for a script that must still run:
+ * master_batch_resend), and the guard's verdict on each answer.
  *
  * A batch is freed when its last reference goes (batch_drop): one per record
  * still waiting on a master, one until its callback has run, one while it is
@@ -94,7 +95,15 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
                         uint64_t now)
 {
     struct mbatch *b = r->batch;
-    if (rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8) && !b->completed) {
+    bool noscript = rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8);
+    if (noscript && b->completed) {
+        /* Answered without m (it was paused or slow): whatever must still
+         * run there (a release, a settle) goes out again with its body. */
+        master_batch_resend(p, m, b, now);
+        mpool_batch_answer(b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
+        return;
+    }
+    if (noscript) {
         /* The master lost its script cache (restart, SCRIPT FLUSH): send
          * the body with EVAL; the batch keeps its deadline. */
         const char *argv0 = b->argv[0], *argv1 = b->argv[1];

@@ -61,22 +61,30 @@ static struct undo *undo_new(const mscript *s, int nkeys, int nargs, const char 
     return u;
 }
 
+/* The undo of batch b for m: its script (or the script it replays as) with
+ * b's arguments. NULL when b's script is not redo_when_back, or out of
+ * memory (logged). */
+static struct undo *undo_of(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
+{
+    if (!b->script->redo_when_back)
+        return NULL;
+    /* argv: EVALSHA sha nkeys args... */
+    const mscript *rs = b->script->redo_as ? b->script->redo_as : b->script;
+    struct undo *u = undo_new(rs, atoi(b->argv[2]), b->argc - 3, b->argv + 3, b->argvlen + 3,
+                              now + p->redo_us);
+    if (!u)
+        log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
+    return u;
+}
+
 /* m could not take batch b (not voting, or its connection dropped before
  * the answer): a redo_when_back script waits to run when m is back, ahead
  * of anything sent to m later. */
 void master_batch_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
 {
-    if (!b->script->redo_when_back)
-        return;
-    /* argv: EVALSHA sha nkeys args... */
-    const mscript *rs = b->script->redo_as ? b->script->redo_as : b->script;
-    struct undo *u = undo_new(rs, atoi(b->argv[2]), b->argc - 3, b->argv + 3, b->argvlen + 3,
-                              now + p->redo_us);
-    if (!u) {
-        log_event(LOG_LEVEL_WARN, "master_undo_dropped", "addr", m->name, "reason", "out of memory", NULL);
-        return;
-    }
-    master_undo_keep(m, u, now);
+    struct undo *u = undo_of(p, m, b, now);
+    if (u)
+        master_undo_keep(m, u, now);
 }
 
 /* Writes undo command u on m's connection; the record owns u until the
@@ -92,6 +100,18 @@ static int undo_send(struct master *m, struct undo *u, uint64_t now)
         return -1;
     m->tail->undo = u;
     return 0;
+}
+
+/* m answered NOSCRIPT to batch b after b had been answered without it (m
+ * was paused or slow past the deadline, and had lost its script cache): a
+ * redo_when_back script still has to run there, so it goes out again now,
+ * with its body, as a remembered one would. Left alone, a release would
+ * leave the lock on m for its whole TTL. */
+void master_batch_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
+{
+    struct undo *u = undo_of(p, m, b, now);
+    if (u && undo_send(m, u, now) < 0)
+        master_undo_keep(m, u, now);   /* out of memory now: on the next connection */
 }
 
 /* Writes the queued undo commands first on a new connection. */

@@ -257,6 +257,41 @@ Test(faults, release_while_paused_reaches_the_master_when_back)
     h_resp_free(&b);
 }
 
+/* The same with a master that lost its script cache (a restart, SCRIPT
+ * FLUSH): the release it was sent while paused answers NOSCRIPT after the
+ * release has been answered, and must still run there, with the body. Seen
+ * in the fault suite under the sanitizers: the first releases after start
+ * met masters that had never run the release script, and the names stayed
+ * refused for a TTL. */
+Test(faults, release_while_paused_reaches_a_master_that_lost_its_scripts)
+{
+    freeReplyObject(h_redis(C, 4, "SCRIPT FLUSH"));
+    h_resp a = h_http(C, "POST", "/locks/stale-noscript", NULL, NULL);   /* master 4 runs the body */
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    redisReply *k = h_redis(C, 4, "EXISTS lock:stale-noscript");
+    cr_assert_eq(k->integer, 1, "master 4 did not take the grant");
+    freeReplyObject(k);
+    h_master_pause(C, 4);
+    release("stale-noscript", &a);   /* its EVALSHA waits in master 4's socket */
+    h_resp_free(&a);
+    h_master_resume(C, 4);
+    cr_assert_geq(voting_after_ms(5, 3000), 0, "master 4 did not vote again");
+    usleep(100000);
+    k = h_redis(C, 4, "EXISTS lock:stale-noscript");
+    cr_assert_not_null(k);
+    cr_assert_eq(k->integer, 0, "master 4 still holds the released lock");
+    freeReplyObject(k);
+
+    h_master_pause(C, 0);
+    h_master_pause(C, 1);   /* masters 2, 3 and 4 must all say yes */
+    h_resp b = h_http(C, "POST", "/locks/stale-noscript", NULL, NULL);
+    h_master_resume(C, 0);
+    h_master_resume(C, 1);
+    cr_assert_eq(b.status, 201, "the released name was refused: %s", b.body);
+    release("stale-noscript", &b);
+    h_resp_free(&b);
+}
+
 /* Masters with a password: AUTH on every connection. */
 TestSuite(faults_auth, .fini = teardown, .timeout = 60);
 
