@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,9 @@ static const struct opt opts[] = {
     {"drift-factor", OPT_DOUBLE, 0, 0, 0.0, 0.5, "clock drift allowance as a fraction of ttl (default 0.01)"},
     {"retry-delay-ms", OPT_INT, 1, 60000, 0, 0,
      "base of the random delay between tries of a waiting acquire (default 100)"},
-    {"threads", OPT_INT, 1, 64, 0, 0,
+    {"threads", OPT_INT, 1, CONF_MAX_THREADS, 0, 0,
      "event loops, each with its own HTTP listener (SO_REUSEPORT) and master connections "
-     "(default 1)"},
+     "(default: one per CPU it may run on)"},
     {"max-body-bytes", OPT_INT, 64, CONF_MAX_BODY_LIMIT, 0, 0,
      "largest request body, at most 1 MiB (default 16384)"},
     {"max-connections", OPT_INT, 16, 1000000, 0, 0,
@@ -335,6 +336,16 @@ static const struct opt *find_opt(const char *name, size_t len)
     return NULL;
 }
 
+/* One event loop per CPU this process may run on (its affinity mask:
+ * taskset and cpusets count, a CFS quota does not), at most
+ * CONF_MAX_THREADS. */
+static int default_threads(void)
+{
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n < 1 ? 1 : n > CONF_MAX_THREADS ? CONF_MAX_THREADS : n;
+}
+
 enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
                             char *err, size_t errlen)
 {
@@ -354,12 +365,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->max_connections = CONF_DEFAULT_MAX_CONNECTIONS;
     c->max_connections_per_ip = CONF_DEFAULT_MAX_CONNECTIONS_PER_IP;
     c->request_timeout_ms = CONF_DEFAULT_REQUEST_TIMEOUT_MS;
-    /* One event loop, serving HTTP and its master connections on one thread
-     * (http.h). More loops (--threads N) are safe, but with two loops the
-     * long fault run once saw four in five acquires of a free name refused
-     * while two masters paused in cycles (docs/design.md), so one is the
-     * default until that is understood. */
-    c->threads = CONF_DEFAULT_THREADS;
+    c->threads = default_threads();
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
     c->quarantine = true;
     c->notify = true;

@@ -27,7 +27,7 @@
 #define CONF_MAX_BODY_LIMIT (1024 * 1024)  /* a larger body's parse costs too much memory */
 #define CONF_DEFAULT_MAX_WAITERS 10000
 #define CONF_DEFAULT_MAX_HOLDS 1024
-#define CONF_DEFAULT_THREADS 1
+#define CONF_MAX_THREADS 64   /* --threads; also the most the default takes */
 #define CONF_DEFAULT_MAX_CONNECTIONS 1024
 #define CONF_DEFAULT_MAX_CONNECTIONS_PER_IP 512
 #define CONF_DEFAULT_REQUEST_TIMEOUT_MS 10000
