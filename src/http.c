@@ -51,6 +51,8 @@ typedef struct http_shard {
     mpool *pool;
     atomic_bool kick;           /* a connection was resumed: run the daemon now (in external
                                    mode libmicrohttpd signals nothing itself) */
+    MHD_socket listen_fd;       /* while quiescing: the listener libmicrohttpd gave up */
+    int *taken, ntaken;         /* while quiescing: connections taken from its queue */
 } http_shard;
 
 /* The server's threads: the loops (requests, each with its engine's
@@ -1010,24 +1012,53 @@ static void shard_detach(void *arg)
     mpool_set_io(sh->pool, -1, NULL, NULL, NULL);
 }
 
-static void shard_quiesce(void *arg)
+/* Quiescing, on the loop: libmicrohttpd stops accepting and hands over its
+ * listening socket, still open (the kernel keeps queueing connections). */
+static void shard_stop_accepting(void *arg)
 {
     http_shard *sh = arg;
-    MHD_socket fd = MHD_quiesce_daemon(sh->daemon);
-    if (fd == MHD_INVALID_SOCKET)
+    sh->listen_fd = MHD_quiesce_daemon(sh->daemon);
+}
+
+/* Connections the kernel completed but nobody accepted would be reset by
+ * the listener's close: takes them from sh's queue, then closes it. */
+static void shard_take_queue(http_shard *sh)
+{
+    if (sh->listen_fd == MHD_INVALID_SOCKET)
         return;
-    /* Connections the kernel completed but nobody accepted yet would be
-     * reset by the close: take them in first, so that each gets its answer
-     * (with Connection: close). */
     for (;;) {
-        struct sockaddr_storage a;
-        socklen_t alen = sizeof a;
-        int c = accept4(fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int c = accept4(sh->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c < 0)
             break;
-        (void)MHD_add_connection(sh->daemon, c, (struct sockaddr *)&a, alen);   /* closes c on failure */
+        int *t = realloc(sh->taken, (size_t)(sh->ntaken + 1) * sizeof *t);
+        if (!t) {
+            close(c);
+            break;
+        }
+        sh->taken = t;
+        sh->taken[sh->ntaken++] = c;
     }
-    close(fd);
+    close(sh->listen_fd);
+    sh->listen_fd = MHD_INVALID_SOCKET;
+}
+
+/* On the loop: the connections taken from its queue join its daemon, each
+ * to get its answer (with Connection: close). */
+static void shard_add_taken(void *arg)
+{
+    http_shard *sh = arg;
+    for (int i = 0; i < sh->ntaken; i++) {
+        struct sockaddr_storage a;
+        socklen_t alen = sizeof a;
+        if (getpeername(sh->taken[i], (struct sockaddr *)&a, &alen) != 0) {
+            close(sh->taken[i]);
+            continue;
+        }
+        (void)MHD_add_connection(sh->daemon, sh->taken[i], (struct sockaddr *)&a, alen);   /* closes it on failure */
+    }
+    free(sh->taken);
+    sh->taken = NULL;
+    sh->ntaken = 0;
     atomic_store(&sh->kick, true);
 }
 
@@ -1125,11 +1156,22 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     return s;
 }
 
+/* With several loops, each listener's close resets what is queued on it
+ * at that moment, and while one is still open, the clients its neighbours
+ * turned away reconnect to it in a storm. So every loop stops accepting
+ * first; then the queues are emptied and the listeners closed back to back
+ * (the kernel queues on a listener until its close, nobody answers
+ * meanwhile, and nobody reconnects); then each loop serves what was taken
+ * from its queue. */
 void http_quiesce(http_server *s)
 {
     atomic_store(&s->quiescing, true);
     for (int k = 0; k < s->nshards; k++)
-        run_on_loop(s->shards[k].pool, shard_quiesce, &s->shards[k]);
+        run_on_loop(s->shards[k].pool, shard_stop_accepting, &s->shards[k]);
+    for (int k = 0; k < s->nshards; k++)
+        shard_take_queue(&s->shards[k]);
+    for (int k = 0; k < s->nshards; k++)
+        run_on_loop(s->shards[k].pool, shard_add_taken, &s->shards[k]);
 }
 
 int http_end_holds(http_server *s, long long timeout_ms)

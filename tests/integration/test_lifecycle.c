@@ -226,6 +226,8 @@ struct loader {
     int id;
     atomic_bool stop;
     long sent, answered, no_answer, refused;
+    CURLcode last_error;        /* of the last request without an answer */
+    long last_new_conn;         /* it opened a new connection (1) or reused one (0) */
     char tokens[4096][24];
     int ntokens;
 };
@@ -268,6 +270,8 @@ static void *load(void *arg)
         }
         if (rc != CURLE_OK) {
             l->no_answer++;
+            l->last_error = rc;
+            curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &l->last_new_conn);
             continue;
         }
         l->answered++;
@@ -346,6 +350,10 @@ Test(lifecycle, sigterm_under_load_leaves_no_ghost_locks, .timeout = 90)
         sent += l[i].sent;
         answered += l[i].answered;
         no_answer += l[i].no_answer;
+        if (l[i].no_answer)
+            fprintf(stderr, "client %d: %ld without an answer, the last: %s (on a %s connection)\n", i,
+                    l[i].no_answer, curl_easy_strerror(l[i].last_error),
+                    l[i].last_new_conn ? "new" : "reused");
     }
     fprintf(stderr, "sigterm under load: %ld requests, %ld answered, %ld closed without an answer\n",
             sent, answered, no_answer);
