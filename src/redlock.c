@@ -1048,9 +1048,15 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms)
         if (pthread_cond_timedwait(&e->idle, &e->lock, &until) != 0)
             break;
     int left = e->inflight;
-    e->closed = true;   /* from here rl_submit refuses */
     pthread_mutex_unlock(&e->lock);
     return left;
+}
+
+void rl_engine_close(rl_engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    e->closed = true;   /* from here rl_submit refuses */
+    pthread_mutex_unlock(&e->lock);
 }
 
 void rl_engine_free(rl_engine *e)

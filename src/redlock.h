@@ -123,11 +123,15 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms);
 
 /* Makes every waiting acquire answer now with its last outcome, and later
  * ones answer without waiting; returns once no request is in flight, or after
- * timeout_ms, and from then on takes no new request. Returns the number still
- * in flight (0 on a clean drain). */
+ * timeout_ms. Returns the number still in flight (0 on a clean drain). New
+ * requests are still taken, until rl_engine_close. */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);
 
-/* Frees the engine; call after rl_engine_drain and before stopping the pool. */
+/* From now on rl_submit refuses (the caller answers 503 shutting_down);
+ * what is in flight still answers. */
+void rl_engine_close(rl_engine *e);
+
+/* Frees the engine; call after rl_engine_close and before stopping the pool. */
 void rl_engine_free(rl_engine *e);
 
 #endif
