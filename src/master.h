@@ -83,7 +83,10 @@ typedef struct mscript {
      * connection drops before it answers, runs it as soon as it is back,
      * before any command sent after it (for up to max_ttl_ms). Decided when
      * the master fails, never later, so it can never overtake a newer write
-     * of the same token that counted as a vote. */
+     * of the same token that counted as a vote. The one exception: a master
+     * that answers NOSCRIPT after the batch was over (its script cache was
+     * flushed while connected) gets it again at once, behind newer writes;
+     * as redo_as, which matches only the grant's own value. */
     bool redo_when_back;
     bool guarded;       /* starts with the marker guard (scripts.h) */
     /* What a redo runs instead, with the same keys and arguments (NULL: this

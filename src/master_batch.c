@@ -89,6 +89,45 @@ static void convert_reply(const redisReply *rr, master_reply *out)
     }
 }
 
+/* Script s's bit in a master's `cached` (0 past 32 scripts: such a script
+ * always goes with its body). */
+static uint32_t script_bit(mpool *p, const mscript *s)
+{
+    for (int k = 0; k < p->nscripts; k++)
+        if (p->scripts[k] == s)
+            return 1u << k;
+    if (p->nscripts == (int)(sizeof p->scripts / sizeof p->scripts[0]))
+        return 0;
+    p->scripts[p->nscripts] = s;
+    return 1u << p->nscripts++;
+}
+
+/* Appends batch b's command for m as record slot: EVALSHA where m's
+ * connection has already been sent the script's body, else EVAL with the
+ * body (which also loads it), so a master fresh from a start or restart
+ * never answers NOSCRIPT. Returns master_append's result. */
+static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, uint64_t now,
+                        uint64_t deadline)
+{
+    uint32_t bit = script_bit(p, b->script);
+    if (m->cached & bit)
+        return master_append(m, REC_BATCH, b, slot, b->argc, b->argv, b->argvlen, now, deadline);
+    const char *argv0 = b->argv[0], *argv1 = b->argv[1];
+    size_t len0 = b->argvlen[0], len1 = b->argvlen[1];
+    b->argv[0] = "EVAL";
+    b->argvlen[0] = 4;
+    b->argv[1] = b->script->body;
+    b->argvlen[1] = strlen(b->script->body);
+    int app = master_append(m, REC_BATCH, b, slot, b->argc, b->argv, b->argvlen, now, deadline);
+    b->argv[0] = argv0;
+    b->argv[1] = argv1;
+    b->argvlen[0] = len0;
+    b->argvlen[1] = len1;
+    if (app == 0)
+        m->cached |= bit;
+    return app;
+}
+
 /* m answered r with rr. Replies come in order, so this is the answer to the
  * command r recorded. */
 void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, const redisReply *rr,
@@ -96,6 +135,8 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
 {
     struct mbatch *b = r->batch;
     bool noscript = rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8);
+    if (noscript)
+        m->cached = 0;   /* SCRIPT FLUSH on a live connection: bodies again */
     if (noscript && b->completed) {
         /* Answered without m (it was paused or slow): whatever must still
          * run there (a release, a settle) goes out again with its body. */
@@ -103,24 +144,9 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
         mpool_batch_answer(b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
         return;
     }
-    if (noscript) {
-        /* The master lost its script cache (restart, SCRIPT FLUSH): send
-         * the body with EVAL; the batch keeps its deadline. */
-        const char *argv0 = b->argv[0], *argv1 = b->argv[1];
-        size_t len0 = b->argvlen[0], len1 = b->argvlen[1];
-        b->argv[0] = "EVAL";
-        b->argvlen[0] = 4;
-        b->argv[1] = b->script->body;
-        b->argvlen[1] = strlen(b->script->body);
-        int app = master_append(m, REC_BATCH, b, r->slot, b->argc, b->argv, b->argvlen, now,
-                                r->deadline_us);
-        b->argv[0] = argv0;
-        b->argv[1] = argv1;
-        b->argvlen[0] = len0;
-        b->argvlen[1] = len1;
-        if (app == 0)
-            return;   /* the batch's reference moves to the new record */
-    }
+    /* Within its deadline: the body now; the batch keeps its deadline. */
+    if (noscript && batch_append(p, m, b, r->slot, now, r->deadline_us) == 0)
+        return;   /* the batch's reference moves to the new record */
     master_reply mr;
     convert_reply(rr, &mr);
     mr.quarantined = master_guard(p, m, b->script, &mr);
@@ -166,8 +192,7 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
             b->replies[i].kind = MREPLY_NONE;
             continue;
         }
-        if (!master_votes(m) ||
-            master_append(m, REC_BATCH, b, i, argc, argv, argvlen, now, b->deadline_us) < 0) {
+        if (!master_votes(m) || batch_append(p, m, b, i, now, b->deadline_us) < 0) {
             b->replies[i].kind = MREPLY_FAIL;
             master_batch_redo(p, m, b, now);
             continue;

@@ -77,6 +77,7 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
 
 void master_connect(mpool *p, struct master *m, uint64_t now)
 {
+    m->cached = 0;   /* a new connection may reach a master with an empty script cache */
     m->ctx = redisConnectNonBlock(m->addr.host, m->addr.port);
     if (!m->ctx) {
         master_fail(p, m, "out of memory", now);

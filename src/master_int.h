@@ -105,6 +105,8 @@ struct master {
     enum mstate state;
     redisContext *ctx;          /* NULL while M_DOWN */
     struct mrecord *head, *tail; /* written, awaiting replies, oldest first */
+    uint32_t cached;            /* scripts (bits of mpool.scripts) this connection was sent
+                                   with their body: EVALSHA is safe for those */
     struct undo *undo_head, *undo_tail; /* run when it is up again */
     size_t nundo;               /* entries from undo_head */
     uint64_t next_connect_us;   /* monotonic: M_DOWN reconnects then */
@@ -152,6 +154,9 @@ struct mpool {
     bool refuse_unsafe;
     char *password;             /* NULL: no AUTH; wiped on free */
     struct master masters[MASTER_MAX];
+    const mscript *scripts[32]; /* every script sent so far: its index is its bit in
+                                   master.cached; loop thread */
+    int nscripts;
     mpool_marker_fn marker_fn;  /* loop thread */
     void *marker_arg;
 

@@ -2,7 +2,10 @@
  * could not take (down, lagging, or its connection dropped before the
  * answer) waits in that master's queue (undo_head..undo_tail) and is written
  * first on its next connection, before any command sent after it, for up to
- * the pool's redo_us.
+ * the pool's redo_us. One that a master answered NOSCRIPT after its batch
+ * was over (master_batch_resend) goes out again at once, with its body,
+ * behind what was sent since: safe because it replays as redo_as, which
+ * matches one grant's own value only.
  *
  * Depends on master_pipeline.c (packing, appending to the connection).
  */
@@ -110,8 +113,12 @@ static int undo_send(struct master *m, struct undo *u, uint64_t now)
 void master_batch_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
 {
     struct undo *u = undo_of(p, m, b, now);
-    if (u && undo_send(m, u, now) < 0)
-        master_undo_keep(m, u, now);   /* out of memory now: on the next connection */
+    if (u && undo_send(m, u, now) < 0) {
+        /* Out of memory now: it waits for m's next return (a lag or a new
+         * connection), or expires there. */
+        log_event(LOG_LEVEL_WARN, "master_undo_delayed", "addr", m->name, "reason", "out of memory", NULL);
+        master_undo_keep(m, u, now);
+    }
 }
 
 /* Writes the queued undo commands first on a new connection. */

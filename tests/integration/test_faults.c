@@ -272,25 +272,51 @@ Test(faults, release_while_paused_reaches_the_master_when_back)
     master4_let_go("stale");
 }
 
-/* The same with a master that lost its script cache (a restart, SCRIPT
- * FLUSH): the release it was sent while paused answers NOSCRIPT after the
- * release has been answered, and must still run there, with the body. Seen
- * in the fault suite under the sanitizers: the first releases after start
- * met masters that had never run the release script, and the names stayed
- * refused for a TTL. */
+/* The same with a master that loses its script cache while redlockd is
+ * connected (SCRIPT FLUSH): the release it was sent while paused, by
+ * EVALSHA, answers NOSCRIPT after the release has been answered, and must
+ * still run there, with the body. */
 Test(faults, release_while_paused_reaches_a_master_that_lost_its_scripts)
 {
-    freeReplyObject(h_redis(C, 4, "SCRIPT FLUSH"));
-    h_resp a = h_http(C, "POST", "/locks/stale-noscript", NULL, NULL);   /* master 4 runs the body */
+    /* Both scripts go once with their body on the connections this name
+     * uses (those of the loop that owns it), and by EVALSHA from then on. */
+    h_resp w = h_http(C, "POST", "/locks/stale-noscript", NULL, NULL);
+    cr_assert_eq(w.status, 201, "%s", w.body);
+    release("stale-noscript", &w);
+    h_resp_free(&w);
+    h_resp a = h_http(C, "POST", "/locks/stale-noscript", NULL, NULL);
     cr_assert_eq(a.status, 201, "%s", a.body);
-    redisReply *k = h_redis(C, 4, "EXISTS lock:stale-noscript");
-    cr_assert_eq(k->integer, 1, "master 4 did not take the grant");
-    freeReplyObject(k);
+    freeReplyObject(h_redis(C, 4, "SCRIPT FLUSH"));
     h_master_pause(C, 4);
     release("stale-noscript", &a);   /* its EVALSHA waits in master 4's socket */
     h_resp_free(&a);
+    usleep(200000);   /* past the master timeout: the release is over without master 4 */
     h_master_resume(C, 4);
     master4_let_go("stale-noscript");
+}
+
+/* A master fresh from a start has no scripts: the first release on a
+ * connection goes with the script's body, so a paused master runs it when
+ * back. Here by a caller's own token (a Dapr lockOwner, stored with a
+ * suffix of its own), which a later replay by the exact value could not
+ * match. Seen in the fault suite under the sanitizers: the first releases
+ * after start met masters that had never run the release script, and the
+ * names stayed refused for a TTL. */
+Test(faults, first_release_by_owner_while_paused_reaches_a_fresh_master)
+{
+    h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore",
+                      "{\"resourceId\":\"owned\",\"lockOwner\":\"worker-a\",\"expiryInSeconds\":30}",
+                      "Content-Type: application/json", NULL);
+    cr_assert_eq(a.status, 200, "%s", a.body);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a.json, "success")), "%s", a.body);
+    h_resp_free(&a);
+    h_master_pause(C, 4);
+    h_resp r = h_http(C, "DELETE", "/locks/lockstore:owned", NULL, "Lock-Token: worker-a", NULL);
+    cr_assert_eq(r.status, 204, "%s", r.body);
+    h_resp_free(&r);
+    usleep(200000);   /* past the master timeout: the release is over without master 4 */
+    h_master_resume(C, 4);
+    master4_let_go("lockstore:owned");
 }
 
 /* Masters with a password: AUTH on every connection. */
