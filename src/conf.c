@@ -337,13 +337,14 @@ static const struct opt *find_opt(const char *name, size_t len)
 }
 
 /* One event loop per CPU this process may run on (its affinity mask:
- * taskset and cpusets count, a CFS quota does not), at most
- * CONF_MAX_THREADS. */
+ * taskset and cpusets count, a CFS quota does not; every online CPU when
+ * the mask does not fit a cpu_set_t), at most CONF_MAX_THREADS. */
 static int default_threads(void)
 {
     cpu_set_t set;
-    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    return n < 1 ? 1 : n > CONF_MAX_THREADS ? CONF_MAX_THREADS : n;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);   /* > 1024 CPUs */
+    return n < 1 ? 1 : n > CONF_MAX_THREADS ? CONF_MAX_THREADS : (int)n;
 }
 
 enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,

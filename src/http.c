@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <unistd.h>
 #include <microhttpd.h>
@@ -1026,16 +1027,28 @@ static void shard_take_queue(http_shard *sh)
 {
     if (sh->listen_fd == MHD_INVALID_SOCKET)
         return;
+    int cap = 0;
     for (;;) {
         int c = accept4(sh->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (c < 0)
-            break;
-        int *t = realloc(sh->taken, (size_t)(sh->ntaken + 1) * sizeof *t);
-        if (!t) {
-            close(c);
+        if (c < 0) {
+            /* A connection that failed before it was taken, or a signal:
+             * the rest of the queue is still there. */
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO || errno == EPERM)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                log_event(LOG_LEVEL_WARN, "accept_failed", "error", strerror(errno), NULL);
             break;
         }
-        sh->taken = t;
+        if (sh->ntaken == cap) {
+            int *t = realloc(sh->taken, (size_t)(cap ? 2 * cap : 64) * sizeof *t);
+            if (!t) {
+                log_event(LOG_LEVEL_WARN, "accept_failed", "error", "out of memory", NULL);
+                close(c);
+                break;
+            }
+            sh->taken = t;
+            cap = cap ? 2 * cap : 64;
+        }
         sh->taken[sh->ntaken++] = c;
     }
     close(sh->listen_fd);
@@ -1134,7 +1147,8 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     int started = 0;
     for (int k = 0; k < nloops; k++) {
         http_shard *sh = &s->shards[k];
-        *sh = (http_shard){.s = s, .engine = loops[k].engine, .pool = loops[k].pool};
+        *sh = (http_shard){.s = s, .engine = loops[k].engine, .pool = loops[k].pool,
+                           .listen_fd = MHD_INVALID_SOCKET};
         sh->daemon = shard_daemon(sh, cfg, ai);
         if (!sh->daemon)
             break;
