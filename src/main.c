@@ -227,19 +227,18 @@ int main(int argc, char **argv)
     /* Every engine drains before any refuses: a request read on one loop
      * may be decided on another (its name's owner), and a client may still
      * send one more request on a kept-alive connection until its answer
-     * says Connection: close. The engines close together, once every
-     * answer has been written, and what came in before that is answered
-     * too. */
+     * says Connection: close. Closing each engine as soon as it had drained
+     * answered such requests 503 shutting_down while the next engine still
+     * drained; now they all close together. */
     uint64_t drain_end = mpool_now_us() + SHUTDOWN_DRAIN_MS * 1000ULL;
     int left = 0;
     for (int k = 0; k < nloops; k++) {
         uint64_t now = mpool_now_us();
         left += rl_engine_drain(loops[k].engine, now < drain_end ? (long long)(drain_end - now) / 1000 : 0);
     }
-    int unsent = http_drain(http, SHUTDOWN_SEND_MS);
     for (int k = 0; k < nloops; k++)
         rl_engine_close(loops[k].engine);
-    unsent += http_drain(http, SHUTDOWN_SEND_MS);
+    int unsent = http_drain(http, SHUTDOWN_SEND_MS);
     if (left || unsent) {
         char n[16], u[16];
         snprintf(n, sizeof n, "%d", left);
