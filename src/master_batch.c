@@ -1,9 +1,11 @@
 /* master_batch.c - pipelined batches (mpool_eval): one script to a set of
  * masters, their replies converted to master_reply and collected until every
  * master asked has answered or the deadline passes (a FIFO by deadline: all
- * share the pool's timeout), NOSCRIPT answered by sending the body with EVAL
- * (also after the batch was answered, for a script that must still run:
- * master_batch_resend), and the guard's verdict on each answer.
+ * share the pool's timeout), and the guard's verdict on each answer. A
+ * script goes with its body (EVAL) the first time on each connection and by
+ * EVALSHA after; NOSCRIPT (a cache flushed while connected) is answered by
+ * sending the body again (also after the batch was answered, for a script
+ * that must still run: master_batch_resend).
  *
  * A batch is freed when its last reference goes (batch_drop): one per record
  * still waiting on a master, one until its callback has run, one while it is
