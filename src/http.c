@@ -1040,14 +1040,15 @@ static void shard_take_queue(http_shard *sh)
             break;
         }
         if (sh->ntaken == cap) {
-            int *t = realloc(sh->taken, (size_t)(cap ? 2 * cap : 64) * sizeof *t);
+            int grown = cap ? 2 * cap : 64;
+            int *t = realloc(sh->taken, (size_t)grown * sizeof *t);
             if (!t) {
                 log_event(LOG_LEVEL_WARN, "accept_failed", "error", "out of memory", NULL);
                 close(c);
                 break;
             }
             sh->taken = t;
-            cap = cap ? 2 * cap : 64;
+            cap = grown;
         }
         sh->taken[sh->ntaken++] = c;
     }
