@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +37,7 @@ static const struct opt opts[] = {
      "base of the random delay between tries of a waiting acquire (default 100)"},
     {"threads", OPT_INT, 1, CONF_MAX_THREADS, 0, 0,
      "event loops, each with its own HTTP listener (SO_REUSEPORT) and master connections "
-     "(default: one per CPU it may run on)"},
+     "(default 1; one per CPU where the masters run elsewhere)"},
     {"max-body-bytes", OPT_INT, 64, CONF_MAX_BODY_LIMIT, 0, 0,
      "largest request body, at most 1 MiB (default 16384)"},
     {"max-connections", OPT_INT, 16, 1000000, 0, 0,
@@ -336,17 +335,6 @@ static const struct opt *find_opt(const char *name, size_t len)
     return NULL;
 }
 
-/* One event loop per CPU this process may run on (its affinity mask:
- * taskset and cpusets count, a CFS quota does not; every online CPU when
- * the mask does not fit a cpu_set_t), at most CONF_MAX_THREADS. */
-static int default_threads(void)
-{
-    cpu_set_t set;
-    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                         : sysconf(_SC_NPROCESSORS_ONLN);   /* > 1024 CPUs */
-    return n < 1 ? 1 : n > CONF_MAX_THREADS ? CONF_MAX_THREADS : (int)n;
-}
-
 enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
                             char *err, size_t errlen)
 {
@@ -366,7 +354,12 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->max_connections = CONF_DEFAULT_MAX_CONNECTIONS;
     c->max_connections_per_ip = CONF_DEFAULT_MAX_CONNECTIONS_PER_IP;
     c->request_timeout_ms = CONF_DEFAULT_REQUEST_TIMEOUT_MS;
-    c->threads = default_threads();
+    /* One event loop. Two on this project's 2-core test machine, where the
+     * five masters share the cores, now and then let three masters miss
+     * the 50 ms vote deadline together (503 no_quorum under load: the long
+     * fault run, a CI run of cli::concurrent_runs_never_overlap); a host
+     * whose masters run elsewhere should set one per CPU (docs/design.md). */
+    c->threads = 1;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
     c->quarantine = true;
     c->notify = true;
