@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rules.h"
+
 /* The one table from error kinds to HTTP status and JSON error code. */
 const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_BAD_NAME] = {400, "bad_name"},
@@ -90,18 +92,6 @@ enum rl_op api_op_of(const char *method)
     return RL_INSPECT;
 }
 
-bool api_name_valid(const char *name, size_t len)
-{
-    if (len == 0 || len > RL_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (!(isascii(c) && isalnum(c)) && c != '.' && c != '_' && c != ':' && c != '-')
-            return false;
-    }
-    return true;
-}
-
 /* Reads an optional integer field in [min, max]. Returns 0 (absent leaves *out),
  * or -1 with msg. */
 static int int_field(const cJSON *obj, const char *field, long long min, long long max,
@@ -138,20 +128,6 @@ static bool has_escaped_nul(const char *s, size_t len)
         i++;   /* the escaped character */
     }
     return false;
-}
-
-/* "owner": 1 to RL_OWNER_MAX bytes of printable ASCII (0x20-0x7e). */
-static bool owner_valid(const cJSON *o)
-{
-    if (!cJSON_IsString(o))
-        return false;
-    size_t len = strlen(o->valuestring);
-    if (len == 0 || len > RL_OWNER_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)o->valuestring[i] < 0x20 || (unsigned char)o->valuestring[i] > 0x7e)
-            return false;
-    return true;
 }
 
 static bool all_space(const char *s, size_t len)
@@ -212,7 +188,8 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
             goto out;
         }
         const cJSON *owner = cJSON_GetObjectItemCaseSensitive(root, "owner");
-        if (owner && !owner_valid(owner)) {
+        if (owner && !(cJSON_IsString(owner) &&
+                       rules_owner_valid(owner->valuestring, strlen(owner->valuestring)))) {
             snprintf(msg, msglen, "owner must be a string of 1 to %d printable ASCII bytes",
                      RL_OWNER_MAX);
             goto out;
@@ -253,7 +230,7 @@ int api_pick_token(const char *header, const char *query, bool have_body, rl_req
         return -1;
     }
     size_t len = strlen(tok);
-    if (!token_valid(tok, len)) {
+    if (!rules_token_valid(tok, len)) {
         snprintf(msg, msglen, "%s is not a valid token", from);
         return -1;
     }
@@ -456,12 +433,12 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
     }
     /* The lock is the native name store:resource, under the native name
      * rules: no Dapr name can reach an internal key (those hold '#'). */
-    if (!api_name_valid(resource, rl)) {
+    if (!rules_name_valid(resource, rl)) {
         snprintf(msg, msglen, "resourceId must be 1 to %d bytes of A-Z a-z 0-9 . _ : -",
                  RL_NAME_MAX - 1 - (int)sl);
         goto out;
     }
-    if (!token_valid(owner, strlen(owner))) {
+    if (!rules_token_valid(owner, strlen(owner))) {
         snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of printable ASCII without spaces, "
                  "quotes or backslashes", TOKEN_MAX_LEN);
         goto out;

@@ -68,9 +68,6 @@ bool api_method_allowed(enum api_route r, const char *method);
 /* The lock operation of a method on /locks/{name}. */
 enum rl_op api_op_of(const char *method);
 
-/* 1 to RL_NAME_MAX bytes of A-Z a-z 0-9 . _ : - */
-bool api_name_valid(const char *name, size_t len);
-
 /* Parses the body of op into req (name not touched; token from the body only
  * when *token_from_body). Empty or all-whitespace body means defaults.
  * On error returns -1 with *err set and msg one sentence naming the field. */

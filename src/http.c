@@ -22,6 +22,7 @@
 #include "deadline.h"
 #include "hold.h"
 #include "log.h"
+#include "rules.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
 #define HTTP_CONNECTION_MEMORY 16384
@@ -532,7 +533,7 @@ static enum MHD_Result submit(req_ctx *ctx)
 static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
-    if (!api_name_valid(name, strlen(name)))
+    if (!rules_name_valid(name, strlen(name)))
         return send_error(ctx, API_E_BAD_NAME,
                           "the lock name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
     enum rl_op op = api_op_of(method);

@@ -19,8 +19,8 @@
 
 #include "token.h"
 
-#define RL_NAME_MAX 200
-#define RL_OWNER_MAX 128   /* bytes of an acquire's "owner" */
+#define RL_NAME_MAX RULES_NAME_MAX
+#define RL_OWNER_MAX RULES_OWNER_MAX   /* bytes of an acquire's "owner" */
 
 enum rl_op { RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT };
 

@@ -104,46 +104,6 @@ void cli_format_ms(long long ms, char *out, size_t outlen)
         snprintf(out, outlen, "%lldh%02lldm", ms / 3600000, (ms % 3600000) / 60000);
 }
 
-/* ---- names, owners, tokens ---- */
-
-bool cli_name_valid(const char *name)
-{
-    size_t n = name ? strlen(name) : 0;
-    if (n == 0 || n > CLI_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == ':' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
-bool cli_owner_valid(const char *owner)
-{
-    size_t n = owner ? strlen(owner) : 0;
-    if (n == 0 || n > CLI_OWNER_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)owner[i] < 0x20 || (unsigned char)owner[i] > 0x7e)
-            return false;
-    return true;
-}
-
-/* A token goes into a Lock-Token header: one word of printable ASCII, as
- * the service accepts (up to 256 bytes). */
-static bool token_valid(const char *t)
-{
-    size_t n = strlen(t);
-    if (n == 0 || n > 256)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] > 0x7e || t[i] == '"' || t[i] == '\\')
-            return false;
-    return true;
-}
-
 /* ---- the command line ---- */
 
 static const struct {
@@ -291,6 +251,28 @@ static enum cli_cmd cmd_of(const char *s)
     return CLI_NONE;
 }
 
+static const struct { const char *name; unsigned bit; bool value; } known[] = {
+    {"url", 0, true}, {"auth-token-file", 0, true}, {"ttl", OPT_TTL, true},
+    {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
+    {"json", OPT_JSON, false},
+};
+
+/* Is arg one of redlock's options ("-h", "--help", "--version", "--NAME" or
+ * "--NAME=VALUE" of a known NAME)? */
+static bool is_option(const char *arg)
+{
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help") || !strcmp(arg, "--version"))
+        return true;
+    if (strncmp(arg, "--", 2) != 0)
+        return false;
+    const char *name = arg + 2;
+    size_t nl = strcspn(name, "=");
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if (strlen(known[k].name) == nl && !strncmp(known[k].name, name, nl))
+            return true;
+    return false;
+}
+
 /* Reads one option at argv[*i] ("--name VALUE" or "--name=VALUE"). Returns
  * 0, or -1 with err. */
 static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, size_t errlen)
@@ -306,11 +288,6 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
         a->version = true;
         return 0;
     }
-    static const struct { const char *name; unsigned bit; bool value; } known[] = {
-        {"url", 0, true}, {"auth-token-file", 0, true}, {"ttl", OPT_TTL, true},
-        {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
-        {"json", OPT_JSON, false},
-    };
     if (strncmp(arg, "--", 2) != 0) {
         snprintf(err, errlen, "%sunknown option %s", where, arg);
         return -1;
@@ -369,9 +346,9 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
             }
             break;
         case OPT_OWNER:
-            if (!cli_owner_valid(v)) {
+            if (!rules_owner_valid(v, strlen(v))) {
                 snprintf(err, errlen, "%s--owner: 1 to %d bytes of printable ASCII", where,
-                         CLI_OWNER_MAX);
+                         RULES_OWNER_MAX);
                 return -1;
             }
             a->owner = v;
@@ -430,7 +407,11 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
             opts_done = true;
             continue;
         }
-        if (!opts_done && arg[0] == '-' && arg[1]) {
+        /* TOKEN is taken as it stands: a token may begin with '-' (redlockd's
+         * never do, but a Dapr lockOwner or an older service's may). */
+        bool token_slot = (a->cmd == CLI_EXTEND || a->cmd == CLI_RELEASE) && npos == 1 &&
+                          !is_option(arg);
+        if (!opts_done && !token_slot && arg[0] == '-' && arg[1]) {
             if (parse_option(argc, argv, &i, a, err, errlen) < 0)
                 return -1;
             continue;
@@ -464,15 +445,15 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     }
     if (want >= 1) {
         a->name = pos[0];
-        if (!cli_name_valid(a->name)) {
+        if (!rules_name_valid(a->name, strlen(a->name))) {
             snprintf(err, errlen, "%s: bad lock name '%.64s': 1 to %d bytes of A-Z a-z 0-9 . _ : -",
-                     where, a->name, CLI_NAME_MAX);
+                     where, a->name, RULES_NAME_MAX);
             return -1;
         }
     }
     if (want == 2) {
         a->token = pos[1];
-        if (!token_valid(a->token)) {
+        if (!rules_token_valid(a->token, strlen(a->token))) {
             snprintf(err, errlen, "%s: bad token: one word of printable ASCII, up to 256 bytes", where);
             return -1;
         }
@@ -679,7 +660,7 @@ int cli_parse_event(const char *line, cli_event *ev)
     ev->validity_ms = int_item(o, "validity_ms", -1);
     ev->ttl_ms = int_item(o, "ttl_ms", -1);
     cJSON_Delete(o);
-    if (ev->kind == CLI_EV_ACQUIRED && (!token || !token_valid(ev->token) || ev->validity_ms < 0))
+    if (ev->kind == CLI_EV_ACQUIRED && (!token || !rules_token_valid(ev->token, strlen(ev->token)) || ev->validity_ms < 0))
         return -1;
     if (ev->kind == CLI_EV_RENEWED && ev->validity_ms < 0)
         return -1;

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "rules.h"   /* the service's name, token and owner rules */
+
 /* Exit codes. The failures in which CMD never ran (or no call succeeded)
  * use the BSD sysexits numbers, so that they stay apart from the small
  * numbers commands commonly use. */
@@ -36,8 +38,6 @@ enum {
 #define CLI_SERVER_MAX_WAIT_MS 60000LL /* redlockd's default --max-wait-ms: the first
                                           wait_ms asked for by a long --wait */
 #define CLI_MAX_DURATION_MS 2147483647LL
-#define CLI_NAME_MAX 200
-#define CLI_OWNER_MAX 128
 #define CLI_LINE_MAX 65536             /* longest line accepted on a held stream */
 
 enum cli_cmd { CLI_NONE, CLI_RUN, CLI_ACQUIRE, CLI_EXTEND, CLI_RELEASE, CLI_STATUS, CLI_READY };
@@ -67,11 +67,6 @@ int cli_parse_duration(const char *s, long long *ms, const char **why);
 
 /* As cli_parse_duration, and "forever" gives CLI_WAIT_FOREVER. */
 int cli_parse_wait(const char *s, long long *ms, const char **why);
-
-/* The service's lock-name rule: 1 to 200 bytes of A-Z a-z 0-9 . _ : - */
-bool cli_name_valid(const char *name);
-/* An owner: 1 to 128 bytes of printable ASCII (0x20-0x7e). */
-bool cli_owner_valid(const char *owner);
 
 /* Parses argv (argv[0] is the program). Returns 0, or -1 with one line in
  * err for a usage error (exit CLI_EXIT_USAGE). With a->help or a->version

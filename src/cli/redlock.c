@@ -269,9 +269,13 @@ static int refused(const answer *a)
     return cli_answer_exit(a->status, a->body);
 }
 
+/* "/locks/NAME" for a name cli_parse_args accepted (so it fits and is valid). */
 static void lock_path(const char *name, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "/locks/%s", name);   /* names need no escaping */
+    char seg[RULES_NAME_MAX + 8];   /* "..", the longest to grow, becomes "%2E%2E" */
+    if (rules_name_path(name, seg, sizeof seg) < 0)
+        seg[0] = '\0';
+    snprintf(out, outlen, "/locks/%s", seg);
 }
 
 /* A string field of a JSON answer, copied into out; NULL when absent. */
@@ -497,7 +501,7 @@ typedef struct run {
     cli_lines lines;
     int kind;                     /* 0 unknown yet, 1 held stream, 2 an ordinary answer */
     char path[256];
-    char owner[CLI_OWNER_MAX + 1];
+    char owner[RULES_OWNER_MAX + 1];
     long long cap;                /* largest wait_ms the service takes */
     long long asked_ms;           /* wait_ms of the try under way */
     uint64_t sent_us, deadline_us, retry_at_us;
