@@ -405,6 +405,17 @@ void hold_close(hold *h)
     pthread_mutex_unlock(&s->mu);
 }
 
+void hold_renew_now(hold *h)
+{
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    if (!h->extending && h->end == END_NONE && !h->closed) {
+        h->next_try_us = mpool_now_us();
+        pthread_cond_signal(&s->changed);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 void hold_released(hold_set *s, const char *name, const char *token)
 {
     pthread_mutex_lock(&s->mu);

@@ -69,6 +69,11 @@ long hold_read(hold *h, char *buf, size_t cap);
  * called after it returns. */
 void hold_close(hold *h);
 
+/* Renews h now instead of at its next third of the ttl (unless an
+ * extension is in flight or the stream is ending): its "renewed" event then
+ * tells whether the client still reads. Any thread; not after hold_close. */
+void hold_renew_now(hold *h);
+
 /* A DELETE released name with token: the hold of that grant, if any, ends
  * with "released". Any thread. */
 void hold_released(hold_set *s, const char *name, const char *token);

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <unistd.h>
 #include <microhttpd.h>
@@ -16,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 
 #include "api.h"
 #include "deadline.h"
@@ -41,6 +44,20 @@ typedef struct conn_info {
     bool shut;                  /* closed for --request-timeout-ms */
     struct req_ctx *suspended;  /* the request waiting for the engine, if any */
 } conn_info;
+
+/* A grant answered to a client that had already sent its FIN: it may have
+ * half-closed (and reads the answer) or closed (and its kernel answers the
+ * grant with a reset). The grant stays with the engine until the watcher
+ * knows which: every byte acknowledged, or a reset (then it is released as
+ * undelivered), or its validity over (nothing left to release). */
+typedef struct delivery_check {
+    struct delivery_check *next;
+    int fd;                     /* a duplicate of the connection's socket */
+    rl_engine *eng;
+    rl_handle *h;               /* the grant, until rl_finish */
+    uint64_t until_us;          /* the grant's validity ends */
+    bool arrived;               /* the verdict, once settled */
+} delivery_check;
 
 /* One event loop's share of the server: a libmicrohttpd daemon in external
  * epoll mode, listening on the common address with SO_REUSEPORT, run by
@@ -75,6 +92,7 @@ struct http_server {
     pthread_mutex_t reg_lock;
     pthread_cond_t reg_cond;    /* signalled when a request completes */
     conn_info *conns;
+    delivery_check *checks;     /* grants whose delivery is not yet known */
     int nrequests;              /* requests whose headers arrived and that have not completed:
                                    the shutdown waits for them */
     int nconns;                 /* connections in the registry, for --max-connections */
@@ -106,6 +124,10 @@ typedef struct req_ctx {
     bool submitted;           /* handed to the engine, connection suspended */
     bool dapr;                /* answer in Dapr's wire format */
     bool hold_reserved;       /* a place in s->holds is reserved for this acquire */
+    bool probed;              /* a held stream's client sent its FIN: a renewal was asked
+                                 for at once, which a closed client answers with a reset */
+    int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
+                                 socket, to learn whether the answer arrived (-1: none) */
     hold *hold;               /* the held stream this request became, until on_completed */
     atomic_bool result_ready;
     rl_request req;
@@ -330,6 +352,8 @@ static bool authorized(req_ctx *ctx, bool dapr)
 static void ctx_unref(req_ctx *ctx)
 {
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
+        if (ctx->confirm_fd >= 0)
+            close(ctx->confirm_fd);
         free(ctx->body);
         free(ctx);
     }
@@ -447,9 +471,17 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
     return rc;
 }
 
-/* Has the client closed (or half-closed) its side? Then an answer cannot
- * reach it, or will not be read. */
+/* Has the connection failed (reset, or closed both ways)? Then an answer
+ * cannot reach the client. A FIN alone is not that: a half-closed client
+ * (shutdown(SHUT_WR), `nc -N`, Go's CloseWrite) still reads its answer. */
 static bool client_gone(int fd)
+{
+    struct pollfd pfd = {fd, 0, 0};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR));
+}
+
+/* Has the client sent its FIN (closed or half-closed)? */
+static bool client_done_sending(int fd)
 {
     struct pollfd pfd = {fd, POLLRDHUP, 0};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
@@ -467,6 +499,11 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
     }
     if (ctx->req.hold && ctx->res.outcome == RL_OK)
         return hold_answer(ctx);
+    /* A grant to a client that sent its FIN is answered, and the watcher
+     * learns whether it arrived (delivery_check). */
+    if (ctx->res.outcome == RL_OK && ctx->req.op == RL_ACQUIRE && ctx->ci &&
+        client_done_sending(ctx->ci->fd))
+        ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
     if (ctx->dapr) {
         char *body = api_dapr_result_json(ctx->req.op == RL_RELEASE, &ctx->res, &status);
         if (!body)
@@ -632,6 +669,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         ctx->sh = sh;
         ctx->conn = conn;
         atomic_init(&ctx->refs, 1);
+        ctx->confirm_fd = -1;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         ctx->ci = ci ? ci->socket_context : NULL;
         ctx->start_us = mpool_now_us();
@@ -735,6 +773,73 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
 }
 
+/* Hands ctx's grant to the watcher until its delivery is known. False
+ * (nothing handed over) when out of memory: it then counts as delivered. */
+static bool check_delivery(req_ctx *ctx)
+{
+    delivery_check *c = malloc(sizeof *c);
+    if (!c)
+        return false;
+    c->fd = ctx->confirm_fd;
+    c->eng = ctx->eng;
+    c->h = ctx->h;
+    c->until_us = ctx->start_us + (uint64_t)(ctx->res.validity_ms > 0 ? ctx->res.validity_ms : 0) * 1000ULL;
+    ctx->confirm_fd = -1;
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    c->next = s->checks;
+    s->checks = c;
+    pthread_mutex_unlock(&s->reg_lock);
+    return true;
+}
+
+/* Has c's answer arrived (1), met a reset (0), or is it not known yet (-1)?
+ * At the end (finally) an unknown one counts as arrived. */
+static int delivery_state(const delivery_check *c, uint64_t now, bool finally)
+{
+    struct pollfd pfd = {c->fd, 0, 0};
+    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR))) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0 || !(pfd.revents & POLLHUP))
+            return 0;
+    }
+    int unacked = 0;
+    if (ioctl(c->fd, SIOCOUTQ, &unacked) == 0 && unacked == 0)
+        return 1;
+    return finally || now >= c->until_us ? 1 : -1;
+}
+
+/* Settles the delivery checks whose outcome is known (all of them when
+ * finally): a grant that met a reset is released (rl_finish undelivered). */
+static void settle_deliveries(http_server *s, bool finally)
+{
+    uint64_t now = mpool_now_us();
+    delivery_check *done = NULL;
+    pthread_mutex_lock(&s->reg_lock);
+    for (delivery_check **p = &s->checks; *p;) {
+        delivery_check *c = *p;
+        int st = delivery_state(c, now, finally);
+        if (st < 0) {
+            p = &c->next;
+            continue;
+        }
+        *p = c->next;
+        c->arrived = st == 1;
+        c->next = done;
+        done = c;
+    }
+    pthread_mutex_unlock(&s->reg_lock);
+    while (done) {
+        delivery_check *c = done;
+        done = c->next;
+        close(c->fd);
+        rl_finish(c->eng, c->h, c->arrived);
+        free(c);
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -749,7 +854,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
          * held stream's grant is the hold's to release. */
         bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
                                        !ctx->gone && !ctx->forced);
-        rl_finish(ctx->eng, ctx->h, delivered);
+        if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
+            rl_finish(ctx->eng, ctx->h, delivered);
     }
     if (ctx->hold)
         hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
@@ -844,10 +950,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* The watcher: every HTTP_WATCH_INTERVAL_MS it
- *  - cancels the engine request of every suspended connection whose client
- *    closed or half-closed its side (libmicrohttpd does not look at
- *    suspended connections), so a waiter stops waiting and no grant goes
- *    to a client that left;
+ *  - cancels the engine request of every suspended connection whose
+ *    connection failed (libmicrohttpd does not look at suspended
+ *    connections), so a waiter stops waiting and no grant goes to a client
+ *    that left; a FIN alone may be a half-close, so such a waiter waits on,
+ *    and a grant it gets is checked for delivery (delivery_check);
+ *  - renews a held stream at once when its client sent its FIN: a client
+ *    that closed answers the event with a reset, and the stream ends;
+ *  - settles the delivery checks;
  *  - closes connections that have not sent a complete request within
  *    --request-timeout-ms of their start or their last answer (slowloris);
  *  - gives memory freed by many closed connections back to the system. */
@@ -863,6 +973,8 @@ static void *watch_main(void *arg)
         bool trim = false;
         req_ctx *left_holds[64];
         int nleft = 0;
+        req_ctx *probe[64];
+        int nprobe = 0;
         pthread_mutex_lock(&s->reg_lock);
         for (conn_info *ci = s->conns; ci; ci = ci->next) {
             req_ctx *ctx = ci->suspended;
@@ -873,6 +985,14 @@ static void *watch_main(void *arg)
                 ctx->susp = false;
                 ci->suspended = NULL;
                 left_holds[nleft++] = ctx;
+            } else if (ctx && ctx->hold && !ctx->gone && !ctx->probed && nprobe < 64 &&
+                       client_done_sending(ci->fd)) {
+                /* Closed, or only half-closed? A closed client answers
+                 * the renewal's event with a reset, seen on a later pass. */
+                ctx->probed = true;
+                ctx->susp = false;   /* ours to resume: the stream stays open till then */
+                ci->suspended = NULL;
+                probe[nprobe++] = ctx;
             } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
                 ctx->gone = true;
                 rl_cancel(ctx->eng, ctx->h);
@@ -890,6 +1010,11 @@ static void *watch_main(void *arg)
         pthread_mutex_unlock(&s->reg_lock);
         for (int k = 0; k < nleft; k++)
             ctx_wake(left_holds[k]);
+        for (int k = 0; k < nprobe; k++) {
+            hold_renew_now(probe[k]->hold);
+            ctx_wake(probe[k]);
+        }
+        settle_deliveries(s, false);
         for (unsigned long long k = 0; k < slow; k++)
             metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
         unsigned long long suppressed;
@@ -1243,6 +1368,7 @@ void http_stop(http_server *s)
     atomic_store(&s->stop_watch, true);
     if (s->watching)
         pthread_join(s->watcher, NULL);
+    settle_deliveries(s, true);
     /* The loops stop running the daemons first: from here on only this
      * thread touches them. */
     for (int k = 0; k < s->nshards; k++)

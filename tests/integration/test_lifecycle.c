@@ -1,6 +1,6 @@
 /* Integration: requests that end cleanly. A grant reaches its caller or is
- * released at once (clients that leave, half-close, or a SIGTERM under
- * load); waiters sleep instead of polling the masters, honour their own
+ * released at once (clients that leave, or a SIGTERM under load), and
+ * half-closed clients get their answers; waiters sleep instead of polling the masters, honour their own
  * wait_ms, and are bounded; release notices reach only instances that wait;
  * connections and requests are bounded so unauthenticated clients cannot
  * exhaust the service; HTTP framing that could smuggle a request is refused.
@@ -144,8 +144,20 @@ static long long cmdstat_calls(int i, const char *cmd)
 
 /* ---- ghost locks ---- */
 
-/* A client that leaves while its acquire waits is never granted: it stops
- * waiting within a second, and when the holder expires the name is free. */
+/* Closes fd with a reset (SO_LINGER 0), as a client killed with unread
+ * data does: the connection fails at once, not just half of it. */
+static void reset_close(int fd)
+{
+    struct linger l = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(fd);
+}
+
+/* A client whose connection breaks while its acquire waits is never
+ * granted: it stops waiting within a second. One that only closed (a FIN,
+ * which a half-close sends too) may be granted, but the answer meets a
+ * reset and the grant is released at once: when the holder expires, the
+ * name is free either way. */
 Test(lifecycle, departed_waiter_is_not_granted)
 {
     C = h_cluster_start(5, NULL);
@@ -153,14 +165,16 @@ Test(lifecycle, departed_waiter_is_not_granted)
     h_resp held = h_http(C, "POST", "/locks/dz", "{\"ttl_ms\":2000}", NULL);
     cr_assert_eq(held.status, 201);
     int fd = raw_acquire("dz", "{\"wait_ms\":5000}");
+    int fd2 = raw_acquire("dz", "{\"wait_ms\":5000}");
     usleep(200000);
-    close(fd);
+    reset_close(fd);
+    close(fd2);
     uint64_t closed = h_now_us();
     while (metric(C, "redlockd_cancelled_total") < 1 && h_now_us() - closed < 1500000)
         usleep(20000);
     double ms = (double)(h_now_us() - closed) / 1000.0;
     cr_assert_lt(ms, 1000, "the departed waiter kept waiting for %.0f ms", ms);
-    usleep(2300000);   /* the holder has expired: nobody may hold dz now */
+    usleep(2500000);   /* the holder has expired: nobody may hold dz now */
     h_resp g = h_http(C, "GET", "/locks/dz", NULL, NULL);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(g.json, "held")), "granted to a client that left: %s", g.body);
     cr_assert_eq(keys_left("dz"), 0);
@@ -168,28 +182,106 @@ Test(lifecycle, departed_waiter_is_not_granted)
     h_resp_free(&held);
 }
 
-/* Half-closed clients (shutdown(SHUT_WR) after the request) count as gone. */
-Test(lifecycle, half_closed_waiters_are_not_granted)
+/* Sends a raw request (method path, optional extra header line and body),
+ * half-closes (shutdown(SHUT_WR), as `nc -N`, Go's CloseWrite and some
+ * proxies do) and returns the socket. */
+static int raw_half_closed(const char *method, const char *path, const char *header, const char *body)
+{
+    int fd = raw_connect(NULL);
+    char req[1024];
+    snprintf(req, sizeof req,
+             "%s %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n%s%s"
+             "Content-Length: %zu\r\n\r\n%s", method, path, header ? header : "", header ? "\r\n" : "",
+             strlen(body), body);
+    raw_send(fd, req);
+    cr_assert_eq(shutdown(fd, SHUT_WR), 0);
+    return fd;
+}
+
+/* The token of a raw 201 answer, into tok. */
+static void raw_token(const char *answer, char *tok, size_t len)
+{
+    const char *t = strstr(answer, "\"token\":\"");
+    cr_assert(t, "no token in: %s", answer);
+    t += 9;
+    size_t n = strcspn(t, "\"");
+    cr_assert_lt(n, len);
+    memcpy(tok, t, n);
+    tok[n] = '\0';
+}
+
+static bool is_held(const char *name)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/locks/%s", name);
+    h_resp g = h_http(C, "GET", path, NULL, NULL);
+    bool h = cJSON_IsTrue(cJSON_GetObjectItem(g.json, "held"));
+    h_resp_free(&g);
+    return h;
+}
+
+/* A half-closed client has only said it sends no more: HTTP lets it read
+ * the answer. Acquire (at once and after waiting), extend, release and a
+ * held stream all answer it in full, and no grant counts as abandoned. */
+Test(lifecycle, half_closed_clients_get_their_answers)
 {
     C = h_cluster_start(5, NULL);
     h_daemon_start(C, NULL);
-    h_resp held = h_http(C, "POST", "/locks/hc", "{\"ttl_ms\":1500}", NULL);
-    cr_assert_eq(held.status, 201);
-    enum { N = 50 };
-    int fds[N];
-    for (int i = 0; i < N; i++) {
-        fds[i] = raw_acquire("hc", "{\"wait_ms\":5000}");
-        shutdown(fds[i], SHUT_WR);
+    char buf[8192], tok[300], hdr[400];
+    bool closed;
+    for (int round = 0; round < 10; round++) {
+        char name[32], path[64];
+        snprintf(name, sizeof name, "hc-%d", round);
+        snprintf(path, sizeof path, "/locks/%s", name);
+        int fd = raw_half_closed("POST", path, NULL, "{\"ttl_ms\":30000}");
+        raw_read_all(fd, buf, sizeof buf, 2000, &closed);
+        close(fd);
+        cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "round %d, acquire: '%s'", round, buf);
+        raw_token(buf, tok, sizeof tok);
+        cr_assert(is_held(name), "round %d", round);
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", tok);
+        fd = raw_half_closed("PATCH", path, hdr, "{\"ttl_ms\":20000}");
+        raw_read_all(fd, buf, sizeof buf, 2000, &closed);
+        close(fd);
+        cr_assert(!strncmp(buf, "HTTP/1.1 200", 12) && strstr(buf, "\"ttl_ms\":20000"),
+                  "round %d, extend: '%s'", round, buf);
+        fd = raw_half_closed("DELETE", path, hdr, "");
+        raw_read_all(fd, buf, sizeof buf, 2000, &closed);
+        close(fd);
+        cr_assert(!strncmp(buf, "HTTP/1.1 204", 12), "round %d, release: '%s'", round, buf);
+        cr_assert_not(is_held(name), "round %d", round);
     }
-    usleep(2500000);
-    cr_assert_geq(metric(C, "redlockd_cancelled_total"), N);
-    h_resp g = h_http(C, "GET", "/locks/hc", NULL, NULL);
-    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(g.json, "held")), "%s", g.body);
-    cr_assert_eq(keys_left("hc"), 0);
-    for (int i = 0; i < N; i++)
-        close(fds[i]);
-    h_resp_free(&g);
+
+    /* a waiter, granted when the holder releases */
+    h_resp held = h_http(C, "POST", "/locks/hcw", "{\"ttl_ms\":30000}", NULL);
+    cr_assert_eq(held.status, 201);
+    int fd = raw_half_closed("POST", "/locks/hcw", NULL, "{\"wait_ms\":5000,\"ttl_ms\":30000}");
+    usleep(300000);
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&held, "token"));
+    h_resp d = h_http(C, "DELETE", "/locks/hcw", NULL, hdr, NULL);
+    cr_assert_eq(d.status, 204);
+    raw_read_all(fd, buf, sizeof buf, 3000, &closed);
+    close(fd);
+    cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "waiter: '%s'", buf);
+    raw_token(buf, tok, sizeof tok);
+    cr_assert(is_held("hcw"), "the waiter's grant was taken back");
+    h_resp_free(&d);
     h_resp_free(&held);
+
+    /* a held stream: renewed while half-closed, released when closed */
+    fd = raw_half_closed("POST", "/locks/hch", NULL, "{\"hold\":true,\"ttl_ms\":1500}");
+    raw_read_all(fd, buf, sizeof buf, 1200, &closed);
+    cr_assert_not(closed, "the held stream ended: '%s'", buf);
+    cr_assert(strstr(buf, "HTTP/1.1 201") && strstr(buf, "\"event\":\"acquired\"") &&
+              strstr(buf, "\"event\":\"renewed\""), "held stream: '%s'", buf);
+    cr_assert(is_held("hch"));
+    close(fd);
+    uint64_t t0 = h_now_us();
+    while (is_held("hch") && h_now_us() - t0 < 1500000)
+        usleep(20000);
+    cr_assert_not(is_held("hch"), "held %.0f ms after its client closed", (h_now_us() - t0) / 1000.0);
+    cr_assert_eq(metric(C, "redlockd_abandoned_grants_total"), 0);
+    cr_assert_eq(metric(C, "redlockd_cancelled_total"), 0);
 }
 
 /* A grant whose answer cannot be delivered (the client closed just before
