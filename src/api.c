@@ -287,7 +287,33 @@ char *api_error_json(enum api_err e, const char *message)
     return print_and_free(error_object(e, message));
 }
 
-static const char *outcome_message(const rl_request *req, const rl_result *res)
+void api_no_quorum_message(const rl_result *res, char *out, size_t outlen)
+{
+    int silent = res->masters_total - res->masters_ok - res->masters_refusing - res->masters_quarantined;
+    if (res->setup_pending) {
+        snprintf(out, outlen, "the masters are not set up as one cluster yet: set-up needs every "
+                 "master to answer, and %d of %d did (see /readyz)",
+                 res->masters_total - (silent > 0 ? silent : 0), res->masters_total);
+        return;
+    }
+    if (!res->masters_refusing && !res->masters_quarantined) {
+        snprintf(out, outlen, "fewer than a majority of the Redis masters answered in time");
+        return;
+    }
+    int n = snprintf(out, outlen, "fewer than a majority of the Redis masters could vote (%d of %d did)",
+                     res->masters_ok, res->masters_total);
+    if (res->masters_refusing && n >= 0 && (size_t)n < outlen)
+        n += snprintf(out + n, outlen - (size_t)n, ": %d answered with an error (%.100s)",
+                      res->masters_refusing, res->refusal);
+    if (res->masters_quarantined && n >= 0 && (size_t)n < outlen)
+        n += snprintf(out + n, outlen - (size_t)n, "%s %d sit out in restart quarantine",
+                      res->masters_refusing ? "," : ":", res->masters_quarantined);
+    if (silent > 0 && n >= 0 && (size_t)n < outlen)
+        snprintf(out + n, outlen - (size_t)n, ", %d did not answer in time", silent);
+}
+
+static const char *outcome_message(const rl_request *req, const rl_result *res, char *buf,
+                                   size_t buflen)
 {
     switch (res->outcome) {
     case RL_LOCKED:
@@ -297,7 +323,8 @@ static const char *outcome_message(const rl_request *req, const rl_result *res)
                    ? "the token does not hold the lock: another owner holds it now"
                    : "the token does not hold the lock: it expired or was released";
     case RL_NO_QUORUM:
-        return "fewer than a majority of the Redis masters answered in time";
+        api_no_quorum_message(res, buf, buflen);
+        return buf;
     case RL_SHUTTING_DOWN:
         return "the service is shutting down";
     case RL_TOO_MANY_WAITERS:
@@ -317,7 +344,8 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     int e = api_err_of_outcome(res->outcome);
     if (e >= 0) {
         *status = api_errors[e].status;
-        cJSON *o = error_object((enum api_err)e, outcome_message(req, res));
+        char buf[300];
+        cJSON *o = error_object((enum api_err)e, outcome_message(req, res, buf, sizeof buf));
         if (!o)
             return NULL;
         if (res->outcome == RL_LOCKED || res->outcome == RL_TOO_MANY_WAITERS ||
@@ -331,6 +359,8 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         } else if (res->outcome == RL_NO_QUORUM) {
             add_int(o, "masters_ok", res->masters_ok);
             add_int(o, "masters_total", res->masters_total);
+            add_int(o, "masters_refusing", res->masters_refusing);
+            add_int(o, "masters_quarantined", res->masters_quarantined);
         }
         return print_and_free(o);
     }
@@ -481,9 +511,11 @@ char *api_dapr_result_json(bool unlock, const rl_result *res, int *status)
     if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN ||
         (!unlock && res->outcome == RL_INTERNAL)) {
         *status = 500;
-        char m[160];
+        char why[300], m[320];
+        if (res->outcome == RL_NO_QUORUM)
+            api_no_quorum_message(res, why, sizeof why);
         snprintf(m, sizeof m, "%s failed: %s", unlock ? "unlock" : "lock",
-                 res->outcome == RL_NO_QUORUM ? "fewer than a majority of lock masters answered"
+                 res->outcome == RL_NO_QUORUM ? why
                  : res->outcome == RL_SHUTTING_DOWN ? "the lock service is stopping"
                                                     : "internal error");
         return api_dapr_error_json(unlock ? API_DAPR_ERR_UNLOCK : API_DAPR_ERR_TRY_LOCK, m);

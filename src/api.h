@@ -87,6 +87,11 @@ int api_err_of_outcome(enum rl_outcome o);
 /* JSON of an error: {"error","message"} */
 char *api_error_json(enum api_err e, const char *message);
 
+/* The message of a 503 no_quorum: what kept a majority from voting
+ * (set-up waiting for a master, masters answering with errors, restart
+ * quarantine, or no answer in time). */
+void api_no_quorum_message(const rl_result *res, char *out, size_t outlen);
+
 /* Builds the answer to a finished lock operation: sets *status and returns
  * the body (NULL for 204). For RL_LOCKED and RL_TOO_MANY_WAITERS also sets
  * *retry_after_s. */

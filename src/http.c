@@ -25,6 +25,7 @@
 #include "deadline.h"
 #include "hold.h"
 #include "log.h"
+#include "quarantine.h"
 #include "rules.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
@@ -219,6 +220,11 @@ static void status_of(http_server *s, int i, master_status *out)
             out->restarts = o.restarts;
         out->errors += o.errors;
         out->replies += o.replies;
+        out->refusals += o.refusals;
+        if (o.refusing && !out->refusing) {
+            out->refusing = true;
+            memcpy(out->refusal, o.refusal, sizeof out->refusal);
+        }
         out->reply_us_sum += o.reply_us_sum;
     }
 }
@@ -226,14 +232,20 @@ static void status_of(http_server *s, int i, master_status *out)
 static enum MHD_Result serve_readyz(req_ctx *ctx)
 {
     mpool *p = ctx->s->pool;
-    int n = mpool_size(p), up = 0, voting = 0;
+    int n = mpool_size(p), up = 0, voting = 0, refusing = 0, quarantined = 0, marked = 0;
+    char refusal[sizeof ((master_status *)0)->refusal] = "";
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
     for (int i = 0; arr && i < n; i++) {
         master_status st;
         status_of(ctx->s, i, &st);
         up += st.up;
-        voting += st.up && !st.quarantined;
+        voting += st.up && !st.quarantined && !st.refusing;
+        refusing += st.refusing;
+        quarantined += st.quarantined;
+        marked += st.marker == QMARK_PENDING || st.marker == QMARK_READY;
+        if (st.refusing && !refusal[0])
+            memcpy(refusal, st.refusal, sizeof refusal);
         cJSON *mo = cJSON_CreateObject();
         if (!mo)
             break;
@@ -241,6 +253,9 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
         cJSON_AddBoolToObject(mo, "up", st.up);
         cJSON_AddBoolToObject(mo, "quarantined", st.quarantined);
         cJSON_AddBoolToObject(mo, "notices", st.subscribed);
+        cJSON_AddBoolToObject(mo, "refusing", st.refusing);
+        if (st.refusing)
+            cJSON_AddStringToObject(mo, "refusal", st.refusal);
         if (st.quarantined)
             cJSON_AddNumberToObject(mo, "quarantine_left_ms", (double)st.quarantine_left_ms);
         static const char *const markers[] = {"unknown", "missing", "pending", "ready"};
@@ -258,8 +273,23 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
     /* Ready when a majority can vote: quarantined masters answer but do not count. */
     bool ready = voting >= n / 2 + 1;
     cJSON_AddStringToObject(o, "status", ready ? "ready" : "not_ready");
+    if (!ready) {
+        char why[200];
+        if (quarantined && !marked)
+            snprintf(why, sizeof why, "the masters are not set up as one cluster yet: set-up needs "
+                     "every master to answer, and %d of %d do", up, n);
+        else if (refusing)
+            snprintf(why, sizeof why, "%d of %d masters answer lock commands with an error (%s)",
+                     refusing, n, refusal);
+        else if (quarantined)
+            snprintf(why, sizeof why, "%d of %d masters sit out in restart quarantine", quarantined, n);
+        else
+            snprintf(why, sizeof why, "%d of %d masters answer", up, n);
+        cJSON_AddStringToObject(o, "reason", why);
+    }
     cJSON_AddNumberToObject(o, "masters_up", up);
     cJSON_AddNumberToObject(o, "masters_voting", voting);
+    cJSON_AddNumberToObject(o, "masters_refusing", refusing);
     cJSON_AddNumberToObject(o, "masters_total", n);
     cJSON_AddNumberToObject(o, "quorum", n / 2 + 1);
     char *body = cJSON_PrintUnformatted(o);
@@ -278,6 +308,9 @@ static const struct {
     {"redlockd_master_notices_up", "gauge", "1 while subscribed to the master's release notices."},
     {"redlockd_master_may_lose_locks", "gauge",
      "1 while the master may lose locks: maxmemory-policy other than noeviction, or appendonly off."},
+    {"redlockd_master_refusing", "gauge",
+     "1 while the master answers lock commands with an error (OOM, READONLY, NOPERM ...)."},
+    {"redlockd_master_refusals_total", "counter", "Lock commands the master answered with an error."},
 };
 
 static unsigned long long master_family_value(const master_status *st, size_t family)
@@ -288,7 +321,9 @@ static unsigned long long master_family_value(const master_status *st, size_t fa
     case 2: return st->quarantined;
     case 3: return st->restarts;
     case 4: return st->subscribed;
-    default: return st->may_lose_locks;
+    case 5: return st->may_lose_locks;
+    case 6: return st->refusing;
+    default: return st->refusals;
     }
 }
 

@@ -47,6 +47,10 @@
 
 #define MASTER_MAX CONF_MAX_MASTERS
 #define MREPLY_MAX_INTS 4
+/* A master whose last lock command was answered with an error counts as
+ * refusing for this long, unless a later one is answered with a value:
+ * without traffic, readiness comes back on its own. */
+#define MASTER_REFUSING_MS 10000
 /* A grant's value (token, space, suffix) and, from inspect, the owner
  * (128 bytes, RL_OWNER_MAX) after it. */
 #define MREPLY_STR_MAX (TOKEN_MAX_LEN + 32 + 128)
@@ -92,6 +96,10 @@ typedef struct mscript {
     /* What a redo runs instead, with the same keys and arguments (NULL: this
      * script): a later replay may need a narrower match than the original. */
     const struct mscript *redo_as;
+    /* It writes what takes memory (a lock, a counter): a master that refuses
+     * such a script (OOM, READONLY ...) refuses locks, until one succeeds
+     * (master_status.refusing). A release needs none, and says nothing. */
+    bool takes_memory;
 } mscript;
 
 /* Computes s->sha from s->body. */
@@ -129,6 +137,10 @@ typedef struct master_status {
     unsigned long long errors;  /* connections lost or refused, timeouts */
     unsigned long long replies; /* replies received */
     unsigned long long reply_us_sum; /* total latency of those replies */
+    bool refusing;              /* up, but its last lock command (within
+                                   MASTER_REFUSING_MS) was answered with an error */
+    char refusal[9];            /* that error's first word ("OOM", "READONLY"), "" if none */
+    unsigned long long refusals; /* lock commands answered with an error */
 } master_status;
 
 /* Creates the pool (copies cfg); connects only once started. NULL on OOM. */

@@ -154,6 +154,15 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
     mr.quarantined = master_guard(p, m, b->script, &mr);
     if (mr.kind == MREPLY_ERROR)
         master_log_error(m, b->script->name, mr.str, now);
+    if (mr.kind == MREPLY_ERROR && b->script->takes_memory) {
+        uint64_t word = 0;
+        memcpy(&word, mr.str, strcspn(mr.str, " ") < 8 ? strcspn(mr.str, " ") : 8);
+        atomic_store(&m->refusal_word, word);
+        atomic_store(&m->refused_at_us, now ? now : 1);
+        atomic_fetch_add(&m->refusals, 1);
+    } else if (b->script->takes_memory) {
+        atomic_store(&m->refused_at_us, 0);
+    }
     mpool_batch_answer(b, r->slot, &mr);
 }
 

@@ -351,4 +351,11 @@ void mpool_status(mpool *p, int i, master_status *out)
     out->errors = atomic_load(&m->errors);
     out->replies = atomic_load(&m->replies);
     out->reply_us_sum = atomic_load(&m->reply_us_sum);
+    uint64_t refused = atomic_load(&m->refused_at_us);
+    out->refusing = out->up && refused && now < refused + MASTER_REFUSING_MS * 1000ULL;
+    uint64_t word = atomic_load(&m->refusal_word);
+    memset(out->refusal, 0, sizeof out->refusal);
+    if (out->refusing)
+        memcpy(out->refusal, &word, sizeof word);
+    out->refusals = atomic_load(&m->refusals);
 }

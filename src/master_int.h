@@ -128,6 +128,10 @@ struct master {
     atomic_ullong errors;       /* connections lost or refused, timeouts */
     atomic_ullong replies;      /* replies received */
     atomic_ullong reply_us_sum; /* total latency of those replies */
+    atomic_ullong refused_at_us; /* monotonic: its last lock command was answered with an
+                                    error (OOM, READONLY, NOPERM ...); 0 after a value */
+    atomic_ullong refusals;     /* lock commands answered with an error */
+    atomic_ullong refusal_word; /* the first bytes (up to 8) of that error's first word */
 
     /* The release-notice subscription: its own connection, read only. */
     redisContext *sub;          /* NULL while down */

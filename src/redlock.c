@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -21,6 +22,7 @@
 #include "log.h"
 #include "master.h"
 #include "metrics.h"
+#include "quarantine.h"
 #include "quorum.h"
 #include "scripts.h"
 
@@ -207,10 +209,37 @@ static void op_answer(rl_task *op)
     op_maybe_free(op);
 }
 
-static void op_no_quorum(rl_task *op, int answered)
+/* Says in op->res why fewer than a majority voted, from a round's replies:
+ * masters that answered with an error, those in quarantine, and whether
+ * the masters are not yet set up as a cluster (their markers, as the pool
+ * last saw them). */
+static void explain_no_quorum(rl_task *op, const master_reply *replies)
+{
+    rl_engine *e = op->e;
+    rl_result *res = &op->res;
+    bool any_marker = false;
+    res->masters_refusing = res->masters_quarantined = 0;
+    res->refusal[0] = '\0';
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (r->kind == MREPLY_ERROR) {
+            if (!res->masters_refusing++)
+                snprintf(res->refusal, sizeof res->refusal, "%s", r->has_str ? r->str : "error");
+        } else if (r->kind == MREPLY_VALUE && r->quarantined) {
+            res->masters_quarantined++;
+        }
+        master_status st;
+        mpool_status(e->pool, i, &st);
+        any_marker |= st.marker == QMARK_PENDING || st.marker == QMARK_READY;
+    }
+    res->setup_pending = e->cfg.guard && res->masters_quarantined > 0 && !any_marker;
+}
+
+static void op_no_quorum(rl_task *op, int answered, const master_reply *replies)
 {
     op->res.outcome = RL_NO_QUORUM;
     op->res.masters_ok = answered;
+    explain_no_quorum(op, replies);
     op_answer(op);
 }
 
@@ -652,6 +681,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
         return;
     case QUORUM_NO_QUORUM:
         op->res.masters_ok = yes + no;
+        explain_no_quorum(op, replies);
         acquire_fail(op, RL_NO_QUORUM, maybe_ours);
         return;
     }
@@ -689,7 +719,7 @@ static void extend_voted(void *arg, const master_reply *replies)
     }
     enum quorum_outcome q = quorum_decide(e->n, yes, answered);
     if (q == QUORUM_NO_QUORUM) {
-        op_no_quorum(op, answered);
+        op_no_quorum(op, answered, replies);
         return;
     }
     long long validity = quorum_validity_ms(op->req.ttl_ms, (long long)(mpool_now_us() - op->start_us),
@@ -739,7 +769,7 @@ static void release_voted(void *arg, const master_reply *replies)
         op->res.outcome = RL_NOT_HELD;
         op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
     } else {
-        op_no_quorum(op, answered);
+        op_no_quorum(op, answered, replies);
         return;
     }
     op_answer(op);
@@ -767,7 +797,7 @@ static void inspect_voted(void *arg, const master_reply *replies)
     for (int i = 0; i < e->n; i++)
         answered += is_vote(&replies[i], 1);
     if (answered < q) {
-        op_no_quorum(op, answered);
+        op_no_quorum(op, answered, replies);
         return;
     }
     op->res.outcome = RL_OK;

@@ -68,6 +68,12 @@ typedef struct rl_result {
     char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
     int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */
     int masters_total;
+    /* With RL_NO_QUORUM, why fewer than a majority voted: */
+    int masters_refusing;             /* answered with an error (OOM, READONLY, NOPERM ...) */
+    int masters_quarantined;          /* answered, but sit out the vote (restart quarantine) */
+    bool setup_pending;               /* no master is set up as part of a cluster yet:
+                                         set-up waits for every master to answer */
+    char refusal[100];                /* the first such error, as the master said it */
 } rl_result;
 
 /* Called exactly once per submitted request, on the engine's thread. res is

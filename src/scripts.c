@@ -40,7 +40,7 @@ mscript script_acquire = {"acquire",
     "  if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. '\\n' .. ARGV[4], 'PX', ARGV[2]) end\n"
     "  return {1, f}\n"
     "end\n"
-    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL};
+    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true};
 
 mscript script_settle = {"settle",
     GUARD
@@ -48,7 +48,7 @@ mscript script_settle = {"settle",
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "  return 1\n"
     "end\n"
-    "return 0\n", "", true, true, NULL};
+    "return 0\n", "", true, true, NULL, true};
 
 mscript script_extend = {"extend",
     GUARD
@@ -63,7 +63,7 @@ mscript script_extend = {"extend",
     "  return {1, c}\n"
     "end\n"
     "if v then return {-1} end\n"
-    "return {0}\n", "", false, true, NULL};
+    "return {0}\n", "", false, true, NULL, true};
 
 mscript script_inspect = {"inspect",
     GUARD
@@ -73,7 +73,7 @@ mscript script_inspect = {"inspect",
     "if " COUNTER_BAD("c") " then c = 0 end\n"
     "local o, owner = redis.call('GET', KEYS[3]), ''\n"
     "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
-    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL};
+    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false};
 
 /* A release: match is the Lua test of the stored value v (scripts.h). */
 #define RELEASE_BODY(match) \
@@ -87,8 +87,9 @@ mscript script_inspect = {"inspect",
     "return 0\n"
 #define MATCH_TOKEN "v == ARGV[1] or (ARGV[2] == '~' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ')"
 
-mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL};
-mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay};
+mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false};
+mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay,
+                              false};
 
 mscript script_marker = {"marker",
     "local mk, act, run_id = KEYS[1], ARGV[1], ARGV[2]\n"
@@ -124,7 +125,7 @@ mscript script_marker = {"marker",
     "if st ~= 'ready' then return {1, 0} end\n"
     "local left = (tonumber(redis.call('HGET', mk, 'until') or '0') or 0) - now\n"
     "if left < 0 then left = 0 end\n"
-    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL};
+    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false};
 
 void scripts_init(void)
 {

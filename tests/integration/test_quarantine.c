@@ -189,6 +189,17 @@ Test(quarantine, new_cluster_is_set_up_only_when_every_master_answers)
     h_master_pause(C, 4);
     B = h_peer_start(C, NULL);
     cr_assert_eq(try_take(B, "N", 600), 503, "set up with one master unknown");
+    /* Both the refusal and /readyz say why: set-up waits for master 4. */
+    h_resp no = h_http(B, "POST", "/locks/N", NULL, NULL);
+    cr_assert_eq(no.status, 503, "%s", no.body);
+    cr_assert(strstr(h_str(&no, "message"), "set-up needs every master to answer, and 4 of 5 did"),
+              "%s", no.body);
+    h_resp_free(&no);
+    h_resp rz0 = h_http(B, "GET", "/readyz", NULL, NULL);
+    cr_assert_eq(rz0.status, 503);
+    cr_assert(strstr(h_str(&rz0, "reason"), "set-up needs every master to answer, and 4 of 5 do"),
+              "%s", rz0.body);
+    h_resp_free(&rz0);
     for (int i = 0; i < 4; i++) {
         redisReply *r = h_redis(C, i, "HGET redlockd#marker state");
         cr_assert(r->type == REDIS_REPLY_NIL || !strcmp(r->str, "pending"),

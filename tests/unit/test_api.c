@@ -423,3 +423,33 @@ Test(api, dapr_answers)
     cr_assert_eq(api_route_of("/v1.0/healthz", &route_name), ROUTE_DAPR_HEALTHZ);
     cr_assert_eq(api_route_of("/v1.0/metadata", &route_name), ROUTE_DAPR_METADATA);
 }
+
+/* A 503 no_quorum says what kept the majority from voting. */
+Test(no_quorum, message_names_the_cause)
+{
+    char m[300];
+    rl_result r = {.outcome = RL_NO_QUORUM, .masters_ok = 1, .masters_total = 5};
+    api_no_quorum_message(&r, m, sizeof m);
+    cr_assert_str_eq(m, "fewer than a majority of the Redis masters answered in time");
+    r.masters_ok = 2;
+    r.masters_refusing = 3;
+    snprintf(r.refusal, sizeof r.refusal, "OOM command not allowed when used memory > 'maxmemory'.");
+    api_no_quorum_message(&r, m, sizeof m);
+    cr_assert_str_eq(m, "fewer than a majority of the Redis masters could vote (2 of 5 did): 3 answered "
+                        "with an error (OOM command not allowed when used memory > 'maxmemory'.)");
+    r.masters_ok = 0;
+    r.masters_refusing = 1;
+    r.masters_quarantined = 2;
+    api_no_quorum_message(&r, m, sizeof m);
+    cr_assert_str_eq(m, "fewer than a majority of the Redis masters could vote (0 of 5 did): 1 answered "
+                        "with an error (OOM command not allowed when used memory > 'maxmemory'.), 2 sit "
+                        "out in restart quarantine, 2 did not answer in time");
+    rl_result setup = {.outcome = RL_NO_QUORUM, .masters_total = 5, .masters_quarantined = 4,
+                       .setup_pending = true};
+    api_no_quorum_message(&setup, m, sizeof m);
+    cr_assert_str_eq(m, "the masters are not set up as one cluster yet: set-up needs every master to "
+                        "answer, and 4 of 5 did (see /readyz)");
+    char small[20];
+    api_no_quorum_message(&r, small, sizeof small);   /* cut, never overrun */
+    cr_assert_eq(strlen(small), sizeof small - 1);
+}
