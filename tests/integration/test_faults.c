@@ -106,9 +106,10 @@ Test(faults, killed_majority_answers_503)
 
 Test(faults, master_restarted_empty_still_works)
 {
-    /* A short longest TTL keeps the restarted master's quarantine short. */
+    /* A short longest TTL and fence keep keep the restarted master's
+     * quarantine short. */
     h_daemon_stop(C);
-    h_daemon_start(C, "--max-ttl-ms", "1000", "--default-ttl-ms", "1000", NULL);
+    h_daemon_start(C, "--max-ttl-ms", "1000", "--default-ttl-ms", "1000", "--fence-keep-ms", "1000", NULL);
     h_master_restart(C, 0);   /* no persistence: data and script cache gone */
     uint64_t until = h_now_us() + 8000000;
     bool seen_out = false;   /* it lost its data: it sits out first */
