@@ -56,13 +56,14 @@ static const struct opt opts[] = {
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
     {"quarantine", OPT_ONOFF, 0, 0, 0, 0,
      "on or off: keep a master seen to restart out of every vote until it has been up for "
-     "--max-ttl-ms plus drift (default on; off only with appendfsync always, see README)"},
+     "--max-ttl-ms plus --fence-keep-ms plus drift (default on; off only with appendfsync "
+     "always, see README)"},
     {"notify", OPT_ONOFF, 0, 0, 0, 0,
      "on or off: publish a notice on the masters when a lock is released and subscribe to them, "
      "so waiting acquires on every instance try at once (default on)"},
-    {"fence-keep-ms", OPT_INT, 0, 3600000, 0, 0,
+    {"fence-keep-ms", OPT_INT, 1, 3600000, 0, 0,
      "how long a name's fence counter outlives its lock; must exceed the largest clock "
-     "difference between two masters (default 60000)"},
+     "difference between two masters, and lengthens restart quarantine (default 60000)"},
     {"cluster-setup", OPT_CHOICE, 0, 0, 0, 0,
      "auto or manual: auto marks a brand-new set of masters (no marker on any, every one "
      "answering) as a cluster by itself; manual never does, see --setup-cluster (default auto)"},

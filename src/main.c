@@ -155,10 +155,15 @@ int main(int argc, char **argv)
 
     log_config(&cfg);
     metrics *m = metrics_new();
-    /* A restarted master sits out the longest TTL plus its drift: every lock
-     * it may have lost has expired by then. */
+    /* A master that lost data sits out the longest TTL plus the fence keep
+     * plus drift: by then every lock it may have lost has expired, and so
+     * has every fence counter it kept (a counter lives ttl + fence keep from
+     * its last write, on the same master's clock), so none it kept can be
+     * stale, below a fence handed out by masters it lost writes of
+     * (docs/safety.md). */
     uint64_t quarantine_us =
-        cfg.quarantine ? (uint64_t)((double)cfg.max_ttl_ms + quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
+        cfg.quarantine ? (uint64_t)((double)cfg.max_ttl_ms + (double)cfg.fence_keep_ms +
+                                    quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
                        : 0;
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
                        quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe};

@@ -106,7 +106,7 @@ static void on_read(void *arg, const master_reply *replies)
         if (act[i] == QACT_RESTORE)
             log_event(LOG_LEVEL_WARN, "master_lost_data", "master", idx, "why",
                       "no cluster marker while other masters hold one: it sits out every vote "
-                      "for the longest TTL plus drift", NULL);
+                      "for the longest TTL plus the fence keep plus drift", NULL);
         else if (act[i] == QACT_PENDING)
             log_event(LOG_LEVEL_INFO, "cluster_setup", "master", idx, NULL);
         const char *args[] = {SCRIPT_MARKER_KEY, action_name(act[i]), mpool_run_id(mc->p, i),

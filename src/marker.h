@@ -22,7 +22,7 @@ struct mpool;
 typedef struct marker_check marker_check;
 
 /* window_us: how long a master that lost its data sits out (the longest TTL
- * plus drift). auto_setup: a brand-new cluster (no marker anywhere, every
+ * plus the fence keep plus drift). auto_setup: a brand-new cluster (no marker anywhere, every
  * master answering) is set up by the check itself. NULL on OOM. */
 marker_check *marker_check_new(struct mpool *p, uint64_t window_us, bool auto_setup);
 /* The same for one of several pools of one process (one per event loop):

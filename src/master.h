@@ -113,7 +113,7 @@ typedef struct mpool_config {
     long long timeout_ms;       /* per-command reply deadline */
     const char *password;       /* AUTH on every connection; NULL for none */
     uint64_t quarantine_us;     /* restart quarantine window (longest TTL plus
-                                   drift); 0 turns quarantine off */
+                                   fence keep plus drift); 0 turns quarantine off */
     long long max_ttl_ms;       /* how long a redo_when_back command waits */
     bool refuse_unsafe;         /* masters that may lose locks do not vote */
 } mpool_config;

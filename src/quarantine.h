@@ -11,7 +11,8 @@
  *  - a master with no marker while another master has a ready one lost its
  *    data (a restart without persistence, FLUSHALL, eviction, a new server
  *    behind the same address): it gets a marker that keeps it out of votes
- *    until max TTL plus drift from then;
+ *    until max TTL plus fence keep plus drift from then (the fence counters
+ *    it kept expire by then too);
  *  - a master whose run_id differs from its marker's restarted with its data:
  *    it votes at once when it persists every write (appendonly yes with
  *    appendfsync always), else it sits out the same window;

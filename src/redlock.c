@@ -269,6 +269,35 @@ static void release_unwatched(rl_task *op, uint32_t mask, const char *value)
     mpool_eval(e->pool, &script_release, mask, 2, 5, args, lens, NULL, NULL);
 }
 
+/* A release or extension by a caller's token answers, from each master where
+ * it matched, the stored value: the token itself, or for a caller's own token
+ * (a Dapr lockOwner) the token, a space and that grant's suffix. Releases,
+ * on the masters in mask, every such value found in the replies of the
+ * masters in from, other than the bare token (whose own replay already
+ * matches it). A master that cannot take one now runs it when it is back;
+ * each matches one grant's exact value, one this caller's request matched,
+ * so a later grant of the same caller is never touched. */
+static void release_values_seen(rl_task *op, const master_reply *replies, uint32_t from,
+                                uint32_t mask)
+{
+    const char *seen[MASTER_MAX];
+    int nseen = 0;
+    for (int i = 0; mask && i < op->e->n; i++) {
+        const master_reply *r = &replies[i];
+        /* A value as long as the reply buffer may have been cut short. */
+        if (!(from & (1u << i)) || !r->has_str || r->str_len == 0 || r->str_len >= MREPLY_STR_MAX ||
+            memchr(r->str, '\0', r->str_len) || !strcmp(r->str, op->req.token))
+            continue;
+        bool dup = false;
+        for (int k = 0; k < nseen && !dup; k++)
+            dup = !strcmp(seen[k], r->str);
+        if (!dup)
+            seen[nseen++] = r->str;
+    }
+    for (int k = 0; k < nseen; k++)
+        release_unwatched(op, mask, seen[k]);
+}
+
 /* ---- acquire ---- */
 
 static void acquire_attempt(rl_task *op);
@@ -739,8 +768,11 @@ static void extend_voted(void *arg, const master_reply *replies)
     op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
     if (!op->req.keep_on_fail && (yes_mask || answered < e->n)) {
         /* Every master, not only the yes votes: a quarantined or late master
-         * may hold the token too. The script deletes only our own token. */
+         * may hold the token too. The script deletes only our own token:
+         * a plain token is the stored value; a caller's own token is stored
+         * with a suffix, which the yes votes told us. */
         release_unwatched(op, all_mask(e), op->req.token);
+        release_values_seen(op, replies, yes_mask, all_mask(e));
     }
     op_answer(op);
 }
@@ -753,14 +785,22 @@ static void release_voted(void *arg, const master_reply *replies)
     rl_engine *e = op->e;
     int deleted = 0, answered = 0;
     bool other = false;
+    uint32_t deleted_mask = 0, missed = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (r->kind != MREPLY_VALUE || r->nints < 1)
+        if (r->kind != MREPLY_VALUE || r->nints < 1) {
+            missed |= 1u << i;
             continue;
+        }
         answered++;
         deleted += r->ints[0] == 1;
+        deleted_mask |= (uint32_t)(r->ints[0] == 1) << i;
         other |= r->ints[0] == -1;
     }
+    /* A master that missed the release runs it when back, but as a replay
+     * that matches the exact stored value, and a caller's own token is
+     * stored with a suffix: send it the values the others deleted. */
+    release_values_seen(op, replies, deleted_mask, missed);
     if (deleted > 0) {
         op->res.outcome = RL_OK;
         if (e->cfg.notify)   /* waiters here need no notice */

@@ -58,9 +58,9 @@ mscript script_extend = {"extend",
     "  local o = redis.call('GET', KEYS[3])\n"
     "  if o and string.sub(o, 1, #v + 1) == v .. '\\n' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end\n"
     "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
-    "  if " COUNTER_BAD("c") " then return {1, 0} end\n"
+    "  if " COUNTER_BAD("c") " then return {1, 0, v} end\n"
     "  redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
-    "  return {1, c}\n"
+    "  return {1, c, v}\n"
     "end\n"
     "if v then return {-1} end\n"
     "return {0}\n", "", false, true, NULL, true};
@@ -81,7 +81,7 @@ mscript script_inspect = {"inspect",
     "if v and (" match ") then\n" \
     "  redis.call('DEL', KEYS[1], KEYS[2])\n" \
     "  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end\n" \
-    "  return 1\n" \
+    "  return {1, v}\n" \
     "end\n" \
     "if v then return -1 end\n" \
     "return 0\n"

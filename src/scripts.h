@@ -75,9 +75,10 @@ extern mscript script_acquire;
 extern mscript script_settle;
 /* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms,
  * guard. value matches as with release mode "~"; the owner key of the stored
- * value is extended too. {1, counter} after resetting the
+ * value is extended too. {1, counter, stored value} after resetting the
  * key's expiry to ttl_ms (the counter's to counter_px_ms); {-1} when
- * another value holds key; {0} when absent. */
+ * another value holds key; {0} when absent. The stored value lets a failed
+ * extension by a caller's token release that exact grant everywhere. */
 extern mscript script_extend;
 /* KEYS key, key#fence, key#owner, marker; ARGV guard. {pttl, counter,
  * owner_len, value .. owner} when present (counter 0 when it does not parse;
@@ -90,12 +91,14 @@ extern mscript script_inspect;
  * mode "~": where it holds value or value followed by a space (any grant of a caller's token: what
  * DELETE and Dapr's unlock send). On delete, publishes key on channel unless
  * it is empty (the counter expires by itself, ttl + keep after the grant:
- * shortening it here cost every release two more commands). 1 deleted, -1
- * another value holds the key, 0 absent. redo_when_back: a master that misses
- * it runs it when it is back, so a grant it may hold never outlives the
- * release by a TTL; but the replay is script_release_replay, which matches
- * the exact value only: replayed later, "~" could delete a newer grant of the
- * same caller token (a Dapr lockOwner is reused). */
+ * shortening it here cost every release two more commands). {1, deleted
+ * value} deleted, -1 another value holds the key, 0 absent. redo_when_back: a
+ * master that misses it runs it when it is back, so a grant it may hold never
+ * outlives the release by a TTL; but the replay is script_release_replay,
+ * which matches the exact value only: replayed later, "~" could delete a
+ * newer grant of the same caller token (a Dapr lockOwner is reused). So for
+ * a "~" release the engine also sends, to every master that missed it, a
+ * release of each exact value the others deleted (redlock.c). */
 extern mscript script_release;
 extern mscript script_release_replay;
 

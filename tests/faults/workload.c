@@ -477,9 +477,12 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
     static char ttl[24];   /* dargv points here for restarts */
     snprintf(ttl, sizeof ttl, "%lld", sc->ttl_ms);
     const char **argv = r->dargv;
-    const char *fixed[] = {"--default-ttl-ms", ttl, "--max-ttl-ms", ttl, "--master-timeout-ms", "50"};
+    /* A short fence keep keeps the restarted masters' quarantine short; a
+     * scenario's own flags come after, and win. */
+    const char *fixed[] = {"--default-ttl-ms", ttl, "--max-ttl-ms", ttl, "--master-timeout-ms", "50",
+                           "--fence-keep-ms", "1000"};
     int a = 0;
-    for (; a < 6; a++)
+    for (; a < 8; a++)
         argv[a] = fixed[a];
     for (int i = 0; sc->daemon_flags[i] && a < 15; i++)
         argv[a++] = sc->daemon_flags[i];
@@ -540,7 +543,11 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
     if (keep)
         setenv("H_KEEP", "1", 1);   /* the logs of a failed run stay for reading */
     cr_assert_gt(p.grants, 3, "%s: only %ld grants in %ld attempts", sc->label, p.grants, p.attempts);
-    if (sc->expect_violation) {
+    if (sc->expect_violation == FL_EXPECT_FENCE) {
+        /* Negative control: the fence check must catch the unsafe setting. */
+        cr_assert_gt(p.fence_violations, 0, "%s: the checker found no fence going backwards "
+                     "where one was expected", sc->label);
+    } else if (sc->expect_violation) {
         /* Negative control: the same checks must catch the unsafe setting. */
         cr_assert(p.overlaps > 0 || lost > 0,
                   "%s: the checker found no violation where one was expected", sc->label);

@@ -28,6 +28,9 @@ typedef struct fl_resource {
 
 typedef struct fl_run fl_run;
 
+#define FL_EXPECT_OVERLAP 1
+#define FL_EXPECT_FENCE 2
+
 typedef struct fl_scenario {
     const char *label;
     int clients;
@@ -39,7 +42,9 @@ typedef struct fl_scenario {
     const char *extra_redis;
     void (*fault)(fl_run *r);   /* the fault thread's body; returns when done */
     bool check_availability;    /* 99% of free-name attempts granted, p99 bound */
-    bool expect_violation;      /* negative control: the checker must find one */
+    int expect_violation;       /* negative control: the checker must find one, either
+                                   FL_EXPECT_OVERLAP (overlaps or lost writes) or
+                                   FL_EXPECT_FENCE (fences that do not increase) */
     int peers;                  /* extra redlockd instances on the same masters; client i
                                    goes through instance i % (peers + 1) */
     int stream_hold_max_ms;     /* > 0: odd clients take the lock as a held stream and keep

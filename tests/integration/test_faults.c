@@ -106,9 +106,10 @@ Test(faults, killed_majority_answers_503)
 
 Test(faults, master_restarted_empty_still_works)
 {
-    /* A short longest TTL keeps the restarted master's quarantine short. */
+    /* A short longest TTL and fence keep keep the restarted master's
+     * quarantine short. */
     h_daemon_stop(C);
-    h_daemon_start(C, "--max-ttl-ms", "1000", "--default-ttl-ms", "1000", NULL);
+    h_daemon_start(C, "--max-ttl-ms", "1000", "--default-ttl-ms", "1000", "--fence-keep-ms", "1000", NULL);
     h_master_restart(C, 0);   /* no persistence: data and script cache gone */
     uint64_t until = h_now_us() + 8000000;
     bool seen_out = false;   /* it lost its data: it sits out first */
@@ -317,6 +318,95 @@ Test(faults, first_release_by_owner_while_paused_reaches_a_fresh_master)
     usleep(200000);   /* past the master timeout: the release is over without master 4 */
     h_master_resume(C, 4);
     master4_let_go("lockstore:owned");
+}
+
+/* A Dapr lockOwner is stored with a suffix of its own; its unlock sends the
+ * bare owner. Master 4 is paused before the lock, so its vote times out
+ * (the SET NX waits in its socket and runs when it is back) and it is known
+ * to lag when the unlock comes: the release is not sent there but
+ * remembered. The remembered release must still match the grant's stored
+ * value there (it matched only the bare owner, so the lock stayed on master
+ * 4 for its whole TTL, 30 s here). */
+Test(faults, release_by_owner_reaches_a_master_that_missed_it)
+{
+    h_master_pause(C, 4);
+    h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore",
+                      "{\"resourceId\":\"owner-missed\",\"lockOwner\":\"worker-b\",\"expiryInSeconds\":30}",
+                      "Content-Type: application/json", NULL);
+    cr_assert_eq(a.status, 200, "%s", a.body);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a.json, "success")), "%s", a.body);
+    h_resp_free(&a);
+    usleep(200000);   /* past the master timeout: master 4 lags */
+    h_resp u = h_http(C, "POST", "/v1.0-alpha1/unlock/lockstore",
+                      "{\"resourceId\":\"owner-missed\",\"lockOwner\":\"worker-b\"}",
+                      "Content-Type: application/json", NULL);
+    cr_assert_eq(u.status, 200, "%s", u.body);
+    cr_assert_eq(h_int(&u, "status"), 0, "unlock: %s", u.body);
+    h_resp_free(&u);
+    h_master_resume(C, 4);
+    master4_let_go("lockstore:owner-missed");
+}
+
+/* The same release by the owner, sent to master 4 by EVALSHA after its
+ * script cache was flushed, answers NOSCRIPT only once master 4 is back, after
+ * the release was answered: the grant's exact value must still reach it
+ * (the resend of the bare owner matches nothing). */
+Test(faults, release_by_owner_reaches_a_master_that_lost_its_scripts)
+{
+    const char *lock = "{\"resourceId\":\"owner-flushed\",\"lockOwner\":\"worker-d\",\"expiryInSeconds\":30}";
+    for (int k = 0; k < 2; k++) {   /* the first round caches both scripts on every connection */
+        h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore", lock, "Content-Type: application/json", NULL);
+        cr_assert_eq(a.status, 200, "%s", a.body);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a.json, "success")), "%s", a.body);
+        h_resp_free(&a);
+        if (k == 1) {
+            freeReplyObject(h_redis(C, 4, "SCRIPT FLUSH"));
+            h_master_pause(C, 4);
+        }
+        h_resp r = h_http(C, "DELETE", "/locks/lockstore:owner-flushed", NULL, "Lock-Token: worker-d", NULL);
+        cr_assert_eq(r.status, 204, "%s", r.body);
+        h_resp_free(&r);
+    }
+    usleep(200000);   /* past the master timeout: the release is over without master 4 */
+    h_master_resume(C, 4);
+    master4_let_go("lockstore:owner-flushed");
+}
+
+/* A failed extension by a caller's own token frees what the token still
+ * holds, on the masters that answered and on one that missed it. Here the
+ * lock is gone from masters 0-2 (as if their clocks had jumped), so the
+ * PATCH by the owner finds it on master 3 only, while master 4 is paused:
+ * 409 not_held. The clean-up released by the bare owner, which matches no
+ * stored value, so masters 3 and 4 kept the lock for its TTL. */
+Test(faults, failed_extension_by_owner_frees_every_master)
+{
+    h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore",
+                      "{\"resourceId\":\"owner-ext\",\"lockOwner\":\"worker-c\",\"expiryInSeconds\":30}",
+                      "Content-Type: application/json", NULL);
+    cr_assert_eq(a.status, 200, "%s", a.body);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a.json, "success")), "%s", a.body);
+    h_resp_free(&a);
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(h_redis(C, i, "DEL lock:lockstore:owner-ext"));
+    h_master_pause(C, 4);
+    h_resp x = h_http(C, "PATCH", "/locks/lockstore:owner-ext", "{\"ttl_ms\":30000}",
+                      "Lock-Token: worker-c", NULL);
+    cr_assert_eq(x.status, 409, "%s", x.body);
+    cr_assert_str_eq(h_str(&x, "error"), "not_held");
+    h_resp_free(&x);
+    long long held = 1;
+    for (int i = 0; i < 100 && held; i++) {
+        redisReply *k = h_redis(C, 3, "EXISTS lock:lockstore:owner-ext");
+        cr_assert_not_null(k);
+        held = k->integer;
+        freeReplyObject(k);
+        if (held)
+            usleep(10000);
+    }
+    cr_assert_eq(held, 0, "master 3 still holds the lock of the failed extension");
+    usleep(200000);
+    h_master_resume(C, 4);
+    master4_let_go("lockstore:owner-ext");
 }
 
 /* Masters with a password: AUTH on every connection. */

@@ -219,8 +219,8 @@ Test(quarantine, new_cluster_is_set_up_only_when_every_master_answers)
 Test(quarantine, flushall_on_three_masters)
 {
     C = h_cluster_start(5, NULL);
-    h_daemon_start(C, "--max-ttl-ms", "4000", "--default-ttl-ms", "4000", NULL);
-    B = h_peer_start(C, "--max-ttl-ms", "4000", "--default-ttl-ms", "4000", NULL);
+    h_daemon_start(C, "--max-ttl-ms", "4000", "--default-ttl-ms", "4000", "--fence-keep-ms", "1000", NULL);
+    B = h_peer_start(C, "--max-ttl-ms", "4000", "--default-ttl-ms", "4000", "--fence-keep-ms", "1000", NULL);
     h_resp held = h_http(C, "POST", "/locks/L", NULL, NULL);
     cr_assert_eq(held.status, 201, "%s", held.body);
     uint64_t granted = h_now_us();
@@ -238,10 +238,11 @@ Test(quarantine, flushall_on_three_masters)
         h_resp rz = wait_quarantined(C, i, true, 3000);
         h_resp_free(&rz);
     }
-    /* The window (4000 ms + drift) ends on the masters' clocks; then the
-     * name is free (the lock expired) and its next fence is larger. */
+    /* The window (4000 ms + the 1000 ms fence keep + drift) ends on the
+     * masters' clocks; then the name is free (the lock expired) and its next
+     * fence is larger. */
     for (int i = 0; i < 3; i++) {
-        h_resp rz = wait_quarantined(B, i, false, 8000);
+        h_resp rz = wait_quarantined(B, i, false, 9000);
         h_resp_free(&rz);
     }
     h_resp third = h_http(B, "POST", "/locks/L", NULL, NULL);

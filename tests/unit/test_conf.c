@@ -281,6 +281,12 @@ Test(conf, safety_flags)
     char *bad3[] = {"redlockd", "--fence-keep-ms", "-1"};
     cr_assert_eq(run(&c, err, 3, bad3), CONF_ERROR);
     conf_free(&c);
+    /* 0 would let a counter expire with its lock: below every clock
+     * difference, and no bound for restart quarantine to wait out. */
+    char *bad4[] = {"redlockd", "--fence-keep-ms", "0"};
+    cr_assert_eq(run(&c, err, 3, bad4), CONF_ERROR);
+    cr_assert(strstr(err, "--fence-keep-ms") && strstr(err, "from 1 to"), "%s", err);
+    conf_free(&c);
 }
 
 /* --health-check probes the address the daemon would listen on, so it must
