@@ -21,7 +21,9 @@ struct hold {
     char token[TOKEN_MAX_LEN + 1];
     long long ttl_ms;
     long long fence;
-    uint64_t valid_until_us;        /* end of the validity last obtained */
+    uint64_t valid_until_us;        /* end of the validity last obtained; the client is
+                                       told margin_us less (announced_until) */
+    uint64_t margin_us;             /* HOLD_TRANSIT_MARGIN_MS, at most a fifth of the ttl */
     uint64_t next_try_us;           /* the next extension */
     const char *fail_reason;        /* of the last failed extension: the "lost" reason if
                                        validity runs out before one succeeds */
@@ -31,7 +33,8 @@ struct hold {
     bool release_sent;
     bool release_when_read;         /* release once the last event has left (hold_read) */
     uint64_t release_at_us;         /* after a loss: release when the validity last
-                                       announced has run out (0: no such release due) */
+                                       announced, and margin_us, have run out (0: no such
+                                       release due), even after hold_close */
     bool closed;                    /* the connection let go (hold_close) */
 
     /* what the stream has still to say, in this order */
@@ -84,7 +87,7 @@ static void end_stream(hold *h, enum hold_end kind, const char *reason)
 
 static void free_if_done(hold *h)
 {
-    if (!h->closed || h->engine_refs > 0)
+    if (!h->closed || h->engine_refs > 0 || h->release_at_us)
         return;
     hold_set *s = h->s;
     if (h->prev)
@@ -199,10 +202,18 @@ static void extend_done(void *arg, const rl_result *res)
 
 /* ---- the renewer ---- */
 
+/* The end of the validity the client is told: margin_us before the
+ * validity obtained, so that an event that reaches the client up to
+ * margin_us late still promises nothing the masters do not hold. */
+static uint64_t announced_until(const hold *h)
+{
+    return h->valid_until_us > h->margin_us ? h->valid_until_us - h->margin_us : 0;
+}
+
 static uint64_t lost_at(const hold *h)
 {
-    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL;
-    return h->valid_until_us > margin ? h->valid_until_us - margin : 0;
+    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL, end = announced_until(h);
+    return end > margin ? end - margin : 0;
 }
 
 /* One pass over the holds: declares loss where validity runs out, starts
@@ -211,7 +222,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
 {
     uint64_t next = now + 1000000;   /* at least once a second */
     for (hold *h = s->list; h; h = h->next) {
-        if (h->release_at_us && !h->closed && !s->ending) {
+        if (h->release_at_us && !s->ending) {
             if (now >= h->release_at_us) {
                 h->release_at_us = 0;
                 release_lock(h);
@@ -309,6 +320,8 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
     h->ttl_ms = res->ttl_ms;
     h->fence = res->fence;
     h->valid_until_us = sent_us + (uint64_t)res->validity_ms * 1000ULL;
+    h->margin_us = (uint64_t)(res->ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? res->ttl_ms / 5
+                                                                       : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
     h->next_try_us = sent_us + (uint64_t)res->ttl_ms * 1000ULL / 3;
     h->pend_acquired = true;
     h->wake = wake;
@@ -330,11 +343,12 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
 }
 
 /* Formats the next event into h->out; false when none is pending. The
- * validity is counted now, as the event leaves. s->mu held. */
+ * validity is counted now, as the event leaves, to the end announced. s->mu
+ * held. */
 static bool format_next(hold *h)
 {
-    uint64_t now = mpool_now_us();
-    long long left = h->valid_until_us > now ? (long long)((h->valid_until_us - now) / 1000) : 0;
+    uint64_t now = mpool_now_us(), until = announced_until(h);
+    long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
     if (h->pend_acquired) {
         h->pend_acquired = false;
@@ -396,11 +410,13 @@ void hold_close(hold *h)
     h->closed = true;
     h->want_wake = false;
     h->release_when_read = false;
-    h->release_at_us = 0;
     pthread_cond_broadcast(&s->settled);
-    /* The client has gone: no one relies on the lock any more. A hold that
-     * ended with "lost" released already; one that ended "released" too. */
-    release_lock(h);
+    /* The client has gone, or the stream has ended. After "lost" the
+     * connection completes as soon as the event is written, long before the
+     * client reads it: the release waits for release_at_us. Otherwise no
+     * one relies on the lock any more. */
+    if (!h->release_at_us)
+        release_lock(h);
     free_if_done(h);
     pthread_mutex_unlock(&s->mu);
 }
@@ -445,7 +461,7 @@ int hold_set_end_all(hold_set *s, long long timeout_ms)
             break;
     /* A client that does not read gets no more time: its lock goes. */
     for (hold *h = s->list; h; h = h->next)
-        if (!h->closed && (h->release_when_read || h->release_at_us)) {
+        if ((!h->closed && h->release_when_read) || h->release_at_us) {
             h->release_when_read = false;
             h->release_at_us = 0;
             release_lock(h);

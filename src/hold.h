@@ -6,13 +6,16 @@
  * its client what happens as events, one JSON object per line: "acquired",
  * "renewed", then "lost" or "released", after which the stream ends. Every
  * event's validity_ms is counted when the event is handed to the connection,
- * and "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
+ * and is HOLD_TRANSIT_MARGIN_MS less than the masters hold, so that an
+ * event that reaches its client that much late promises nothing they do
+ * not hold. "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
  * announced runs out, unless an extension succeeds first. A hold that ends
- * by a loss releases what it still holds when the client closes the stream
- * or when the validity last announced has run out, never sooner: until the
- * client has read "lost", the lock stays its own, even after a failed
- * extension (which therefore keeps what it holds: keep_on_fail). A
- * shutdown releases as soon as "released" has been handed to the
+ * by a loss releases what it still holds when the validity last announced,
+ * and the transit margin, have run out, never sooner, even if the
+ * connection closes first (it completes as soon as "lost" is written):
+ * until the client has read "lost", the lock stays its own, even after a
+ * failed extension (which therefore keeps what it holds: keep_on_fail).
+ * A shutdown releases as soon as "released" has been handed to the
  * connection.
  *
  * Who owns what: the hold set owns every hold, its timers and its pending
@@ -33,7 +36,10 @@
 
 #include "redlock.h"
 
-#define HOLD_LOST_MARGIN_MS 100   /* "lost" leaves this long before validity ends */
+#define HOLD_LOST_MARGIN_MS 100   /* "lost" leaves this long before the validity announced ends */
+#define HOLD_TRANSIT_MARGIN_MS 500 /* events announce this much less validity than obtained
+                                      (at most a fifth of the ttl): the time an event may
+                                      take to reach its client (a retransmission or two) */
 #define HOLD_EVENT_MAX 512        /* the longest event line */
 
 typedef struct hold_set hold_set;
@@ -65,7 +71,9 @@ long hold_read(hold *h, char *buf, size_t cap);
 
 /* The connection let go (the client left, the stream ended or failed).
  * Releases the lock at once on every master unless it is already gone, and
- * frees h once the engine has answered. Call exactly once; wake is never
+ * frees h once the engine has answered; but a hold that ended with "lost"
+ * (its client may not have read it yet) keeps the lock until the validity
+ * last announced, plus HOLD_TRANSIT_MARGIN_MS, has run out. Call exactly once; wake is never
  * called after it returns. */
 void hold_close(hold *h);
 
