@@ -3,6 +3,7 @@
  * event by event over a raw socket, timed on the test's own clock. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -172,6 +174,120 @@ Test(hold, lost_comes_before_the_announced_validity_ends)
     cr_assert_eq(h_stream_event(s, 2000, &ev, &t), -1, "the stream ends after lost");
     for (int i = 0; i < 3; i++)
         h_master_resume(C, i);
+    h_stream_close(s);
+}
+
+/* An iptables rule that drops every packet 127.0.0.1:port sends over
+ * loopback: the client of that connection falls silent to the daemon while
+ * it still reads what the daemon sends (a one-way partition). A guard
+ * process removes the rule when drop_end runs or when the test process
+ * dies, however it dies. */
+typedef struct drop_rule {
+    pid_t guard;
+    int pipe_w;   /* the guard removes the rule when this closes */
+} drop_rule;
+
+static int drop_rule_cmd(const char *op, int port)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "iptables -w %s INPUT -i lo -p tcp --sport %d -j DROP 2>/dev/null", op,
+             port);
+    return system(cmd);
+}
+
+static drop_rule drop_start(int port)
+{
+    int p[2];
+    cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+    pid_t g = fork();
+    cr_assert_geq(g, 0);
+    if (g == 0) {
+        for (int fd = 3; fd < 1024; fd++)   /* keep no connection of the test open */
+            if (fd != p[0])
+                close(fd);
+        char c;
+        while (read(p[0], &c, 1) > 0)
+            ;
+        while (drop_rule_cmd("-D", port) == 0)
+            ;
+        _exit(0);
+    }
+    close(p[0]);
+    drop_rule d = {g, p[1]};
+    if (drop_rule_cmd("-I", port) != 0) {
+        close(d.pipe_w);
+        waitpid(d.guard, NULL, 0);
+        cr_assert_fail("iptables could not add a rule (run as root, with iptables installed)");
+    }
+    return d;
+}
+
+static void drop_end(drop_rule *d)
+{
+    close(d->pipe_w);
+    waitpid(d->guard, NULL, 0);
+}
+
+/* A client whose packets stop reaching redlockd (its pod killed behind a
+ * partition) does not keep the lock much past one ttl: GET shows it free
+ * within a ttl and a third (the rule goes in right after a renewal, the
+ * worst moment) plus slack, and another client takes it. Only the client's
+ * own packets are dropped, so it still reads the stream: the lock stays
+ * its own until the validity it read runs out, and "lost" reaches it
+ * before that. Prints how long the lock outlived its silent client. */
+Test(hold, a_silent_client_loses_the_lock_within_a_ttl_and_a_third)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    cJSON *ev;
+    uint64_t t;
+    h_stream *s = hold_open("hq", "{\"hold\":true,\"ttl_ms\":3000}", &ev, &t);
+    cJSON_Delete(ev);
+    cr_assert_eq(h_stream_event(s, 3000, &ev, &t), 1, "no renewal");
+    cr_assert_str_eq(ev_str(ev, "event"), "renewed");
+    uint64_t end_of_validity = t + (uint64_t)ev_int(ev, "validity_ms") * 1000;
+    cJSON_Delete(ev);
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    cr_assert_eq(getsockname(s->fd, (struct sockaddr *)&me, &len), 0);
+    drop_rule d = drop_start(ntohs(me.sin_port));
+    uint64_t silent = h_now_us(), freed = 0, last_held_asked = silent, lost_at = 0;
+    bool ended = false;
+    while (!freed && h_now_us() - silent < 20000000) {
+        int r = ended ? (usleep(50000), 0) : h_stream_event(s, 50, &ev, &t);
+        if (r < 0)
+            ended = true;
+        if (r == 1) {
+            if (!strcmp(ev_str(ev, "event"), "renewed"))
+                end_of_validity = t + (uint64_t)ev_int(ev, "validity_ms") * 1000;
+            else if (!strcmp(ev_str(ev, "event"), "lost") && !lost_at)
+                lost_at = t;
+            cJSON_Delete(ev);
+        }
+        uint64_t asked = h_now_us();
+        h_resp g = h_http(C, "GET", "/locks/hq", NULL, NULL);
+        if (g.status == 200 && cJSON_IsFalse(cJSON_GetObjectItem(g.json, "held")))
+            freed = h_now_us();
+        else
+            last_held_asked = asked;
+        h_resp_free(&g);
+    }
+    drop_end(&d);
+    cr_assert(freed, "the lock was still held %.1f s after its client fell silent",
+              (double)(h_now_us() - silent) / 1e6);
+    double outlived_ms = (double)(freed - silent) / 1000.0;
+    fprintf(stderr, "hold: the lock outlived its silent client by %.0f ms (ttl 3000 ms)\n", outlived_ms);
+    cr_assert_leq(outlived_ms, 3000.0 + 1000.0 + 500.0, "the lock outlived its silent client by %.0f ms",
+                  outlived_ms);
+    /* The lock was seen held at last_held_asked or later, so it was freed
+     * after that. */
+    cr_assert_geq(last_held_asked, end_of_validity,
+                  "freed %.0f ms before the validity its client read ran out",
+                  (double)(end_of_validity - last_held_asked) / 1000.0);
+    /* "lost" itself may never reach it: the kernel sends nothing new
+     * while the renewal before it waits for an acknowledgement. */
+    cr_assert(!lost_at || lost_at < end_of_validity, "lost came after the validity announced ran out");
+    cr_assert_eq(post_status("hq", NULL), 201, "another client could not take the freed lock");
     h_stream_close(s);
 }
 
