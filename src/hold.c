@@ -1,10 +1,15 @@
 /* hold.c - see hold.h. */
 #include "hold.h"
 
+#include <linux/sockios.h>   /* SIOCOUTQ */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include "deadline.h"
 #include "master.h"   /* mpool_now_us: the clock the engine counts validity on */
@@ -21,7 +26,12 @@ struct hold {
     char token[TOKEN_MAX_LEN + 1];
     long long ttl_ms;
     long long fence;
-    uint64_t valid_until_us;        /* end of the validity last obtained */
+    uint64_t valid_until_us;        /* end of the validity last obtained; the client is
+                                       told margin_us less (announced_until) */
+    uint64_t margin_us;             /* HOLD_TRANSIT_MARGIN_MS, at most a fifth of the ttl */
+    int fd;                         /* the connection's socket (-1: unknown); read only
+                                       while !closed */
+    uint64_t out_at_us;             /* when the last event was handed to the connection */
     uint64_t next_try_us;           /* the next extension */
     const char *fail_reason;        /* of the last failed extension: the "lost" reason if
                                        validity runs out before one succeeds */
@@ -31,7 +41,8 @@ struct hold {
     bool release_sent;
     bool release_when_read;         /* release once the last event has left (hold_read) */
     uint64_t release_at_us;         /* after a loss: release when the validity last
-                                       announced has run out (0: no such release due) */
+                                       announced, and margin_us, have run out (0: no such
+                                       release due), even after hold_close */
     bool closed;                    /* the connection let go (hold_close) */
 
     /* what the stream has still to say, in this order */
@@ -84,7 +95,7 @@ static void end_stream(hold *h, enum hold_end kind, const char *reason)
 
 static void free_if_done(hold *h)
 {
-    if (!h->closed || h->engine_refs > 0)
+    if (!h->closed || h->engine_refs > 0 || h->release_at_us)
         return;
     hold_set *s = h->s;
     if (h->prev)
@@ -113,6 +124,39 @@ static void release_done(void *arg, const rl_result *res)
     pthread_cond_broadcast(&s->settled);
     free_if_done(h);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the connection's socket ---- */
+
+/* Bounds how long the kernel keeps a connection whose peer went silent:
+ * what is sent must be acknowledged within ttl_ms (TCP_USER_TIMEOUT), and
+ * an idle connection is probed after a ttl. The hold itself stops renewing
+ * sooner (client_silent); this only frees the connection. Best effort. */
+static void sock_arm(int fd, long long ttl_ms)
+{
+    if (fd < 0)
+        return;
+    unsigned int user_timeout_ms = (unsigned int)ttl_ms;
+    int on = 1, idle_s = ttl_ms >= 2000 ? (int)(ttl_ms / 1000) : 1, intvl_s = 1, cnt = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl_s, sizeof intvl_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* Has the client stopped acknowledging? True when the last event left at
+ * least a quarter of the ttl ago and the socket still holds bytes the
+ * client has not acknowledged (SIOCOUTQ: written and not yet acked). Asked
+ * before each extension, a third of the ttl after the last one, so a
+ * client that fell silent is found at the first extension after the first
+ * event it did not acknowledge. s->mu held, h not closed. */
+static bool client_silent(const hold *h, uint64_t now)
+{
+    if (h->fd < 0 || !h->out_at_us || now < h->out_at_us + (uint64_t)h->ttl_ms * 1000ULL / 4)
+        return false;
+    int unacked = 0;
+    return ioctl(h->fd, SIOCOUTQ, &unacked) == 0 && unacked > 0;
 }
 
 /* A request of op for h's lock and token. */
@@ -199,10 +243,18 @@ static void extend_done(void *arg, const rl_result *res)
 
 /* ---- the renewer ---- */
 
+/* The end of the validity the client is told: margin_us before the
+ * validity obtained, so that an event that reaches the client up to
+ * margin_us late still promises nothing the masters do not hold. */
+static uint64_t announced_until(const hold *h)
+{
+    return h->valid_until_us > h->margin_us ? h->valid_until_us - h->margin_us : 0;
+}
+
 static uint64_t lost_at(const hold *h)
 {
-    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL;
-    return h->valid_until_us > margin ? h->valid_until_us - margin : 0;
+    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL, end = announced_until(h);
+    return end > margin ? end - margin : 0;
 }
 
 /* One pass over the holds: declares loss where validity runs out, starts
@@ -211,7 +263,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
 {
     uint64_t next = now + 1000000;   /* at least once a second */
     for (hold *h = s->list; h; h = h->next) {
-        if (h->release_at_us && !h->closed && !s->ending) {
+        if (h->release_at_us && !s->ending) {
             if (now >= h->release_at_us) {
                 h->release_at_us = 0;
                 release_lock(h);
@@ -223,6 +275,15 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
             continue;
         if (now >= lost_at(h)) {
             end_lost(h, h->fail_reason ? h->fail_reason : "expired");
+            continue;
+        }
+        if (!h->extending && now >= h->next_try_us && client_silent(h, now)) {
+            /* What was sent last is still unacknowledged: the client is
+             * dead or cut off. No more extensions: the lock goes when the
+             * validity last announced (and the margin for its transit) has
+             * run out, even if the connection is closed first, since a
+             * client cut off one way may still be reading. */
+            end_lost(h, "expired");
             continue;
         }
         if (!h->extending && now >= h->next_try_us) {
@@ -297,7 +358,7 @@ void hold_unreserve(hold_set *s)
 }
 
 hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
-                 uint64_t sent_us, hold_wake_fn wake, void *arg)
+                 uint64_t sent_us, int fd, hold_wake_fn wake, void *arg)
 {
     hold *h = calloc(1, sizeof *h);
     if (!h)
@@ -309,6 +370,10 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
     h->ttl_ms = res->ttl_ms;
     h->fence = res->fence;
     h->valid_until_us = sent_us + (uint64_t)res->validity_ms * 1000ULL;
+    h->margin_us = (uint64_t)(res->ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? res->ttl_ms / 5
+                                                                       : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
+    h->fd = fd;
+    sock_arm(fd, res->ttl_ms);
     h->next_try_us = sent_us + (uint64_t)res->ttl_ms * 1000ULL / 3;
     h->pend_acquired = true;
     h->wake = wake;
@@ -330,11 +395,12 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
 }
 
 /* Formats the next event into h->out; false when none is pending. The
- * validity is counted now, as the event leaves. s->mu held. */
+ * validity is counted now, as the event leaves, to the end announced. s->mu
+ * held. */
 static bool format_next(hold *h)
 {
-    uint64_t now = mpool_now_us();
-    long long left = h->valid_until_us > now ? (long long)((h->valid_until_us - now) / 1000) : 0;
+    uint64_t now = mpool_now_us(), until = announced_until(h);
+    long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
     if (h->pend_acquired) {
         h->pend_acquired = false;
@@ -359,6 +425,7 @@ static bool format_next(hold *h)
     }
     h->out_len = n > 0 && (size_t)n < sizeof h->out ? (size_t)n : 0;
     h->out_off = 0;
+    h->out_at_us = now;
     return h->out_len > 0;
 }
 
@@ -396,11 +463,14 @@ void hold_close(hold *h)
     h->closed = true;
     h->want_wake = false;
     h->release_when_read = false;
-    h->release_at_us = 0;
     pthread_cond_broadcast(&s->settled);
-    /* The client has gone: no one relies on the lock any more. A hold that
-     * ended with "lost" released already; one that ended "released" too. */
-    release_lock(h);
+    /* The client has gone, or the stream has ended. After "lost" the
+     * connection completes as soon as the event is written, long before the
+     * client reads it (and a client that stopped acknowledging may still be
+     * reading): the release waits for release_at_us. Otherwise no one
+     * relies on the lock any more. */
+    if (!h->release_at_us)
+        release_lock(h);
     free_if_done(h);
     pthread_mutex_unlock(&s->mu);
 }
@@ -456,7 +526,7 @@ int hold_set_end_all(hold_set *s, long long timeout_ms)
             break;
     /* A client that does not read gets no more time: its lock goes. */
     for (hold *h = s->list; h; h = h->next)
-        if (!h->closed && (h->release_when_read || h->release_at_us)) {
+        if ((!h->closed && h->release_when_read) || h->release_at_us) {
             h->release_when_read = false;
             h->release_at_us = 0;
             release_lock(h);

@@ -6,13 +6,19 @@
  * its client what happens as events, one JSON object per line: "acquired",
  * "renewed", then "lost" or "released", after which the stream ends. Every
  * event's validity_ms is counted when the event is handed to the connection,
- * and "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
+ * and is HOLD_TRANSIT_MARGIN_MS less than the masters hold, so that an
+ * event that reaches its client that much late promises nothing they do
+ * not hold. "lost" is queued HOLD_LOST_MARGIN_MS before the validity last
  * announced runs out, unless an extension succeeds first. A hold that ends
- * by a loss releases what it still holds when the client closes the stream
- * or when the validity last announced has run out, never sooner: until the
- * client has read "lost", the lock stays its own, even after a failed
- * extension (which therefore keeps what it holds: keep_on_fail). A
- * shutdown releases as soon as "released" has been handed to the
+ * by a loss releases what it still holds when the validity last announced,
+ * and the transit margin, have run out, never sooner, even if the
+ * connection closes first (it completes as soon as "lost" is written):
+ * until the client has read "lost", the lock stays its own, even after a
+ * failed extension (which therefore keeps what it holds: keep_on_fail).
+ * A client that stops acknowledging what the stream sends (dead, or cut
+ * off) is found before the next extension, which is then not made: the
+ * stream ends with "lost" (expired) and the lock is released by the same
+ * rule. A shutdown releases as soon as "released" has been handed to the
  * connection.
  *
  * Who owns what: the hold set owns every hold, its timers and its pending
@@ -33,7 +39,10 @@
 
 #include "redlock.h"
 
-#define HOLD_LOST_MARGIN_MS 100   /* "lost" leaves this long before validity ends */
+#define HOLD_LOST_MARGIN_MS 100   /* "lost" leaves this long before the validity announced ends */
+#define HOLD_TRANSIT_MARGIN_MS 500 /* events announce this much less validity than obtained
+                                      (at most a fifth of the ttl): the time an event may
+                                      take to reach its client (a retransmission or two) */
 #define HOLD_EVENT_MAX 512        /* the longest event line */
 
 typedef struct hold_set hold_set;
@@ -52,11 +61,14 @@ void hold_unreserve(hold_set *s);
 
 /* Turns a reservation into a hold of the grant res of req (an acquire that
  * answered RL_OK on engine e, which renews and releases it), sent at sent_us (mpool_now_us clock: the validity counts
- * from it). Queues "acquired". wake(arg) is called whenever hold_read has
- * something new after it answered 0. NULL when out of memory: the caller
- * releases the grant and the reservation. */
+ * from it). Queues "acquired". fd is the connection's TCP socket (-1 when
+ * unknown): the hold sets its timeouts (TCP_USER_TIMEOUT, keepalive) and,
+ * until hold_close, reads how much of what was sent the client has not
+ * acknowledged; it never reads, writes or closes it. wake(arg) is called
+ * whenever hold_read has something new after it answered 0. NULL when out
+ * of memory: the caller releases the grant and the reservation. */
 hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
-                 uint64_t sent_us, hold_wake_fn wake, void *arg);
+                 uint64_t sent_us, int fd, hold_wake_fn wake, void *arg);
 
 /* Copies up to cap bytes of the pending events into buf. Returns the bytes
  * copied (> 0), 0 when nothing is pending (wake follows when something
@@ -65,8 +77,10 @@ long hold_read(hold *h, char *buf, size_t cap);
 
 /* The connection let go (the client left, the stream ended or failed).
  * Releases the lock at once on every master unless it is already gone, and
- * frees h once the engine has answered. Call exactly once; wake is never
- * called after it returns. */
+ * frees h once the engine has answered; but a hold that ended with "lost"
+ * (its client may not have read it yet) keeps the lock until the validity
+ * last announced, plus HOLD_TRANSIT_MARGIN_MS, has run out. Call exactly once; wake is never
+ * called, and fd never read, after it returns. */
 void hold_close(hold *h);
 
 /* Renews h now instead of at its next third of the ttl (unless an

@@ -483,7 +483,8 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us, hold_wake, ctx);
+    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us,
+                           ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */

@@ -556,8 +556,13 @@ static void stream_consume(h_stream *s, size_t n)
 
 h_stream *h_stream_open(h_cluster *c, const char *path, const char *body, int timeout_ms)
 {
+    return h_stream_open_at(c->http_port, path, body, timeout_ms);
+}
+
+h_stream *h_stream_open_at(int port, const char *path, const char *body, int timeout_ms)
+{
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->http_port)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         if (fd >= 0)
