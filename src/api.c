@@ -25,6 +25,7 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_TOO_MANY_WAITERS] = {429, "too_many_waiters"},
     [API_E_TOO_MANY_HOLDS] = {429, "too_many_holds"},
     [API_E_BAD_FRAMING] = {400, "bad_request"},
+    [API_E_OVERLOADED] = {503, "overloaded"},
 };
 
 #define LOCKS_PREFIX "/locks/"
@@ -248,6 +249,7 @@ int api_err_of_outcome(enum rl_outcome o)
     case RL_SHUTTING_DOWN: return API_E_SHUTTING_DOWN;
     case RL_TOO_MANY_WAITERS: return API_E_TOO_MANY_WAITERS;
     case RL_TOO_MANY_HOLDS: return API_E_TOO_MANY_HOLDS;
+    case RL_OVERLOADED: return API_E_OVERLOADED;
     case RL_CANCELLED:   /* never sent: the client is gone */
     case RL_INTERNAL: break;
     }
@@ -331,6 +333,9 @@ static const char *outcome_message(const rl_request *req, const rl_result *res, 
         return "the lock is held and too many acquires are waiting already (--max-waiters)";
     case RL_TOO_MANY_HOLDS:
         return "too many held streams are open already (--max-holds)";
+    case RL_OVERLOADED:
+        return "the service is overloaded: the request found no place among those in flight "
+               "(--max-inflight) within --queue-timeout-ms; retry later";
     default:
         return req->op == RL_ACQUIRE ? "the lock could not be acquired because of an internal error"
                                      : "an internal error occurred";
@@ -349,6 +354,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         if (!o)
             return NULL;
         if (res->outcome == RL_LOCKED || res->outcome == RL_TOO_MANY_WAITERS ||
+            res->outcome == RL_OVERLOADED ||
             res->outcome == RL_TOO_MANY_HOLDS) {
             add_int(o, "retry_after_ms", res->retry_after_ms);
             long long s = (res->retry_after_ms + 999) / 1000;
@@ -508,7 +514,7 @@ char *api_dapr_error_json(const char *code, const char *message)
 char *api_dapr_result_json(bool unlock, const rl_result *res, int *status)
 {
     *status = 200;
-    if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN ||
+    if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN || res->outcome == RL_OVERLOADED ||
         (!unlock && res->outcome == RL_INTERNAL)) {
         *status = 500;
         char why[300], m[320];
@@ -517,6 +523,7 @@ char *api_dapr_result_json(bool unlock, const rl_result *res, int *status)
         snprintf(m, sizeof m, "%s failed: %s", unlock ? "unlock" : "lock",
                  res->outcome == RL_NO_QUORUM ? why
                  : res->outcome == RL_SHUTTING_DOWN ? "the lock service is stopping"
+                 : res->outcome == RL_OVERLOADED    ? "the lock service is overloaded, retry later"
                                                     : "internal error");
         return api_dapr_error_json(unlock ? API_DAPR_ERR_UNLOCK : API_DAPR_ERR_TRY_LOCK, m);
     }

@@ -37,6 +37,7 @@ enum api_err {
     API_E_TOO_MANY_WAITERS,
     API_E_TOO_MANY_HOLDS,
     API_E_BAD_FRAMING,   /* Content-Length with Transfer-Encoding, or two lengths: closes */
+    API_E_OVERLOADED,
     API_E_COUNT
 };
 

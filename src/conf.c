@@ -51,6 +51,11 @@ static const struct opt opts[] = {
      "acquires waiting for a held lock at once; more answer 429 too_many_waiters (default 10000)"},
     {"max-holds", OPT_INT, 1, 1000000, 0, 0,
      "held streams (\"hold\": true) open at once; more answer 429 too_many_holds (default 1024)"},
+    {"max-inflight", OPT_INT, 1, 1000000, 0, 0,
+     "acquires and inspections sent to the masters at once (shared by the event loops); more "
+     "wait their turn (default 64)"},
+    {"queue-timeout-ms", OPT_INT, 1, 60000, 0, 0,
+     "how long a request waits for its turn before it answers 503 overloaded (default 1000)"},
     {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token every /locks call must send (default: no auth)"},
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
@@ -245,6 +250,8 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(o->name, "request-timeout-ms")) c->request_timeout_ms = v;
         else if (!strcmp(o->name, "max-waiters")) c->max_waiters = (int)v;
         else if (!strcmp(o->name, "max-holds")) c->max_holds = (int)v;
+        else if (!strcmp(o->name, "max-inflight")) c->max_inflight = (int)v;
+        else if (!strcmp(o->name, "queue-timeout-ms")) c->queue_timeout_ms = v;
         return 0;
     }
     case OPT_DOUBLE: {
@@ -352,6 +359,8 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->fence_keep_ms = CONF_DEFAULT_FENCE_KEEP_MS;
     c->max_waiters = CONF_DEFAULT_MAX_WAITERS;
     c->max_holds = CONF_DEFAULT_MAX_HOLDS;
+    c->max_inflight = CONF_DEFAULT_MAX_INFLIGHT;
+    c->queue_timeout_ms = CONF_DEFAULT_QUEUE_TIMEOUT_MS;
     c->max_connections = CONF_DEFAULT_MAX_CONNECTIONS;
     c->max_connections_per_ip = CONF_DEFAULT_MAX_CONNECTIONS_PER_IP;
     c->request_timeout_ms = CONF_DEFAULT_REQUEST_TIMEOUT_MS;

@@ -27,6 +27,8 @@
 #define CONF_MAX_BODY_LIMIT (1024 * 1024)  /* a larger body's parse costs too much memory */
 #define CONF_DEFAULT_MAX_WAITERS 10000
 #define CONF_DEFAULT_MAX_HOLDS 1024
+#define CONF_DEFAULT_MAX_INFLIGHT 64
+#define CONF_DEFAULT_QUEUE_TIMEOUT_MS 1000
 #define CONF_MAX_THREADS 64   /* --threads; also the most the default takes */
 #define CONF_DEFAULT_MAX_CONNECTIONS 1024
 #define CONF_DEFAULT_MAX_CONNECTIONS_PER_IP 512
@@ -67,6 +69,8 @@ typedef struct conf {
     long long fence_keep_ms;       /* a fence counter outlives its lock by this much */
     int max_waiters;               /* acquires asleep at once */
     int max_holds;                 /* held streams open at once */
+    int max_inflight;              /* acquires and inspections trying at once, all loops */
+    long long queue_timeout_ms;    /* a request's wait for a place among those */
     int max_connections;           /* HTTP connections at once */
     int max_connections_per_ip;
     long long request_timeout_ms;  /* from connect (or the last answer) to a complete request */

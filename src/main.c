@@ -171,12 +171,14 @@ int main(int argc, char **argv)
         return setup_cluster(&cfg, m ? mpool_new(&pc) : NULL, quarantine_us, m);
     static _Atomic int waiters;   /* --max-waiters counts every loop's */
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify,
-                    cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters, &waiters};
+                    cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters, &waiters, cfg.max_inflight,
+                    cfg.queue_timeout_ms};
     /* One event loop per --threads: its own master connections, engine and
      * marker check, like an instance of its own on the same masters (every
      * rule already holds across instances); the HTTP server gives each loop
      * a listening socket of its own. */
     int nloops = cfg.threads < HTTP_MAX_LOOPS ? cfg.threads : HTTP_MAX_LOOPS;
+    rc.max_active = (cfg.max_inflight + nloops - 1) / nloops;   /* --max-inflight, shared out */
     http_loop loops[HTTP_MAX_LOOPS] = {{0}};
     marker_check *mcs[HTTP_MAX_LOOPS] = {0};
     static mpool *pools[HTTP_MAX_LOOPS];   /* every loop's, for the marker checks to share */

@@ -38,6 +38,7 @@ static const struct {
     {"redlockd_abandoned_grants_total", "Grants released at once because their answer could not be delivered."},
     {"redlockd_waiters_refused_total", "Acquires answered 429 because --max-waiters acquires were waiting."},
     {"redlockd_request_timeouts_total", "Connections closed because a request was not complete within --request-timeout-ms."},
+    {"redlockd_overloaded_total", "Acquires and inspections answered 503 overloaded: they waited --queue-timeout-ms for one of --max-inflight places."},
 };
 
 struct metrics {

@@ -38,6 +38,7 @@ enum metrics_counter {
     METRICS_ABANDONED_GRANTS,  /* grants released because they could not be delivered */
     METRICS_WAITERS_REFUSED,   /* acquires refused for --max-waiters */
     METRICS_REQUEST_TIMEOUTS,  /* connections closed for --request-timeout-ms */
+    METRICS_OVERLOADED,        /* requests answered 503 overloaded */
     METRICS_COUNTER_COUNT
 };
 

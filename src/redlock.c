@@ -69,6 +69,14 @@ struct rl_engine {
     atomic_int *nsleeping;       /* waiters asleep now, bounded by max_waiters: shared by every
                                     engine of the process (rl_config.waiters), else own_sleeping */
     struct rl_task *all;         /* every live task, freed by rl_engine_free at the end */
+    /* Admission (loop thread only): acquires and inspections trying now,
+     * and those waiting for their turn, oldest first. Their commands go
+     * out in one batch per loop turn; bounded, a batch stays small enough
+     * for every master to answer it within its deadline, so overload never
+     * reads as master failure. */
+    int active;
+    struct rl_task *queue_head, *queue_tail;
+    bool queue_timer;            /* a timer is armed for the oldest one's deadline */
     pthread_mutex_t sync_lock;   /* rl_engine_sync's barrier */
     pthread_cond_t sync_cond;
     unsigned sync_seen;
@@ -102,6 +110,10 @@ typedef struct rl_task {
     char channel[RL_CHANNEL_MAX]; /* release notices of this name; "" without notices */
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
+    bool active;                 /* counted in e->active */
+    bool queued;                 /* in e's admission queue */
+    uint64_t queued_until_us;    /* answered RL_OVERLOADED then */
+    struct rl_task *qnext;
     uint32_t yes_mask;           /* acquire: masters that granted this attempt */
     int at_fence;
 } rl_task;
@@ -173,6 +185,7 @@ static void count_outcome(rl_task *op)
     case RL_NOT_HELD: metrics_count(m, METRICS_NOT_HELD); break;
     case RL_CANCELLED: metrics_count(m, METRICS_CANCELLED); break;
     case RL_TOO_MANY_WAITERS: metrics_count(m, METRICS_WAITERS_REFUSED); break;
+    case RL_OVERLOADED: metrics_count(m, METRICS_OVERLOADED); break;
     case RL_NO_QUORUM:
         metrics_count(m, METRICS_NO_QUORUM);
         log_no_quorum(op->e, op->res.masters_ok);
@@ -182,6 +195,19 @@ static void count_outcome(rl_task *op)
 }
 
 static void wait_leave(rl_task *op);
+static void admit_next(rl_engine *e);
+
+/* op stops or starts trying (e->active): an acquire that goes to sleep or
+ * answers makes room for the next in the admission queue. */
+static void set_active(rl_task *op, bool on)
+{
+    if (op->active == on)
+        return;
+    op->active = on;
+    op->e->active += on ? 1 : -1;
+    if (!on)
+        admit_next(op->e);
+}
 
 /* Reports op->res to the caller, once. The op is freed once no timer
  * points at it and the caller let go of it (rl_finish). */
@@ -196,6 +222,7 @@ static void op_answer(rl_task *op)
         wait_leave(op);
     }
     rl_engine *e = op->e;
+    set_active(op, false);
     if (!op->answered) {
         op->answered = true;
         op->res.masters_total = e->n;
@@ -414,6 +441,7 @@ static void wait_leave(rl_task *op)
 static void acquire_wake_now(rl_task *op)
 {
     sleepers_unlink(op);
+    set_active(op, true);   /* admitted once: a waiter's turn is not queued again */
     op->wn->trying++;
     op->seen_seq = op->wn->notice_seq;
     op->gen++;
@@ -499,6 +527,7 @@ static void acquire_sleep(rl_task *op)
     w->gen = op->gen;
     op->armed++;
     sleepers_insert(op);
+    set_active(op, false);
 }
 
 /* The attempt failed with a majority answering: wait within wait_ms, else
@@ -881,6 +910,68 @@ static void inspect_voted(void *arg, const master_reply *replies)
 
 /* ---- entry ---- */
 
+static void op_run(rl_task *op);
+
+/* Answers RL_OVERLOADED to every queued op whose turn did not come in time,
+ * and arms the timer for the next deadline. */
+static void queue_expire(void *arg)
+{
+    rl_engine *e = arg;
+    e->queue_timer = false;
+    if (mpool_is_stopping(e->pool))
+        return;
+    uint64_t now = mpool_now_us();
+    while (e->queue_head && e->queue_head->queued_until_us <= now) {
+        rl_task *op = e->queue_head;
+        e->queue_head = op->qnext;
+        if (!e->queue_head)
+            e->queue_tail = NULL;
+        op->queued = false;
+        op->res.outcome = op->cancelled ? RL_CANCELLED : RL_OVERLOADED;
+        op->res.retry_after_ms = 1000;
+        op_answer(op);
+    }
+    if (e->queue_head && mpool_after(e->pool, e->queue_head->queued_until_us - now, queue_expire, e) == 0)
+        e->queue_timer = true;
+}
+
+/* Starts queued ops while there is room. */
+static void admit_next(rl_engine *e)
+{
+    while (e->queue_head && e->active < e->cfg.max_active) {
+        rl_task *op = e->queue_head;
+        e->queue_head = op->qnext;
+        if (!e->queue_head)
+            e->queue_tail = NULL;
+        op->queued = false;
+        if (op->cancelled) {
+            op->res.outcome = RL_CANCELLED;
+            op_answer(op);
+            continue;
+        }
+        op_run(op);
+    }
+}
+
+/* Takes op out of the admission queue (a cancel). */
+static void queue_remove(rl_task *op)
+{
+    rl_engine *e = op->e;
+    rl_task *prev = NULL;
+    for (rl_task *t = e->queue_head; t; prev = t, t = t->qnext) {
+        if (t != op)
+            continue;
+        if (prev)
+            prev->qnext = t->qnext;
+        else
+            e->queue_head = t->qnext;
+        if (e->queue_tail == t)
+            e->queue_tail = prev;
+        break;
+    }
+    op->queued = false;
+}
+
 static void op_start(void *arg)
 {
     rl_task *op = arg;
@@ -896,7 +987,32 @@ static void op_start(void *arg)
     if (e->all)
         e->all->aprev = op;
     e->all = op;
+    op->arrival_us = mpool_now_us();
+    op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
+    /* New work waits its turn; extensions and releases never do: they keep
+     * and end the locks already granted. */
+    bool gated = op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT;
+    if (gated && e->cfg.max_active > 0 && (e->active >= e->cfg.max_active || e->queue_head)) {
+        op->queued = true;
+        op->queued_until_us = op->arrival_us + (uint64_t)e->cfg.queue_ms * 1000ULL;
+        if (e->queue_tail)
+            e->queue_tail->qnext = op;
+        else
+            e->queue_head = op;
+        e->queue_tail = op;
+        if (!e->queue_timer && mpool_after(e->pool, (uint64_t)e->cfg.queue_ms * 1000ULL, queue_expire, e) == 0)
+            e->queue_timer = true;
+        return;
+    }
+    op_run(op);
+}
+
+static void op_run(rl_task *op)
+{
+    rl_engine *e = op->e;
     op->start_us = mpool_now_us();
+    if (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT)
+        set_active(op, true);
 
     switch (op->req.op) {
     case RL_ACQUIRE:
@@ -911,8 +1027,6 @@ static void op_start(void *arg)
         snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token_given ? op->req.token : fresh);
         snprintf(op->value, sizeof op->value, "%s%s%s", op->res.token, op->req.token_given ? " " : "",
                  op->req.token_given ? fresh : "");
-        op->wait_deadline_us = op->start_us + (uint64_t)op->req.wait_ms * 1000ULL;
-        op->arrival_us = op->start_us;
         acquire_attempt(op);
         return;
     case RL_EXTEND: {
@@ -1003,6 +1117,12 @@ static void cancel_job(void *arg)
     if (op->answered)
         return;
     op->cancelled = true;
+    if (op->queued) {
+        queue_remove(op);
+        op->res.outcome = RL_CANCELLED;
+        op_answer(op);
+        return;
+    }
     if (op->sleeping) {
         op->gen++;
         op->res.outcome = RL_CANCELLED;

@@ -34,6 +34,7 @@ enum rl_outcome {
     RL_CANCELLED,   /* the caller went away (rl_cancel): no grant was kept */
     RL_TOO_MANY_WAITERS, /* acquire: the wait would exceed max_waiters */
     RL_TOO_MANY_HOLDS,   /* acquire with hold: max_holds streams are open (HTTP layer) */
+    RL_OVERLOADED,  /* acquire/inspect: no place among max_active within queue_ms */
 };
 
 enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
@@ -63,7 +64,7 @@ typedef struct rl_result {
                                          when it sent the request */
     long long ttl_ms;
     long long fence;
-    long long retry_after_ms;         /* with RL_LOCKED */
+    long long retry_after_ms;         /* with RL_LOCKED, RL_TOO_MANY_WAITERS, RL_OVERLOADED */
     bool held;                        /* inspect */
     char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
     int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */
@@ -95,6 +96,9 @@ typedef struct rl_config {
     int max_waiters;           /* acquires asleep at once; more answer RL_TOO_MANY_WAITERS */
     _Atomic int *waiters;      /* the count of those, shared by every engine of the process
                                   (NULL: the engine counts its own) */
+    int max_active;            /* acquires and inspections trying at once (not asleep); more
+                                  wait their turn, oldest first (0: no bound) */
+    long long queue_ms;        /* how long one waits for its turn before RL_OVERLOADED */
 } rl_config;
 
 /* Creates an engine over a started master pool (not owned). cfg is copied. */

@@ -804,6 +804,34 @@ def no_quorum(A, B, masters):
         time.sleep(0.1)
 
 
+def overloaded(tmp, masters):
+    """A daemon with one place for acquires and inspections and a 100 ms
+    queue: with every master paused, the one in flight waits for the masters
+    and those queued behind it answer 503 overloaded with Retry-After;
+    an extension and a release never queue."""
+    C = Daemon(tmp, "C", [m.port for m in masters],
+               ["--max-inflight", "1", "--queue-timeout-ms", "100", "--master-timeout-ms", "1000"])
+    try:
+        C.wait_ready(5)
+        for m in masters:
+            m.pause()
+        try:
+            t, out = in_thread(lambda: C.req("POST", "/locks/ov-0", {"ttl_ms": 1000}))
+            time.sleep(0.1)
+            expect(C.req("POST", "/locks/ov-1", {"ttl_ms": 1000}), 503, "overloaded", "acquire behind one in flight")
+            expect(C.req("GET", "/locks/ov-2"), 503, "overloaded", "inspect behind one in flight")
+            expect(C.req("PATCH", "/locks/ov-3", {"ttl_ms": 1000}, {"Lock-Token": "t"}), 503, "no_quorum",
+                   "an extension does not queue")
+            t.join(10)
+            if "value" in out:
+                expect(out["value"], 503, "no_quorum", "the acquire in flight")
+        finally:
+            for m in masters:
+                m.resume()
+    finally:
+        C.stop()
+
+
 def shutting_down(tmp, masters):
     """SIGTERM: a waiting acquire answers 409 at once, a held stream ends
     with released (shutting_down), and a request whose body arrives after the
@@ -994,6 +1022,7 @@ def main():
                          ("request limits", lambda: boundaries(A)),
                          ("held streams", lambda: held_streams(A, masters)),
                          ("no quorum", lambda: no_quorum(A, B, masters)),
+                         ("overloaded", lambda: overloaded(tmp, masters)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),
                          ("metrics text", lambda: metrics_text(A))]:
             log(f"== {name}")
