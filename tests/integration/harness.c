@@ -677,3 +677,61 @@ void h_stream_close(h_stream *s)
     free(s->body);
     free(s);
 }
+
+int h_raw_connect(h_cluster *c, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        die("socket");
+    if (src) {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        inet_pton(AF_INET, src, &sa.sin_addr);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+            die(src);
+    }
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->http_port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) != 0)
+        die("connect");
+    return fd;
+}
+
+void h_raw_send(int fd, const char *s)
+{
+    size_t len = strlen(s);
+    if (write(fd, s, len) != (ssize_t)len)
+        die("write");
+}
+
+size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *closed)
+{
+    size_t n = 0;
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
+    *closed = false;
+    while (h_now_us() < until && n + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int left = (int)((until - h_now_us()) / 1000);
+        if (poll(&p, 1, left > 0 ? left : 0) <= 0)
+            break;
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0) {
+            *closed = true;
+            break;
+        }
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+long long h_metric(h_cluster *c, const char *family)
+{
+    h_resp m = h_http(c, "GET", "/metrics", NULL, NULL);
+    long long sum = 0;
+    size_t fl = strlen(family);
+    for (const char *line = m.body; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (!strncmp(line, family, fl) && (line[fl] == ' ' || line[fl] == '{'))
+            sum += strtoll(strchr(line, ' ') + 1, NULL, 10);
+    h_resp_free(&m);
+    return sum;
+}

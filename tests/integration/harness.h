@@ -110,6 +110,17 @@ int h_stream_event(h_stream *s, int timeout_ms, cJSON **ev, uint64_t *recv_us);
 /* Closes the socket (abruptly, as a client that leaves) and frees. */
 void h_stream_close(h_stream *s);
 
+/* Raw clients, for tests where a client misbehaves: a socket connected to
+ * the daemon from source address src (NULL: any); the whole of s written;
+ * what arrives until the peer closes (*closed) or timeout_ms passes,
+ * NUL-terminated in buf. They abort the test on a socket error. */
+int h_raw_connect(h_cluster *c, const char *src);
+void h_raw_send(int fd, const char *s);
+size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *closed);
+
+/* The sum of every sample of a metric family in /metrics. */
+long long h_metric(h_cluster *c, const char *family);
+
 /* Waits up to timeout_ms for GET path to answer want; returns true if it did. */
 bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms);
 

@@ -51,72 +51,16 @@ TestSuite(lifecycle, .init = setup, .fini = teardown, .timeout = 120);
 
 /* ---- raw clients ---- */
 
-/* A connected socket to the daemon, from source address src (NULL: any). */
-static int raw_connect(const char *src)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    if (src) {
-        struct sockaddr_in sa = {.sin_family = AF_INET};
-        inet_pton(AF_INET, src, &sa.sin_addr);
-        cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0, "bind %s: %s", src, strerror(errno));
-    }
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)C->http_port)};
-    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&to, sizeof to), 0, "connect: %s", strerror(errno));
-    return fd;
-}
-
-static void raw_send(int fd, const char *s)
-{
-    size_t len = strlen(s);
-    cr_assert_eq(write(fd, s, len), (ssize_t)len, "write: %s", strerror(errno));
-}
-
 /* Sends a POST /locks/name with body. */
 static int raw_acquire(const char *name, const char *body)
 {
-    int fd = raw_connect(NULL);
+    int fd = h_raw_connect(C, NULL);
     char req[512];
     snprintf(req, sizeof req,
              "POST /locks/%s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
              "Content-Length: %zu\r\n\r\n%s", name, strlen(body), body);
-    raw_send(fd, req);
+    h_raw_send(fd, req);
     return fd;
-}
-
-/* Reads until the peer closes or timeout_ms passes; returns the bytes. */
-static size_t raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *closed)
-{
-    size_t n = 0;
-    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
-    *closed = false;
-    while (h_now_us() < until && n + 1 < cap) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)((until - h_now_us()) / 1000);
-        if (poll(&p, 1, left > 0 ? left : 0) <= 0)
-            break;
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r <= 0) {
-            *closed = true;
-            break;
-        }
-        n += (size_t)r;
-    }
-    buf[n] = '\0';
-    return n;
-}
-
-static long long metric(h_cluster *x, const char *family)
-{
-    h_resp m = h_http(x, "GET", "/metrics", NULL, NULL);
-    long long sum = 0;
-    size_t fl = strlen(family);
-    for (const char *line = m.body; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-        if (!strncmp(line, family, fl) && (line[fl] == ' ' || line[fl] == '{'))
-            sum += strtoll(strchr(line, ' ') + 1, NULL, 10);
-    h_resp_free(&m);
-    return sum;
 }
 
 /* Lock keys of name on every master: none may be left. */
@@ -170,7 +114,7 @@ Test(lifecycle, departed_waiter_is_not_granted)
     reset_close(fd);
     close(fd2);
     uint64_t closed = h_now_us();
-    while (metric(C, "redlockd_cancelled_total") < 1 && h_now_us() - closed < 1500000)
+    while (h_metric(C, "redlockd_cancelled_total") < 1 && h_now_us() - closed < 1500000)
         usleep(20000);
     double ms = (double)(h_now_us() - closed) / 1000.0;
     cr_assert_lt(ms, 1000, "the departed waiter kept waiting for %.0f ms", ms);
@@ -187,13 +131,13 @@ Test(lifecycle, departed_waiter_is_not_granted)
  * proxies do) and returns the socket. */
 static int raw_half_closed(const char *method, const char *path, const char *header, const char *body)
 {
-    int fd = raw_connect(NULL);
+    int fd = h_raw_connect(C, NULL);
     char req[1024];
     snprintf(req, sizeof req,
              "%s %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n%s%s"
              "Content-Length: %zu\r\n\r\n%s", method, path, header ? header : "", header ? "\r\n" : "",
              strlen(body), body);
-    raw_send(fd, req);
+    h_raw_send(fd, req);
     cr_assert_eq(shutdown(fd, SHUT_WR), 0);
     return fd;
 }
@@ -234,19 +178,19 @@ Test(lifecycle, half_closed_clients_get_their_answers)
         snprintf(name, sizeof name, "hc-%d", round);
         snprintf(path, sizeof path, "/locks/%s", name);
         int fd = raw_half_closed("POST", path, NULL, "{\"ttl_ms\":30000}");
-        raw_read_all(fd, buf, sizeof buf, 2000, &closed);
+        h_raw_read_all(fd, buf, sizeof buf, 2000, &closed);
         close(fd);
         cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "round %d, acquire: '%s'", round, buf);
         raw_token(buf, tok, sizeof tok);
         cr_assert(is_held(name), "round %d", round);
         snprintf(hdr, sizeof hdr, "Lock-Token: %s", tok);
         fd = raw_half_closed("PATCH", path, hdr, "{\"ttl_ms\":20000}");
-        raw_read_all(fd, buf, sizeof buf, 2000, &closed);
+        h_raw_read_all(fd, buf, sizeof buf, 2000, &closed);
         close(fd);
         cr_assert(!strncmp(buf, "HTTP/1.1 200", 12) && strstr(buf, "\"ttl_ms\":20000"),
                   "round %d, extend: '%s'", round, buf);
         fd = raw_half_closed("DELETE", path, hdr, "");
-        raw_read_all(fd, buf, sizeof buf, 2000, &closed);
+        h_raw_read_all(fd, buf, sizeof buf, 2000, &closed);
         close(fd);
         cr_assert(!strncmp(buf, "HTTP/1.1 204", 12), "round %d, release: '%s'", round, buf);
         cr_assert_not(is_held(name), "round %d", round);
@@ -260,7 +204,7 @@ Test(lifecycle, half_closed_clients_get_their_answers)
     snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&held, "token"));
     h_resp d = h_http(C, "DELETE", "/locks/hcw", NULL, hdr, NULL);
     cr_assert_eq(d.status, 204);
-    raw_read_all(fd, buf, sizeof buf, 3000, &closed);
+    h_raw_read_all(fd, buf, sizeof buf, 3000, &closed);
     close(fd);
     cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "waiter: '%s'", buf);
     raw_token(buf, tok, sizeof tok);
@@ -270,7 +214,7 @@ Test(lifecycle, half_closed_clients_get_their_answers)
 
     /* a held stream: renewed while half-closed, released when closed */
     fd = raw_half_closed("POST", "/locks/hch", NULL, "{\"hold\":true,\"ttl_ms\":1500}");
-    raw_read_all(fd, buf, sizeof buf, 1200, &closed);
+    h_raw_read_all(fd, buf, sizeof buf, 1200, &closed);
     cr_assert_not(closed, "the held stream ended: '%s'", buf);
     cr_assert(strstr(buf, "HTTP/1.1 201") && strstr(buf, "\"event\":\"acquired\"") &&
               strstr(buf, "\"event\":\"renewed\""), "held stream: '%s'", buf);
@@ -280,8 +224,8 @@ Test(lifecycle, half_closed_clients_get_their_answers)
     while (is_held("hch") && h_now_us() - t0 < 1500000)
         usleep(20000);
     cr_assert_not(is_held("hch"), "held %.0f ms after its client closed", (h_now_us() - t0) / 1000.0);
-    cr_assert_eq(metric(C, "redlockd_abandoned_grants_total"), 0);
-    cr_assert_eq(metric(C, "redlockd_cancelled_total"), 0);
+    cr_assert_eq(h_metric(C, "redlockd_abandoned_grants_total"), 0);
+    cr_assert_eq(h_metric(C, "redlockd_cancelled_total"), 0);
 }
 
 /* A grant whose answer cannot be delivered (the client closed just before
@@ -311,7 +255,7 @@ Test(lifecycle, undeliverable_grant_is_released)
             usleep(10000);
         cr_assert_eq(keys_left(name), 0, "round %d: a lock nobody knows the token of is held", round);
     }
-    cr_assert_geq(metric(C, "redlockd_cancelled_total") + metric(C, "redlockd_abandoned_grants_total"), 20);
+    cr_assert_geq(h_metric(C, "redlockd_cancelled_total") + h_metric(C, "redlockd_abandoned_grants_total"), 20);
 }
 
 struct loader {
@@ -456,7 +400,7 @@ Test(lifecycle, sigterm_under_load_leaves_no_ghost_locks, .timeout = 90)
     for (int i = 0; i < W; i++) {
         char buf[1024];
         bool eof;
-        raw_read_all(wfd[i], buf, sizeof buf, 2000, &eof);
+        h_raw_read_all(wfd[i], buf, sizeof buf, 2000, &eof);
         waiting_409 += !strncmp(buf, "HTTP/1.1 409", 12);
         close(wfd[i]);
     }
@@ -522,110 +466,6 @@ static long long script_calls_during(int ms)
 
 /* With release notices up, 200 waiters on a name held for a minute sleep:
  * they cost the masters next to nothing until the holder releases. */
-/* 2,000 acquires at once, each of a name of its own: more than the masters
- * can answer within their 50 ms deadline in one go on this machine. The
- * service must shed or queue what it cannot serve (503 overloaded with
- * Retry-After, or a late grant), never let the overload read as master
- * failure: no 503 no_quorum, and every master stays up. */
-Test(lifecycle, overload_is_shed_before_it_starves_the_vote, .timeout = 180)
-{
-    C = h_cluster_start(5, NULL);
-    h_daemon_start(C, "--max-connections", "4096", "--max-connections-per-ip", "4096", NULL);
-    enum { N = 2000, ROUNDS = 3 };
-    static int fds[N];
-    int granted = 0, overloaded = 0, no_quorum = 0, other = 0, with_retry_after = 0;
-    char sample[512] = "";
-    for (int round = 0; round < ROUNDS; round++) {
-        for (int i = 0; i < N; i++)
-            fds[i] = raw_connect(NULL);
-        for (int i = 0; i < N; i++) {
-            char req[256], body[] = "{\"ttl_ms\":10000}";
-            snprintf(req, sizeof req,
-                     "POST /locks/ov-%d-%d HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", round, i, strlen(body), body);
-            raw_send(fds[i], req);
-        }
-        for (int i = 0; i < N; i++) {
-            char buf[2048];
-            bool closed;
-            raw_read_all(fds[i], buf, sizeof buf, 20000, &closed);
-            close(fds[i]);
-            if (!strncmp(buf, "HTTP/1.1 201", 12))
-                granted++;
-            else if (strstr(buf, "\"error\":\"overloaded\"")) {
-                overloaded++;
-                with_retry_after += strstr(buf, "Retry-After: ") != NULL;
-            } else if (strstr(buf, "\"error\":\"no_quorum\"")) {
-                no_quorum++;
-                snprintf(sample, sizeof sample, "%.500s", buf);
-            } else {
-                other++;
-                snprintf(sample, sizeof sample, "%.500s", buf);
-            }
-        }
-    }
-    h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
-    long long up = h_int(&rz, "masters_up");
-    h_resp_free(&rz);
-    long long errors = metric(C, "redlockd_master_errors_total");
-    fprintf(stderr, "overload: %d acquires: %d granted, %d 503 overloaded, %d 503 no_quorum, %d other; "
-            "master errors %lld\n", N * ROUNDS, granted, overloaded, no_quorum, other, errors);
-    cr_assert_eq(no_quorum, 0, "%d of %d acquires read overload as master failure: %s", no_quorum,
-                 N * ROUNDS, sample);
-    cr_assert_eq(other, 0, "%d answers were neither: %s", other, sample);
-    cr_assert_eq(with_retry_after, overloaded, "an overloaded answer without Retry-After");
-    cr_assert_gt(granted, N, "the service stopped granting");
-    cr_assert_eq(errors, 0, "masters were marked down %lld times by their own load", errors);
-    cr_assert_eq(up, 5);
-}
-
-/* A request that finds no place among --max-inflight within
- * --queue-timeout-ms answers 503 overloaded with Retry-After, on time;
- * the one in flight is answered as usual. */
-Test(lifecycle, queued_too_long_answers_overloaded)
-{
-    C = h_cluster_start(5, NULL);
-    h_daemon_start(C, "--max-inflight", "1", "--queue-timeout-ms", "200", "--master-timeout-ms", "1500",
-                   NULL);
-    for (int i = 0; i < 5; i++)
-        h_master_pause(C, i);
-    int first = raw_acquire("q-0", "{}");
-    usleep(50000);
-    enum { N = 3 };
-    int fds[N];
-    uint64_t t0 = h_now_us();
-    for (int i = 0; i < N; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "q-%d", i + 1);
-        char req[256];
-        snprintf(req, sizeof req, "POST /locks/%s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-                 "Content-Length: 0\r\n\r\n", name);
-        fds[i] = raw_connect(NULL);
-        raw_send(fds[i], req);
-    }
-    char buf[2048];
-    bool closed;
-    for (int i = 0; i < N; i++) {
-        raw_read_all(fds[i], buf, sizeof buf, 3000, &closed);
-        double ms = (double)(h_now_us() - t0) / 1000.0;
-        close(fds[i]);
-        cr_assert(!strncmp(buf, "HTTP/1.1 503", 12) && strstr(buf, "\"error\":\"overloaded\"") &&
-                  strstr(buf, "Retry-After: 1\r\n") && strstr(buf, "\"retry_after_ms\":1000"),
-                  "queued request %d: '%s'", i, buf);
-        cr_assert(ms >= 150 && ms < 1000, "queued request %d answered after %.0f ms (queue timeout 200)", i, ms);
-    }
-    raw_read_all(first, buf, sizeof buf, 3000, &closed);
-    close(first);
-    cr_assert(strstr(buf, "\"error\":\"no_quorum\""), "the request in flight: '%s'", buf);
-    for (int i = 0; i < 5; i++)
-        h_master_resume(C, i);
-    cr_assert_eq(metric(C, "redlockd_overloaded_total"), N);
-    cr_assert(h_wait_status(C, "/readyz", 200, 5000));
-    h_resp ok = h_http(C, "POST", "/locks/q-after", NULL, NULL);
-    cr_assert_eq(ok.status, 201, "%s", ok.body);
-    h_resp_free(&ok);
-}
-
 Test(lifecycle, waiters_do_not_poll_the_masters)
 {
     C = h_cluster_start(5, NULL);
@@ -804,8 +644,8 @@ Test(lifecycle, slowloris_is_closed_and_others_served)
     enum { N = 100 };
     int fds[N];
     for (int i = 0; i < N; i++) {
-        fds[i] = raw_connect(NULL);
-        raw_send(fds[i], "POST /locks/slow HTTP/1.1\r\n");
+        fds[i] = h_raw_connect(C, NULL);
+        h_raw_send(fds[i], "POST /locks/slow HTTP/1.1\r\n");
     }
     uint64_t t0 = h_now_us();
     double worst = 0;
@@ -831,7 +671,7 @@ Test(lifecycle, slowloris_is_closed_and_others_served)
         }
         char buf[256];
         bool eof;
-        raw_read_all(fds[i], buf, sizeof buf, 200, &eof);
+        h_raw_read_all(fds[i], buf, sizeof buf, 200, &eof);
         closed += eof;
         close(fds[i]);
     }
@@ -839,7 +679,7 @@ Test(lifecycle, slowloris_is_closed_and_others_served)
             closed, N, (double)(h_now_us() - t0) / 1e6, worst * 1000);
     cr_assert_eq(closed, N, "only %d of %d slow connections were closed", closed, N);
     cr_assert_lt(worst, 0.5);
-    cr_assert_geq(metric(C, "redlockd_request_timeouts_total"), N);
+    cr_assert_geq(h_metric(C, "redlockd_request_timeouts_total"), N);
 }
 
 /* Per-IP limit: one address cannot take every slot; another still gets in.
@@ -854,9 +694,9 @@ Test(lifecycle, per_ip_connection_limit)
     char buf[512];
     bool eof;
     for (int i = 0; i < 25; i++) {
-        fds[i] = raw_connect("127.0.0.1");
-        raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-        raw_read_all(fds[i], buf, sizeof buf, 300, &eof);
+        fds[i] = h_raw_connect(C, "127.0.0.1");
+        h_raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+        h_raw_read_all(fds[i], buf, sizeof buf, 300, &eof);
         if (!strncmp(buf, "HTTP/1.1 200", 12) && !eof)
             served++;
         else if (buf[0] == '\0' && eof)
@@ -864,9 +704,9 @@ Test(lifecycle, per_ip_connection_limit)
     }
     cr_assert_eq(served, 20, "%d connections from one address served (limit 20)", served);
     cr_assert_eq(refused, 5, "%d connections over the limit closed", refused);
-    int other = raw_connect("127.0.0.2");
-    raw_send(other, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-    raw_read_all(other, buf, sizeof buf, 1000, &eof);
+    int other = h_raw_connect(C, "127.0.0.2");
+    h_raw_send(other, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    h_raw_read_all(other, buf, sizeof buf, 1000, &eof);
     cr_assert(!strncmp(buf, "HTTP/1.1 200", 12), "another address is served: %s", buf);
     close(other);
     for (int i = 0; i < 25; i++)
@@ -894,23 +734,23 @@ Test(lifecycle, connection_limit_holds, .timeout = 120)
     C = h_cluster_start(3, NULL);
     h_daemon_start(C, "--max-connections", "1000", "--max-connections-per-ip", "1000", NULL);
     long base = rss_kb(C->daemon);
-    int first = raw_connect(NULL);
+    int first = h_raw_connect(C, NULL);
     static int fds[1000];
     for (int i = 0; i < 999; i++) {
-        fds[i] = raw_connect(NULL);
-        raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n");   /* headers never finished */
+        fds[i] = h_raw_connect(C, NULL);
+        h_raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n");   /* headers never finished */
     }
     usleep(500000);
     long full = rss_kb(C->daemon);
-    int extra = raw_connect(NULL);
-    raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    int extra = h_raw_connect(C, NULL);
+    h_raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     char buf[512];
     bool eof;
-    size_t n = raw_read_all(extra, buf, sizeof buf, 1000, &eof);
+    size_t n = h_raw_read_all(extra, buf, sizeof buf, 1000, &eof);
     cr_assert(n == 0, "a connection past the limit was served: %s", buf);
     close(extra);
-    raw_send(first, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-    n = raw_read_all(first, buf, sizeof buf, 1000, &eof);
+    h_raw_send(first, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    n = h_raw_read_all(first, buf, sizeof buf, 1000, &eof);
     cr_assert(!strncmp(buf, "HTTP/1.1 200", 12), "a connection within the limit is served: %s", buf);
     for (int i = 0; i < 999; i++)
         close(fds[i]);
@@ -925,11 +765,11 @@ Test(lifecycle, connection_limit_holds, .timeout = 120)
 
 static void expect_400_and_close(const char *req, const char *smuggled)
 {
-    int fd = raw_connect(NULL);
-    raw_send(fd, req);
+    int fd = h_raw_connect(C, NULL);
+    h_raw_send(fd, req);
     char buf[4096];
     bool eof;
-    raw_read_all(fd, buf, sizeof buf, 1500, &eof);
+    h_raw_read_all(fd, buf, sizeof buf, 1500, &eof);
     close(fd);
     cr_assert(!strncmp(buf, "HTTP/1.1 400", 12), "not a 400: %.80s", buf);
     cr_assert(eof, "the connection stayed open after an ambiguous message");
@@ -955,20 +795,20 @@ Test(lifecycle, ambiguous_framing_is_refused_and_closed)
     /* A malformed length is refused and the connection closed, by
      * libmicrohttpd itself before redlockd sees the request (0.9.75 writes
      * its 400 header block twice; see docs/operations.md). */
-    int fd = raw_connect(NULL);
-    raw_send(fd, "POST /locks/sm3 HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n"
+    int fd = h_raw_connect(C, NULL);
+    h_raw_send(fd, "POST /locks/sm3 HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n"
                  "POST /locks/smuggled3 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
     char buf[4096];
     bool eof;
-    raw_read_all(fd, buf, sizeof buf, 1500, &eof);
+    h_raw_read_all(fd, buf, sizeof buf, 1500, &eof);
     close(fd);
     cr_assert(!strncmp(buf, "HTTP/1.1 400", 12), "%.80s", buf);
     cr_assert(eof, "the connection stayed open after a malformed length");
     cr_assert_eq(keys_left("smuggled3") + keys_left("sm3"), 0);
     /* The same length twice is one length: served. */
-    fd = raw_connect(NULL);
-    raw_send(fd, "POST /locks/sm4 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n");
-    raw_read_all(fd, buf, sizeof buf, 1000, &eof);
+    fd = h_raw_connect(C, NULL);
+    h_raw_send(fd, "POST /locks/sm4 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n");
+    h_raw_read_all(fd, buf, sizeof buf, 1000, &eof);
     close(fd);
     cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "%.80s", buf);
 }
@@ -999,8 +839,8 @@ Test(lifecycle, dropped_connections_do_not_flood_the_log)
     C = h_cluster_start(3, NULL);
     h_daemon_start(C, NULL);
     for (int i = 0; i < 300; i++) {
-        int fd = raw_connect(NULL);
-        raw_send(fd, "POST /locks/x HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"ttl");
+        int fd = h_raw_connect(C, NULL);
+        h_raw_send(fd, "POST /locks/x HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"ttl");
         struct linger lg = {1, 0};   /* RST on close */
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
         close(fd);

@@ -51,22 +51,6 @@ static bool log_has(const h_cluster *x, const char *what)
     return system(cmd) == 0;
 }
 
-/* The sum of every sample of a metric family in /metrics. */
-static long long metric_sum(h_cluster *x, const char *family)
-{
-    h_resp m = h_http(x, "GET", "/metrics", NULL, NULL);
-    long long sum = 0;
-    size_t fl = strlen(family);
-    for (const char *line = m.body; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        if (strncmp(line, family, fl) != 0 || (line[fl] != '{' && line[fl] != ' '))
-            continue;
-        const char *sp = strchr(line, ' ');
-        sum += strtoll(sp + 1, NULL, 10);
-    }
-    h_resp_free(&m);
-    return sum;
-}
-
 /* Tries to take name through x for up to ms; returns the last status. A
  * second holder shows as 201. */
 static long try_take(h_cluster *x, const char *name, int ms)
@@ -114,7 +98,7 @@ Test(quarantine, fresh_instance_does_not_trust_masters_that_lost_data)
     cr_assert_eq(h_int(&rz, "masters_voting"), 1, "%s", rz.body);
     h_resp_free(&rz);
     cr_assert(log_has(B, " master_lost_data ") || log_has(C, " master_lost_data "));
-    cr_assert_eq(metric_sum(B, "redlockd_master_quarantined"), 4);
+    cr_assert_eq(h_metric(B, "redlockd_master_quarantined"), 4);
     h_resp_free(&held);
 }
 
@@ -370,7 +354,7 @@ Test(quarantine, masters_that_may_lose_locks)
     cr_assert_str_eq(cJSON_GetObjectItem(m0, "maxmemory_policy")->valuestring, "volatile-lru");
     cr_assert_str_eq(cJSON_GetObjectItem(m0, "persistence")->valuestring, "off");
     h_resp_free(&rz);
-    cr_assert_eq(metric_sum(C, "redlockd_master_may_lose_locks"), 3);
+    cr_assert_eq(h_metric(C, "redlockd_master_may_lose_locks"), 3);
     cr_assert(log_has(C, " master_may_lose_locks "));
     B = h_peer_start(C, "--unsafe-masters", "refuse", NULL);
     cr_assert_eq(try_take(B, "u", 300), 503, "refused masters do not vote");
