@@ -146,6 +146,13 @@ int main(int argc, char **argv)
         conf_free(&cfg);
         return health_check_asked(argc, argv) ? 1 : 2;
     }
+    /* TLS to the masters: a file that cannot be loaded is a bad value. */
+    mtls_ctx *tls = NULL;
+    if (conf_tls_used(&cfg) && !(tls = mtls_ctx_new(&cfg, err, sizeof err))) {
+        fprintf(stderr, "redlockd: %s\n", err);
+        conf_free(&cfg);
+        return 2;
+    }
     log_init(cfg.log_level, cfg.log_format);
     raise_fd_limit();
 
@@ -174,17 +181,10 @@ int main(int argc, char **argv)
                                     quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
                        : 0;
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
-                       quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe, cfg.redis_username, NULL};
-    /* TLS to the masters: a file that cannot be loaded is a bad value (2). */
-    if (conf_tls_used(&cfg) && !(pc.tls = mtls_ctx_new(&cfg, err, sizeof err))) {
-        fprintf(stderr, "redlockd: %s\n", err);
-        metrics_free(m);
-        conf_free(&cfg);
-        return 2;
-    }
+                       quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe, cfg.redis_username, tls};
     if (cfg.setup_cluster) {
         mpool *setup = m ? mpool_new(&pc) : NULL;
-        mtls_ctx_free(pc.tls);   /* the pool holds its own reference */
+        mtls_ctx_free(tls);   /* the pool holds its own reference */
         return setup_cluster(&cfg, setup, quarantine_us, m);
     }
     static _Atomic int waiters;   /* --max-waiters counts every loop's */
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
         pools[k] = loops[k].pool;
         ok = loops[k].engine != NULL;
     }
-    mtls_ctx_free(pc.tls);   /* each pool holds its own reference */
+    mtls_ctx_free(tls);   /* each pool holds its own reference */
     /* Every pool exists before any starts: the checks note markers on all. */
     for (int k = 0; ok && k < nloops; k++) {
         /* Quarantine off (--quarantine off) skips the guard and every marker. */

@@ -97,8 +97,15 @@ mtls_ctx *mtls_ctx_new(const conf *c, char *err, size_t errlen)
         SSL_CTX_use_certificate_chain_file(ssl, c->redis_tls_cert_file) != 1)
         rc = load_error("--redis-tls-cert-file", c->redis_tls_cert_file, err, errlen);
     if (rc == 0 && c->redis_tls_key_file &&
-        SSL_CTX_use_PrivateKey_file(ssl, c->redis_tls_key_file, SSL_FILETYPE_PEM) != 1)
-        rc = load_error("--redis-tls-key-file", c->redis_tls_key_file, err, errlen);
+        SSL_CTX_use_PrivateKey_file(ssl, c->redis_tls_key_file, SSL_FILETYPE_PEM) != 1) {
+        if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+            snprintf(err, errlen, "--redis-tls-key-file: %s is not the key of %s", c->redis_tls_key_file,
+                     c->redis_tls_cert_file);
+            rc = -1;
+        } else {
+            rc = load_error("--redis-tls-key-file", c->redis_tls_key_file, err, errlen);
+        }
+    }
     if (rc == 0 && c->redis_tls_key_file && SSL_CTX_check_private_key(ssl) != 1) {
         snprintf(err, errlen, "--redis-tls-key-file: %s is not the key of %s", c->redis_tls_key_file,
                  c->redis_tls_cert_file);
