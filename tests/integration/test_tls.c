@@ -66,11 +66,19 @@ static void make_certs(certs *k)
 
 static void free_certs(certs *k)
 {
+    if (!k->dir[0])
+        return;
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", k->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", k->dir);
+    k->dir[0] = '\0';
 }
+
+/* The test's certificates, removed after it even when an assertion
+ * failed (criterion runs .fini then). */
+static certs K;
+static void drop_certs(void) { free_certs(&K); }
 
 /* A command on master i with redis-cli (TLS when k is given), as the ACL
  * user; its output's first line into out. */
@@ -205,10 +213,10 @@ static void expect_down_because(h_cluster *c, const char *want)
     h_resp_free(&a);
 }
 
-Test(tls, acl_user_over_tls_locks_and_is_ready)
+Test(tls, acl_user_over_tls_locks_and_is_ready, .fini = drop_certs)
 {
-    certs k;
-    make_certs(&k);
+    make_certs(&K);
+    certs k = K;
     h_cluster *c = h_cluster_start_with(3, k.redis_args, "--tls-port", "rediss");
     /* The password from the environment, as deployment.md advises. */
     setenv("REDLOCKD_REDIS_PASSWORD", "pw", 1);
@@ -243,7 +251,6 @@ Test(tls, acl_user_over_tls_locks_and_is_ready)
     h_resp_free(&a);
     h_resp_free(&w);
     h_cluster_free(c);
-    free_certs(&k);
 }
 
 Test(tls, acl_user_without_tls_locks_and_is_ready)
@@ -270,10 +277,10 @@ Test(tls, wrong_password_or_user_is_not_ready_with_the_reason)
     h_cluster_free(c);
 }
 
-Test(tls, wrong_ca_fails_closed)
+Test(tls, wrong_ca_fails_closed, .fini = drop_certs)
 {
-    certs k;
-    make_certs(&k);
+    make_certs(&K);
+    certs k = K;
     /* host:port with --redis-tls on: TLS to every master. */
     h_cluster *c = h_cluster_start_with(3, k.redis_args, "--tls-port", NULL);
     h_daemon_start_unready(c, "--redis-tls", "on", "--redis-username", "locker", "--redis-password", "pw",
@@ -297,13 +304,12 @@ Test(tls, wrong_ca_fails_closed)
     cr_assert_eq(r.status, 503, "%s", r.body);
     h_resp_free(&r);
     h_cluster_free(c);
-    free_certs(&k);
 }
 
-Test(tls, wrong_server_name_fails_closed)
+Test(tls, wrong_server_name_fails_closed, .fini = drop_certs)
 {
-    certs k;
-    make_certs(&k);
+    make_certs(&K);
+    certs k = K;
     h_cluster *c = h_cluster_start_with(3, k.redis_args, "--tls-port", "rediss");
     h_daemon_start_unready(c, "--redis-username", "locker", "--redis-password", "pw",
                            "--redis-tls-ca-file", k.ca, "--redis-tls-cert-file", k.client_cert,
@@ -317,17 +323,16 @@ Test(tls, wrong_server_name_fails_closed)
                    "--redis-tls-key-file", k.client_key, "--redis-tls-server-name", "localhost", NULL);
     expect_ready(c, true);
     h_cluster_free(c);
-    free_certs(&k);
 }
 
 /* Acquires in a row while TLS masters are paused one by one: each answers
  * within a small multiple of the 50 ms master deadline (grants with the
  * masters left while a majority is; 503 when not), and the masters vote
  * again once resumed. */
-Test(tls, paused_tls_master_never_holds_a_request, .timeout = 120)
+Test(tls, paused_tls_master_never_holds_a_request, .timeout = 120, .fini = drop_certs)
 {
-    certs k;
-    make_certs(&k);
+    make_certs(&K);
+    certs k = K;
     h_cluster *c = h_cluster_start_with(3, k.redis_args, "--tls-port", "rediss");
     h_daemon_start(c, "--redis-username", "locker", "--redis-password", "pw", "--redis-tls-ca-file", k.ca,
                    "--redis-tls-cert-file", k.client_cert, "--redis-tls-key-file", k.client_key,
@@ -367,14 +372,13 @@ Test(tls, paused_tls_master_never_holds_a_request, .timeout = 120)
     cr_assert_eq(r.status, 201, "%s", r.body);
     h_resp_free(&r);
     h_cluster_free(c);
-    free_certs(&k);
 }
 
 /* A file that cannot be loaded is a bad value: exit 2, one line. */
-Test(tls, bad_tls_files_exit_2_with_one_line)
+Test(tls, bad_tls_files_exit_2_with_one_line, .fini = drop_certs)
 {
-    certs k;
-    make_certs(&k);
+    make_certs(&K);
+    certs k = K;
     const char *bin = getenv("REDLOCKD_BIN");
     /* flag, value, the key file (or ""), what the line must hold */
     const char *cases[][4] = {
@@ -397,5 +401,4 @@ Test(tls, bad_tls_files_exit_2_with_one_line)
         fclose(f);
         cr_assert_not_null(strstr(line, cases[i][3]), "%s", line);
     }
-    free_certs(&k);
 }
