@@ -3,9 +3,10 @@
 # (docker-compose, python3-yaml and python3-kubernetes only validate the
 # deployment files; python3-jsonschema and npm serve the OpenAPI conformance
 # test, npm to fetch the OpenAPI meta-schema; the containers suite installs
-# podman itself; iptables cuts a held stream's client off in the hold suite).
+# podman itself; iptables cuts a held stream's client off in the hold suite;
+# libssl-dev is TLS to the masters, the openssl CLI makes the TLS tests' certificates).
 REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
-libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl iptables
+libcjson-dev libcriterion-dev libcurl4-openssl-dev libssl-dev openssl redis-server curl iptables
 python3 python3-yaml python3-kubernetes python3-jsonschema docker-compose"
 
 install_deps() {

@@ -11,7 +11,7 @@
 
 enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
                 OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_STORES, OPT_CHOICE,
-                OPT_FLAG };
+                OPT_FLAG, OPT_TEXT };
 
 struct opt {
     const char *name;     /* flag without the leading dashes */
@@ -59,6 +59,22 @@ static const struct opt opts[] = {
     {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token every /locks call must send (default: no auth)"},
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
+    {"redis-username", OPT_TEXT, 0, 0, 0, 0,
+     "Redis ACL user sent with AUTH user password (needs --redis-password; default: none, "
+     "the default user)"},
+    {"redis-tls", OPT_ONOFF, 0, 0, 0, 0,
+     "on or off: TLS to every master, the certificate verified (default off; rediss://host:port "
+     "in --masters turns it on for that master)"},
+    {"redis-tls-ca-file", OPT_TEXT, 0, 0, 0, 0,
+     "PEM file of the CA certificates that sign the masters' certificates (default: the "
+     "system's trust store)"},
+    {"redis-tls-cert-file", OPT_TEXT, 0, 0, 0, 0,
+     "PEM client certificate (chain) for masters with tls-auth-clients yes (with "
+     "--redis-tls-key-file; default: none)"},
+    {"redis-tls-key-file", OPT_TEXT, 0, 0, 0, 0, "PEM private key of --redis-tls-cert-file"},
+    {"redis-tls-server-name", OPT_TEXT, 0, 0, 0, 0,
+     "the name (or IP address) every master's certificate must carry, also sent as SNI "
+     "(default: each master's own host from --masters)"},
     {"quarantine", OPT_ONOFF, 0, 0, 0, 0,
      "on or off: keep a master seen to restart out of every vote until it has been up for "
      "--max-ttl-ms plus --fence-keep-ms plus drift (default on; off only with appendfsync "
@@ -157,8 +173,25 @@ static int parse_masters(const char *s, conf *c)
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         while (*tok == ' ')
             tok++;
-        if (n == CONF_MAX_MASTERS || parse_addr(tok, &c->masters[n]) < 0)
+        /* redis://host:port and rediss://host:port (TLS), as Redis URLs
+         * write them, with at most a trailing '/': credentials belong in
+         * --redis-username and --redis-password, not in a URL. */
+        bool tls = false;
+        if (!strncmp(tok, "rediss://", 9)) {
+            tls = true;
+            tok += 9;
+        } else if (!strncmp(tok, "redis://", 8)) {
+            tok += 8;
+        } else if (strstr(tok, "://")) {
             return -1;
+        }
+        size_t len = strlen(tok);
+        if (len && tok[len - 1] == '/')
+            tok[--len] = '\0';
+        if (n == CONF_MAX_MASTERS || strchr(tok, '@') || strchr(tok, '/') ||
+            parse_addr(tok, &c->masters[n]) < 0)
+            return -1;
+        c->masters[n].tls = tls;
         n++;
     }
     if (n == 0)
@@ -202,6 +235,16 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
     return tok;
 }
 
+/* The string an OPT_TEXT option sets. */
+static char **text_field(conf *c, const char *name)
+{
+    if (!strcmp(name, "redis-username")) return &c->redis_username;
+    if (!strcmp(name, "redis-tls-ca-file")) return &c->redis_tls_ca_file;
+    if (!strcmp(name, "redis-tls-cert-file")) return &c->redis_tls_cert_file;
+    if (!strcmp(name, "redis-tls-key-file")) return &c->redis_tls_key_file;
+    return &c->redis_tls_server_name;
+}
+
 /* Applies one option's value. from names the source for error messages. */
 static int apply(conf *c, const struct opt *o, const char *val, const char *from,
                  char *err, size_t errlen)
@@ -214,7 +257,8 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         return 0;
     case OPT_MASTERS:
         if (parse_masters(val, c) < 0) {
-            snprintf(err, errlen, "%s: expected 1 to %d host:port entries separated by commas, got \"%s\"",
+            snprintf(err, errlen, "%s: expected 1 to %d host:port entries (or redis://host:port, "
+                     "rediss://host:port for TLS) separated by commas, got \"%s\"",
                      from, CONF_MAX_MASTERS, val);
             return -1;
         }
@@ -298,6 +342,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(val, "off") || !strcmp(val, "false") || !strcmp(val, "0")) v = false;
         else goto bad;
         if (!strcmp(o->name, "quarantine")) c->quarantine = v;
+        else if (!strcmp(o->name, "redis-tls")) c->redis_tls = v;
         else c->notify = v;
         return 0;
     }
@@ -327,12 +372,58 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         strcpy(c->dapr_stores, val);
         return 0;
     }
+    case OPT_TEXT: {
+        char **field = text_field(c, o->name);
+        free(*field);
+        *field = NULL;
+        if (val[0] == '\0')
+            return 0;   /* an empty setting unsets it */
+        /* A user or server name is one word; a path may be anything. */
+        bool word = !strstr(o->name, "-file");
+        for (const char *q = val; word && *q; q++)
+            if (!isgraph((unsigned char)*q)) {
+                snprintf(err, errlen, "%s: expected one word of printable ASCII, got \"%s\"", from, val);
+                return -1;
+            }
+        if (!(*field = strdup(val))) {
+            snprintf(err, errlen, "%s: out of memory", from);
+            return -1;
+        }
+        return 0;
+    }
     case OPT_FLAG:
         return 0;
     }
 bad:
     snprintf(err, errlen, "%s: invalid value \"%s\"", from, val);
     return -1;
+}
+
+/* The settings of AUTH and TLS to the masters that only make sense
+ * together; --redis-tls on applies to every master. */
+static int check_redis_auth(conf *c, char *err, size_t errlen)
+{
+    if (c->redis_username && !c->redis_password) {
+        snprintf(err, errlen, "--redis-username needs --redis-password (AUTH user password)");
+        return -1;
+    }
+    if (!c->redis_tls_cert_file != !c->redis_tls_key_file) {
+        snprintf(err, errlen, "%s needs %s too", c->redis_tls_cert_file ? "--redis-tls-cert-file"
+                 : "--redis-tls-key-file", c->redis_tls_cert_file ? "--redis-tls-key-file"
+                 : "--redis-tls-cert-file");
+        return -1;
+    }
+    for (int i = 0; i < c->nmasters; i++)
+        c->masters[i].tls |= c->redis_tls;
+    return 0;
+}
+
+bool conf_tls_used(const conf *c)
+{
+    for (int i = 0; i < c->nmasters; i++)
+        if (c->masters[i].tls)
+            return true;
+    return false;
 }
 
 static const struct opt *find_opt(const char *name, size_t len)
@@ -433,6 +524,8 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     if (result != CONF_OK)
         return result;
 
+    if (check_redis_auth(c, err, errlen) < 0)
+        return CONF_ERROR;
     if (c->default_ttl_ms > c->max_ttl_ms) {
         snprintf(err, errlen, "--default-ttl-ms (%lld) is above --max-ttl-ms (%lld)",
                  c->default_ttl_ms, c->max_ttl_ms);
@@ -452,6 +545,13 @@ void conf_free(conf *c)
         free(c->redis_password);
     }
     c->auth_token = c->redis_password = NULL;
+    free(c->redis_username);
+    free(c->redis_tls_ca_file);
+    free(c->redis_tls_cert_file);
+    free(c->redis_tls_key_file);
+    free(c->redis_tls_server_name);
+    c->redis_username = c->redis_tls_ca_file = c->redis_tls_cert_file = c->redis_tls_key_file =
+        c->redis_tls_server_name = NULL;
 }
 
 void conf_masters_str(const conf *c, char *out, size_t outlen)
@@ -459,6 +559,7 @@ void conf_masters_str(const conf *c, char *out, size_t outlen)
     size_t o = 0;
     out[0] = '\0';
     for (int i = 0; i < c->nmasters && o < outlen; i++)
-        o += (size_t)snprintf(out + o, outlen - o, "%s%s:%d", i ? "," : "", c->masters[i].host,
+        o += (size_t)snprintf(out + o, outlen - o, "%s%s%s:%d", i ? "," : "",
+                              c->masters[i].tls ? "rediss://" : "", c->masters[i].host,
                               c->masters[i].port);
 }

@@ -47,6 +47,7 @@ enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 typedef struct conf_addr {
     char host[256];
     int port;
+    bool tls;                      /* masters only: rediss://, or --redis-tls on */
 } conf_addr;
 
 typedef struct conf {
@@ -64,6 +65,12 @@ typedef struct conf {
     long long max_body_bytes;
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *redis_password;          /* NULL: no AUTH to masters */
+    char *redis_username;          /* NULL: AUTH with the password alone (the default user) */
+    bool redis_tls;                /* --redis-tls on: TLS to every master */
+    char *redis_tls_ca_file;       /* NULL: the system's trust store */
+    char *redis_tls_cert_file;     /* client certificate (with its key), NULL: none */
+    char *redis_tls_key_file;
+    char *redis_tls_server_name;   /* NULL: check each master's own host */
     bool quarantine;               /* restart quarantine (quarantine.h) */
     bool notify;                   /* release notices by Redis pub/sub */
     long long fence_keep_ms;       /* a fence counter outlives its lock by this much */
@@ -101,6 +108,9 @@ void conf_free(conf *c);
 
 /* Writes the --help text: every flag, its variable and default. */
 void conf_usage(FILE *out);
+
+/* True when some master is reached over TLS. */
+bool conf_tls_used(const conf *c);
 
 /* Masters as "host:port,host:port" for logs. */
 void conf_masters_str(const conf *c, char *out, size_t outlen);

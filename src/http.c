@@ -221,6 +221,8 @@ static void status_of(http_server *s, int i, master_status *out)
         out->errors += o.errors;
         out->replies += o.replies;
         out->refusals += o.refusals;
+        if (!out->reason[0])
+            memcpy(out->reason, o.reason, sizeof out->reason);
         if (o.refusing && !out->refusing) {
             out->refusing = true;
             memcpy(out->refusal, o.refusal, sizeof out->refusal);
@@ -234,6 +236,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
     mpool *p = ctx->s->pool;
     int n = mpool_size(p), up = 0, voting = 0, refusing = 0, quarantined = 0, marked = 0;
     char refusal[sizeof ((master_status *)0)->refusal] = "";
+    char down[sizeof ((master_status *)0)->addr + sizeof ((master_status *)0)->reason + 4] = "";
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
     for (int i = 0; arr && i < n; i++) {
@@ -246,11 +249,16 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
         marked += st.marker == QMARK_PENDING || st.marker == QMARK_READY;
         if (st.refusing && !refusal[0])
             memcpy(refusal, st.refusal, sizeof refusal);
+        if (!st.up && st.reason[0] && !down[0])
+            snprintf(down, sizeof down, "%s: %s", st.addr, st.reason);
         cJSON *mo = cJSON_CreateObject();
         if (!mo)
             break;
         cJSON_AddStringToObject(mo, "addr", st.addr);
         cJSON_AddBoolToObject(mo, "up", st.up);
+        if (!st.up && st.reason[0])
+            cJSON_AddStringToObject(mo, "reason", st.reason);
+        cJSON_AddBoolToObject(mo, "tls", st.tls);
         cJSON_AddBoolToObject(mo, "quarantined", st.quarantined);
         cJSON_AddBoolToObject(mo, "notices", st.subscribed);
         cJSON_AddBoolToObject(mo, "refusing", st.refusing);
@@ -274,7 +282,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
     bool ready = voting >= n / 2 + 1;
     cJSON_AddStringToObject(o, "status", ready ? "ready" : "not_ready");
     if (!ready) {
-        char why[200];
+        char why[600];
         if (quarantined && !marked)
             snprintf(why, sizeof why, "the masters are not set up as one cluster yet: set-up needs "
                      "every master to answer, and %d of %d do", up, n);
@@ -284,7 +292,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
         else if (quarantined)
             snprintf(why, sizeof why, "%d of %d masters sit out in restart quarantine", quarantined, n);
         else
-            snprintf(why, sizeof why, "%d of %d masters answer", up, n);
+            snprintf(why, sizeof why, "%d of %d masters answer%s%s", up, n, down[0] ? "; " : "", down);
         cJSON_AddStringToObject(o, "reason", why);
     }
     cJSON_AddNumberToObject(o, "masters_up", up);

@@ -61,16 +61,24 @@ static void log_config(const conf *c)
     snprintf(retry, sizeof retry, "%lld", c->retry_delay_ms);
     snprintf(threads, sizeof threads, "%d", c->threads);
     snprintf(body, sizeof body, "%lld", c->max_body_bytes);
+    int ntls = 0;
+    for (int i = 0; i < c->nmasters; i++)
+        ntls += c->masters[i].tls;
     log_event(LOG_LEVEL_INFO, "start", "version", REDLOCKD_VERSION, "listen", listen,
               "masters", masters, "nmasters", n, "key_prefix", c->key_prefix,
               "default_ttl_ms", ttl, "max_ttl_ms", maxttl, "max_wait_ms", maxwait,
               "master_timeout_ms", timeout, "drift_factor", drift, "retry_delay_ms", retry,
               "threads", threads, "max_body_bytes", body,
               "auth", c->auth_token ? "on" : "off",
-              "redis_auth", c->redis_password ? "on" : "off",
+              "redis_auth", !c->redis_password ? "off" : c->redis_username ? "acl user" : "on",
+              "redis_tls", ntls == 0 ? "off" : ntls == c->nmasters ? "on" : "some masters",
               "quarantine", c->quarantine ? "on" : "off", "notify", c->notify ? "on" : "off",
               "cluster_setup", c->cluster_setup_manual ? "manual" : "auto", "unsafe_masters",
               c->refuse_unsafe ? "refuse" : "warn", NULL);
+    if (!ntls && (c->redis_tls_ca_file || c->redis_tls_cert_file || c->redis_tls_server_name))
+        log_event(LOG_LEVEL_WARN, "config_tls_unused", "why",
+                  "--redis-tls-* settings are given but no master uses TLS (--redis-tls on, or "
+                  "rediss:// in --masters)", NULL);
     if (c->nmasters < 3)
         log_event(LOG_LEVEL_WARN, "config_few_masters", "nmasters", n, "why",
                   "with fewer than 3 masters one failure stops all locking; use 5", NULL);
@@ -138,6 +146,13 @@ int main(int argc, char **argv)
         conf_free(&cfg);
         return health_check_asked(argc, argv) ? 1 : 2;
     }
+    /* TLS to the masters: a file that cannot be loaded is a bad value. */
+    mtls_ctx *tls = NULL;
+    if (conf_tls_used(&cfg) && !(tls = mtls_ctx_new(&cfg, err, sizeof err))) {
+        fprintf(stderr, "redlockd: %s\n", err);
+        conf_free(&cfg);
+        return 2;
+    }
     log_init(cfg.log_level, cfg.log_format);
     raise_fd_limit();
 
@@ -166,9 +181,12 @@ int main(int argc, char **argv)
                                     quorum_drift_ms(cfg.max_ttl_ms, cfg.drift_factor)) * 1000ULL
                        : 0;
     mpool_config pc = {cfg.nmasters, cfg.masters, cfg.master_timeout_ms, cfg.redis_password,
-                       quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe};
-    if (cfg.setup_cluster)
-        return setup_cluster(&cfg, m ? mpool_new(&pc) : NULL, quarantine_us, m);
+                       quarantine_us, cfg.max_ttl_ms, cfg.refuse_unsafe, cfg.redis_username, tls};
+    if (cfg.setup_cluster) {
+        mpool *setup = m ? mpool_new(&pc) : NULL;
+        mtls_ctx_free(tls);   /* the pool holds its own reference */
+        return setup_cluster(&cfg, setup, quarantine_us, m);
+    }
     static _Atomic int waiters;   /* --max-waiters counts every loop's */
     rl_config rc = {cfg.key_prefix, cfg.drift_factor, cfg.retry_delay_ms, cfg.max_ttl_ms, cfg.notify,
                     cfg.quarantine, cfg.fence_keep_ms, cfg.max_waiters, &waiters, cfg.max_inflight,
@@ -189,6 +207,7 @@ int main(int argc, char **argv)
         pools[k] = loops[k].pool;
         ok = loops[k].engine != NULL;
     }
+    mtls_ctx_free(tls);   /* each pool holds its own reference */
     /* Every pool exists before any starts: the checks note markers on all. */
     for (int k = 0; ok && k < nloops; k++) {
         /* Quarantine off (--quarantine off) skips the guard and every marker. */

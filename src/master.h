@@ -107,6 +107,17 @@ void mscript_init(mscript *s);
 
 typedef struct mpool mpool;
 
+/* TLS to the masters (master_tls.c, OpenSSL): the client context built once
+ * from the --redis-tls-* settings and shared by every loop's pool, each of
+ * which holds a reference. Thread-safe (OpenSSL's SSL_CTX is, once built). */
+typedef struct mtls_ctx mtls_ctx;
+/* Builds it: peer verification always on, the CA file (or the system's
+ * trust store), the client certificate and key if given, the server name
+ * override. NULL with err (one line naming the flag) when a file cannot be
+ * loaded. The caller frees its reference with mtls_ctx_free. */
+mtls_ctx *mtls_ctx_new(const conf *c, char *err, size_t errlen);
+void mtls_ctx_free(mtls_ctx *t);
+
 typedef struct mpool_config {
     int nmasters;
     const conf_addr *masters;
@@ -116,6 +127,9 @@ typedef struct mpool_config {
                                    fence keep plus drift); 0 turns quarantine off */
     long long max_ttl_ms;       /* how long a redo_when_back command waits */
     bool refuse_unsafe;         /* masters that may lose locks do not vote */
+    const char *username;       /* AUTH username password; NULL: AUTH password */
+    mtls_ctx *tls;              /* for masters whose conf_addr.tls is set (the pool takes
+                                   a reference); NULL when none is */
 } mpool_config;
 
 /* What a master persists (CONFIG GET appendfsync with INFO's aof_enabled). */
@@ -141,6 +155,9 @@ typedef struct master_status {
                                    MASTER_REFUSING_MS) was answered with an error */
     char refusal[9];            /* that error's first word ("OOM", "READONLY"), "" if none */
     unsigned long long refusals; /* lock commands answered with an error */
+    bool tls;                   /* reached over TLS */
+    char reason[200];           /* while not up: why its last connection failed or was
+                                   dropped ("" unknown); e.g. a TLS certificate check */
 } master_status;
 
 /* Creates the pool (copies cfg); connects only once started. NULL on OOM. */

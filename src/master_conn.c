@@ -1,12 +1,12 @@
-/* master_conn.c - a master's connection: non-blocking connect, the handshake
- * (AUTH, INFO, CONFIG GET appendfsync, the marker's "observe", PING) before
+/* master_conn.c - a master's connection: non-blocking connect (and TLS
+ * handshake, master_tls.c), the handshake (AUTH, INFO, CONFIG GET appendfsync, the marker's "observe", PING) before
  * it takes votes, reading and dispatching replies, writing the buffer, lag
  * and failure (every command pending answers as failed, reconnect with
  * backoff), and the status snapshot other threads read.
  *
  * Depends on master_batch.c (batch replies, failed answers), master_undo.c
  * (remembering and replaying releases), master_marker.c, master_pipeline.c
- * and master_timer.c.
+ * master_timer.c and master_tls.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -42,13 +42,40 @@ int master_connect_error(int fd)
     return soerr;
 }
 
+/* Records why m is not up, for /readyz; true when it replaces another
+ * reason (m was already down, for something else). */
+static bool set_reason(struct master *m, const char *why)
+{
+    pthread_mutex_lock(&m->reason_mu);
+    bool changed = m->reason[0] && strcmp(m->reason, why) != 0;
+    snprintf(m->reason, sizeof m->reason, "%s", why);
+    pthread_mutex_unlock(&m->reason_mu);
+    return changed;
+}
+
+int master_auth_argv(const mpool *p, const char *argv[3], size_t lens[3])
+{
+    int n = 0;
+    argv[n] = "AUTH";
+    lens[n++] = 4;
+    if (p->username) {
+        argv[n] = p->username;
+        lens[n++] = strlen(p->username);
+    }
+    argv[n] = p->password;
+    lens[n++] = strlen(p->password);
+    return n;
+}
+
 /* Drops the connection: every pending command is answered as failed, and
  * undo commands wait for the next one. */
 void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
 {
-    char why[160];   /* why_in may point into the context freed below */
+    char why[200];   /* why_in may point into the context freed below */
     snprintf(why, sizeof why, "%s", why_in);
     bool was_up = master_votes(m);
+    mtls_free(m->tls);
+    m->tls = NULL;
     if (m->ctx) {
         redisFree(m->ctx);
         m->ctx = NULL;
@@ -59,7 +86,9 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
     atomic_fetch_add(&m->errors, 1);
     m->next_connect_us = now + master_backoff_next(&m->backoff_us);
     m->want_write = false;
-    if (was_up || !m->logged_down) {
+    /* Once per outage, and again when the cause changes (a refused
+     * connection, then a certificate that does not check out). */
+    if (set_reason(m, why) || was_up || !m->logged_down) {
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
         m->logged_down = true;
     }
@@ -78,6 +107,7 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
 void master_connect(mpool *p, struct master *m, uint64_t now)
 {
     m->cached = 0;   /* a new connection may reach a master with an empty script cache */
+    m->tls = NULL;
     m->ctx = redisConnectNonBlock(m->addr.host, m->addr.port);
     if (!m->ctx) {
         master_fail(p, m, "out of memory", now);
@@ -92,20 +122,37 @@ void master_connect(mpool *p, struct master *m, uint64_t now)
     m->want_write = true;
 }
 
-/* The TCP connect finished: authenticate and ping before any vote. */
+/* The TCP connect finished (or, for TLS, the socket is ready for the next
+ * step of the TLS handshake, which runs under the same connect deadline):
+ * authenticate and ping before any vote. */
 void master_handshake(mpool *p, struct master *m, uint64_t now)
 {
-    int err = master_connect_error(m->ctx->fd);
-    if (err) {
-        master_fail(p, m, strerror(err), now);
-        return;
+    char why[200];
+    if (!m->tls) {
+        int err = master_connect_error(m->ctx->fd);
+        if (err) {
+            master_fail(p, m, strerror(err), now);
+            return;
+        }
+        if (m->addr.tls && !(m->tls = mtls_start(p->tls, m->ctx->fd, m->addr.host, why, sizeof why))) {
+            master_fail(p, m, why, now);
+            return;
+        }
+    }
+    if (m->tls) {
+        int hs = mtls_handshake(m->tls, why, sizeof why);
+        if (hs < 0)
+            master_fail(p, m, why, now);
+        if (hs <= 0)
+            return;   /* still M_CONNECTING: the connect deadline holds */
     }
     m->state = M_HANDSHAKE;
     uint64_t deadline = now + MASTER_HANDSHAKE_TIMEOUT_US;
     if (p->password) {
-        const char *argv[] = {"AUTH", p->password};
-        size_t lens[] = {4, strlen(p->password)};
-        if (master_append(m, REC_AUTH, NULL, 0, 2, argv, lens, now, deadline) < 0)
+        const char *argv[3];
+        size_t lens[3];
+        int argc = master_auth_argv(p, argv, lens);
+        if (master_append(m, REC_AUTH, NULL, 0, argc, argv, lens, now, deadline) < 0)
             goto oom;
     }
     const char *info[] = {"INFO", "server", "persistence", "memory"};
@@ -133,6 +180,7 @@ static void master_became_up(mpool *p, struct master *m, uint64_t now)
     m->next_ping_us = now + MASTER_PING_INTERVAL_US;
     atomic_store(&m->up, true);
     m->logged_down = false;
+    set_reason(m, "");
     log_event(LOG_LEVEL_INFO, "master_up", "addr", m->name, NULL);
     if (p->quarantine_us && atomic_load(&m->marker) != QMARK_READY)
         master_marker_report(p, m);
@@ -149,6 +197,7 @@ void master_lag(struct master *m)
     atomic_store(&m->up, false);
     atomic_fetch_add(&m->errors, 1);
     m->logged_down = true;
+    set_reason(m, "reply timed out");
     log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", "reply timed out", NULL);
 }
 
@@ -299,8 +348,9 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
 
 void master_read(mpool *p, struct master *m, uint64_t now)
 {
-    if (redisBufferRead(m->ctx) != REDIS_OK) {
-        master_fail(p, m, m->ctx->errstr[0] ? m->ctx->errstr : "read error", now);
+    char why[200];
+    if (mlink_read(m->ctx, m->tls, why, sizeof why) < 0) {
+        master_fail(p, m, why, now);
         return;
     }
     for (;;) {
@@ -325,9 +375,10 @@ void master_flush(mpool *p, struct master *m, uint64_t now)
 {
     if (!m->ctx || m->state == M_CONNECTING || !m->want_write)
         return;
-    int done = 0;
-    if (redisBufferWrite(m->ctx, &done) != REDIS_OK) {
-        master_fail(p, m, m->ctx->errstr[0] ? m->ctx->errstr : "write error", now);
+    bool done = false;
+    char why[200];
+    if (mlink_write(m->ctx, m->tls, &done, why, sizeof why) < 0) {
+        master_fail(p, m, why, now);
         return;
     }
     m->want_write = !done;
@@ -358,4 +409,8 @@ void mpool_status(mpool *p, int i, master_status *out)
     if (out->refusing)
         memcpy(out->refusal, &word, sizeof word);
     out->refusals = atomic_load(&m->refusals);
+    out->tls = m->addr.tls;
+    pthread_mutex_lock(&m->reason_mu);
+    snprintf(out->reason, sizeof out->reason, "%s", out->up ? "" : m->reason);
+    pthread_mutex_unlock(&m->reason_mu);
 }

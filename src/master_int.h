@@ -11,9 +11,11 @@
  *    check calls from another pool's loop), read by mpool_status and
  *    mpool_notices_up on any thread; each is read alone, so no lock;
  *  - error_log, a log_limit with its own mutex;
+ *  - reason (why the master is not up), under reason_mu: written on the
+ *    loop, read by mpool_status;
  *  - what mpool_new copies from the config (n, timeout_us, quarantine_us,
- *    redo_us, refuse_unsafe, password, each master's addr and name), read
- *    only after; marker_fn, notice_*, io_* are set before mpool_start (io_*
+ *    redo_us, refuse_unsafe, password, username, tls (a reference to the
+ *    shared TLS context), each master's addr and name), read only after; marker_fn, notice_*, io_* are set before mpool_start (io_*
  *    also on the loop thread).
  *
  * The files, top down, with the state each one writes and the files it
@@ -37,6 +39,8 @@
  *   master_pipeline.c  command packing, each master's queue of records
  *                      awaiting replies (head, tail, want_write), error lines
  *   master_timer.c     the clock and the timer heap (timers, timers_final)
+ *   master_tls.c       a connection's bytes, plain or TLS (OpenSSL on the
+ *                      same socket; struct mtls), and the shared TLS context
  */
 #ifndef RL_MASTER_INT_H
 #define RL_MASTER_INT_H
@@ -64,6 +68,7 @@ enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_CONFIG, REC_OBSERVE
                 REC_UNDO };
 
 struct chan;   /* a notice channel wanted (master_notice.c) */
+struct mtls;   /* a TLS session on a connection's socket (master_tls.c) */
 struct job;    /* a posted job (master_loop.c) */
 struct undo;   /* a remembered release (master_undo.c) */
 
@@ -104,6 +109,8 @@ struct master {
     char name[280];             /* host:port */
     enum mstate state;
     redisContext *ctx;          /* NULL while M_DOWN */
+    struct mtls *tls;           /* TLS on ctx's socket once its TCP connect is done; NULL:
+                                   plain (or not yet); the handshake runs in M_CONNECTING */
     struct mrecord *head, *tail; /* written, awaiting replies, oldest first */
     uint32_t cached;            /* scripts (bits of mpool.scripts) this connection was sent
                                    with their body: EVALSHA is safe for those */
@@ -132,10 +139,14 @@ struct master {
                                     error (OOM, READONLY, NOPERM ...); 0 after a value */
     atomic_ullong refusals;     /* lock commands answered with an error */
     atomic_ullong refusal_word; /* the first bytes (up to 8) of that error's first word */
+    pthread_mutex_t reason_mu;  /* guards reason */
+    char reason[200];           /* why it is not up (its last failure); "" once up */
 
     /* The release-notice subscription: its own connection, read only. */
     redisContext *sub;          /* NULL while down */
-    bool sub_connecting;        /* the TCP connect is under way */
+    struct mtls *sub_tls;       /* as tls, for sub */
+    bool sub_connecting;        /* the TCP connect (and TLS handshake) is under way */
+    bool sub_want_write;        /* sub's output buffer holds unwritten commands */
     uint64_t sub_next_connect_us; /* monotonic: reconnects then while sub is NULL */
     uint64_t sub_backoff_us;    /* the wait after the next failure */
     uint64_t sub_deadline_us;   /* monotonic: a connect still under way fails then */
@@ -157,6 +168,8 @@ struct mpool {
     uint64_t redo_us;           /* how long a redo waits for its master */
     bool refuse_unsafe;
     char *password;             /* NULL: no AUTH; wiped on free */
+    char *username;             /* NULL: AUTH password alone */
+    mtls_ctx *tls;              /* a reference; NULL when no master uses TLS */
     struct master masters[MASTER_MAX];
     const mscript *scripts[32]; /* every script sent so far: its index is its bit in
                                    master.cached; loop thread */
@@ -282,6 +295,33 @@ void master_read(mpool *p, struct master *m, uint64_t now);
 /* Writes what m's output buffer holds, as far as the socket takes it. */
 void master_flush(mpool *p, struct master *m, uint64_t now);
 
+/* AUTH password, or AUTH username password: fills argv and lens, returns
+ * the count (2 or 3). */
+int master_auth_argv(const mpool *p, const char *argv[3], size_t lens[3]);
+
+/* ---- master_tls.c ---- */
+
+void mtls_ctx_ref(mtls_ctx *t);
+/* Starts TLS as a client on fd (connected), checking the certificate
+ * against the server name override or host. NULL with why on failure. */
+struct mtls *mtls_start(mtls_ctx *t, int fd, const char *host, char *why, size_t whylen);
+/* Runs the handshake on: 1 done, 0 under way (mlink_events says what to
+ * wait for), -1 failed with why (certificate verify failed, hostname
+ * mismatch, ...). */
+int mtls_handshake(struct mtls *s, char *why, size_t whylen);
+void mtls_free(struct mtls *s);
+/* The poll events a connection waits for: its TCP connect (connecting, s
+ * NULL), its TLS handshake, or replies, and room to write while
+ * want_write. */
+short mlink_events(const struct mtls *s, bool connecting, bool want_write);
+/* Whether revents call for a read (OpenSSL may wait to write to read). */
+bool mlink_readable(const struct mtls *s, short revents);
+/* Reads what there is into c's reply reader. 0, or -1 with why. */
+int mlink_read(redisContext *c, struct mtls *s, char *why, size_t whylen);
+/* Writes c's output buffer as far as the socket takes it; *done when all
+ * of it went. 0, or -1 with why. */
+int mlink_write(redisContext *c, struct mtls *s, bool *done, char *why, size_t whylen);
+
 /* ---- master_notice.c ---- */
 
 void master_sub_connect(mpool *p, struct master *m, uint64_t now);
@@ -291,6 +331,8 @@ void master_sub_fail(mpool *p, struct master *m, uint64_t now);
 void master_sub_start(mpool *p, struct master *m, uint64_t now);
 /* The subscription's socket is readable: confirmations and notices. */
 void master_sub_read(mpool *p, struct master *m, uint64_t now);
+/* Writes what the subscription's output buffer holds. */
+void master_sub_flush(mpool *p, struct master *m, uint64_t now);
 /* Frees the channels wanted (the pool is being freed). */
 void mpool_notice_free(mpool *p);
 

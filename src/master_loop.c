@@ -4,7 +4,8 @@
  * (deadlines, reconnects, idle pings, when to wake next).
  *
  * Depends on master_notice.c, master_conn.c, master_batch.c, master_undo.c
- * (freeing), master_pipeline.c (the idle PING) and master_timer.c; none of
+ * (freeing), master_pipeline.c (the idle PING), master_timer.c and
+ * master_tls.c (poll events, the shared TLS context); none of
  * them calls back into it.
  */
 #include <errno.h>
@@ -37,15 +38,20 @@ mpool *mpool_new(const mpool_config *cfg)
     p->redo_us = (uint64_t)cfg->max_ttl_ms * 1000ULL;
     p->refuse_unsafe = cfg->refuse_unsafe;
     p->wake_fd = -1;
-    if (cfg->password && !(p->password = strdup(cfg->password))) {
+    if ((cfg->password && !(p->password = strdup(cfg->password))) ||
+        (cfg->username && !(p->username = strdup(cfg->username)))) {
+        free(p->password);
         free(p);
         return NULL;
     }
+    p->tls = cfg->tls;
+    mtls_ctx_ref(p->tls);
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         m->idx = i;
         m->pool = p;
         pthread_mutex_init(&m->error_log.mu, NULL);
+        pthread_mutex_init(&m->reason_mu, NULL);
         atomic_store(&m->marker, QMARK_UNKNOWN);
         m->addr = cfg->masters[i];
         snprintf(m->name, sizeof m->name, "%s:%d", m->addr.host, m->addr.port);
@@ -125,7 +131,8 @@ static void check_deadlines(mpool *p, uint64_t now)
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (m->state == M_CONNECTING && now >= m->connect_deadline_us)
-            master_fail(p, m, "connect timed out", now);
+            master_fail(p, m, m->tls ? "TLS handshake timed out (a plain port, or a paused master?)"
+                                     : "connect timed out", now);
         else if (!m->head || now < master_head_due_us(m))
             continue;
         else if (master_votes(m))
@@ -205,8 +212,10 @@ static void *loop_main(void *arg)
     uint64_t now = mpool_now_us();
     housekeeping(p, now);
     for (;;) {
-        for (int i = 0; i < p->n; i++)
+        for (int i = 0; i < p->n; i++) {
             master_flush(p, &p->masters[i], now);
+            master_sub_flush(p, &p->masters[i], now);
+        }
 
         int nfds = 0;
         fds[nfds].fd = p->wake_fd;
@@ -222,8 +231,7 @@ static void *loop_main(void *arg)
             if (!m->ctx)
                 continue;
             fds[nfds].fd = m->ctx->fd;
-            fds[nfds].events = m->state == M_CONNECTING ? POLLOUT
-                                                        : (short)(POLLIN | (m->want_write ? POLLOUT : 0));
+            fds[nfds].events = mlink_events(m->tls, m->state == M_CONNECTING, m->want_write);
             who[nfds++] = i;
         }
         for (int i = 0; i < p->n; i++) {
@@ -231,7 +239,7 @@ static void *loop_main(void *arg)
             if (!m->sub)
                 continue;
             fds[nfds].fd = m->sub->fd;
-            fds[nfds].events = m->sub_connecting ? POLLOUT : POLLIN;
+            fds[nfds].events = mlink_events(m->sub_tls, m->sub_connecting, m->sub_want_write);
             who[nfds++] = MASTER_MAX + i;
         }
         uint64_t wake = next_wakeup(p, now);
@@ -257,10 +265,14 @@ static void *loop_main(void *arg)
                 struct master *sm = &p->masters[who[k] - MASTER_MAX];
                 if (!sm->sub || sm->sub->fd != fds[k].fd)
                     continue;
-                if (sm->sub_connecting)
+                if (sm->sub_connecting) {
                     master_sub_start(p, sm, now);
-                else
+                    continue;
+                }
+                if (mlink_readable(sm->sub_tls, fds[k].revents))
                     master_sub_read(p, sm, now);
+                if (sm->sub && (fds[k].revents & POLLOUT))
+                    master_sub_flush(p, sm, now);
                 continue;
             }
             struct master *m = &p->masters[who[k]];
@@ -270,7 +282,7 @@ static void *loop_main(void *arg)
                 master_handshake(p, m, now);
                 continue;
             }
-            if (fds[k].revents & (POLLIN | POLLERR | POLLHUP))
+            if (mlink_readable(m->tls, fds[k].revents))
                 master_read(p, m, now);
             if (m->ctx && (fds[k].revents & POLLOUT))
                 master_flush(p, m, now);
@@ -291,6 +303,8 @@ static void *loop_main(void *arg)
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (m->sub) {
+            mtls_free(m->sub_tls);
+            m->sub_tls = NULL;
             redisFree(m->sub);
             m->sub = NULL;
         }
@@ -370,8 +384,12 @@ void mpool_free(mpool *p)
         explicit_bzero(p->password, strlen(p->password));
         free(p->password);
     }
-    for (int i = 0; i < p->n; i++)
+    free(p->username);
+    mtls_ctx_free(p->tls);
+    for (int i = 0; i < p->n; i++) {
         pthread_mutex_destroy(&p->masters[i].error_log.mu);
+        pthread_mutex_destroy(&p->masters[i].reason_mu);
+    }
     pthread_mutex_destroy(&p->jobs_lock);
     free(p);
 }

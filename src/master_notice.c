@@ -1,9 +1,11 @@
 /* master_notice.c - release notices (Redis pub/sub): a second connection
  * per master, read only, subscribed to the notice prefix and to every
  * channel some waiter wants (refcounted in chans), re-established with
- * backoff when lost; each message goes to the notice callback.
+ * backoff when lost; each message goes to the notice callback. Over TLS
+ * too for a TLS master, the handshake under the connect deadline.
  *
- * Depends on master_conn.c (backoff, connect check) and master_timer.c.
+ * Depends on master_conn.c (backoff, connect check, AUTH), master_timer.c
+ * and master_tls.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,9 @@ struct chan {
 
 void master_sub_fail(mpool *p, struct master *m, uint64_t now)
 {
+    mtls_free(m->sub_tls);
+    m->sub_tls = NULL;
+    m->sub_want_write = false;
     if (m->sub) {
         redisFree(m->sub);
         m->sub = NULL;
@@ -34,6 +39,7 @@ void master_sub_fail(mpool *p, struct master *m, uint64_t now)
 
 void master_sub_connect(mpool *p, struct master *m, uint64_t now)
 {
+    m->sub_tls = NULL;
     m->sub = redisConnectNonBlock(m->addr.host, m->addr.port);
     if (!m->sub || m->sub->err) {
         master_sub_fail(p, m, now);
@@ -43,32 +49,60 @@ void master_sub_connect(mpool *p, struct master *m, uint64_t now)
     m->sub_deadline_us = now + MASTER_HANDSHAKE_TIMEOUT_US;
 }
 
-/* Writes one command on m's subscription connection. -1 on failure. */
-static int sub_command(struct master *m, int argc, const char **argv, const size_t *lens)
+/* Writes what m's subscription output buffer holds, as far as the socket
+ * takes it (the rest when it is writable again). -1 on failure. */
+static int sub_write(struct master *m)
 {
-    int done = 0;
-    if (redisAppendCommandArgv(m->sub, argc, argv, lens) != REDIS_OK)
+    bool done = false;
+    char why[200];
+    if (mlink_write(m->sub, m->sub_tls, &done, why, sizeof why) < 0)
         return -1;
-    while (!done)
-        if (redisBufferWrite(m->sub, &done) != REDIS_OK)
-            return -1;
+    m->sub_want_write = !done;
     return 0;
 }
 
-/* The connect finished: AUTH if needed, then SUBSCRIBE to the prefix
- * itself (no key is empty, so nothing is published there: its
- * confirmation says the connection works) and to every channel wanted. */
+void master_sub_flush(mpool *p, struct master *m, uint64_t now)
+{
+    if (m->sub && !m->sub_connecting && m->sub_want_write && sub_write(m) < 0)
+        master_sub_fail(p, m, now);
+}
+
+/* Sends one command on m's subscription connection. -1 on failure. */
+static int sub_command(struct master *m, int argc, const char **argv, const size_t *lens)
+{
+    if (redisAppendCommandArgv(m->sub, argc, argv, lens) != REDIS_OK)
+        return -1;
+    return sub_write(m);
+}
+
+/* The connect finished (and, for TLS, the handshake): AUTH if needed,
+ * then SUBSCRIBE to the prefix itself (no key is empty, so nothing is
+ * published there: its confirmation says the connection works) and to
+ * every channel wanted. */
 void master_sub_start(mpool *p, struct master *m, uint64_t now)
 {
-    if (master_connect_error(m->sub->fd)) {
-        master_sub_fail(p, m, now);
-        return;
+    char why[200];
+    if (!m->sub_tls) {
+        if (master_connect_error(m->sub->fd) ||
+            (m->addr.tls && !(m->sub_tls = mtls_start(p->tls, m->sub->fd, m->addr.host, why, sizeof why)))) {
+            master_sub_fail(p, m, now);
+            return;
+        }
+    }
+    if (m->sub_tls) {
+        /* A failure is the data connection's to report: it fails the same way. */
+        int hs = mtls_handshake(m->sub_tls, why, sizeof why);
+        if (hs < 0)
+            master_sub_fail(p, m, now);
+        if (hs <= 0)
+            return;   /* still connecting: the connect deadline holds */
     }
     m->sub_connecting = false;
     if (p->password) {
-        const char *argv[] = {"AUTH", p->password};
-        size_t lens[] = {4, strlen(p->password)};
-        redisAppendCommandArgv(m->sub, 2, argv, lens);
+        const char *argv[3];
+        size_t lens[3];
+        int argc = master_auth_argv(p, argv, lens);
+        redisAppendCommandArgv(m->sub, argc, argv, lens);
     }
     size_t nch = 1;
     for (size_t b = 0; b < MASTER_CHAN_BUCKETS; b++)
@@ -156,7 +190,8 @@ bool mpool_notices_up(mpool *p)
 
 void master_sub_read(mpool *p, struct master *m, uint64_t now)
 {
-    if (redisBufferRead(m->sub) != REDIS_OK) {
+    char why[200];
+    if (mlink_read(m->sub, m->sub_tls, why, sizeof why) < 0) {
         master_sub_fail(p, m, now);
         return;
     }

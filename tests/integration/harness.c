@@ -126,16 +126,33 @@ static bool redis_ping(int port)
     return ok;
 }
 
+/* A TLS port cannot be pinged without TLS: it is up once it accepts. */
+static bool port_accepts(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 static void master_spawn(h_cluster *c, int i)
 {
     h_master *m = &c->m[i];
     char port[16], log[300];
     snprintf(port, sizeof port, "%d", m->port);
     snprintf(log, sizeof log, "%s/redis.log", m->dir);
-    char *argv[40];
+    bool tls = c->port_flag && !strcmp(c->port_flag, "--tls-port");
+    char *argv[64];
     int a = 0;
     argv[a++] = "redis-server";
-    argv[a++] = "--port";
+    if (tls) {
+        argv[a++] = "--port";
+        argv[a++] = "0";
+    }
+    argv[a++] = (char *)(c->port_flag ? c->port_flag : "--port");
     argv[a++] = port;
     argv[a++] = "--bind";
     argv[a++] = "127.0.0.1";
@@ -145,11 +162,11 @@ static void master_spawn(h_cluster *c, int i)
     argv[a++] = "";
     argv[a++] = "--appendonly";
     argv[a++] = "no";
-    char extra[512];
+    char extra[1024];
     if (c->extra_redis) {
         snprintf(extra, sizeof extra, "%s", c->extra_redis);
         char *save = NULL;
-        for (char *t = strtok_r(extra, " ", &save); t && a < 38; t = strtok_r(NULL, " ", &save))
+        for (char *t = strtok_r(extra, " ", &save); t && a < 62; t = strtok_r(NULL, " ", &save))
             argv[a++] = t;
     }
     argv[a] = NULL;
@@ -157,7 +174,7 @@ static void master_spawn(h_cluster *c, int i)
     for (int tries = 0; tries < 200; tries++) {
         /* The answer must come from the process just started, not from a
          * server that already had the port. */
-        if (redis_ping(m->port) && waitpid(m->pid, NULL, WNOHANG) == 0)
+        if ((tls ? port_accepts(m->port) : redis_ping(m->port)) && waitpid(m->pid, NULL, WNOHANG) == 0)
             return;
         usleep(10000);
     }
@@ -167,9 +184,17 @@ static void master_spawn(h_cluster *c, int i)
 
 h_cluster *h_cluster_start(int n, const char *extra_redis)
 {
+    return h_cluster_start_with(n, extra_redis, NULL, NULL);
+}
+
+h_cluster *h_cluster_start_with(int n, const char *extra_redis, const char *port_flag,
+                                const char *scheme)
+{
     h_cluster *c = calloc(1, sizeof *c);
     c->n = n;
     c->extra_redis = extra_redis;
+    c->port_flag = port_flag;
+    c->scheme = scheme;
     snprintf(c->dir, sizeof c->dir, "/tmp/redlockd-it-XXXXXX");
     if (!mkdtemp(c->dir))
         die("mkdtemp");
@@ -183,7 +208,7 @@ h_cluster *h_cluster_start(int n, const char *extra_redis)
     return c;
 }
 
-static void daemon_startv(h_cluster *c, va_list ap)
+static void daemon_startv(h_cluster *c, bool wait_ready, va_list ap)
 {
     const char *bin = getenv("REDLOCKD_BIN");
     if (!bin)
@@ -199,8 +224,8 @@ static void daemon_startv(h_cluster *c, va_list ap)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", c->http_port);
     size_t o = 0;
     for (int i = 0; i < c->n; i++)
-        o += (size_t)snprintf(masters + o, sizeof masters - o, "%s127.0.0.1:%d", i ? "," : "",
-                              c->m[i].port);
+        o += (size_t)snprintf(masters + o, sizeof masters - o, "%s%s%s127.0.0.1:%d", i ? "," : "",
+                              c->scheme ? c->scheme : "", c->scheme ? "://" : "", c->m[i].port);
     char *argv[64];
     int a = 0;
     argv[a++] = (char *)bin;
@@ -219,6 +244,8 @@ static void daemon_startv(h_cluster *c, va_list ap)
         fprintf(stderr, "harness: redlockd did not start (log %s)\n", c->log);
         abort();
     }
+    if (!wait_ready)
+        return;
     /* Ready once a majority can vote. With all masters up, wait for all of
      * them, and for the cluster's set-up to reach every marker: a master
      * restarted while its marker is still missing or pending was never
@@ -244,7 +271,15 @@ void h_daemon_start(h_cluster *c, ...)
 {
     va_list ap;
     va_start(ap, c);
-    daemon_startv(c, ap);
+    daemon_startv(c, true, ap);
+    va_end(ap);
+}
+
+void h_daemon_start_unready(h_cluster *c, ...)
+{
+    va_list ap;
+    va_start(ap, c);
+    daemon_startv(c, false, ap);
     va_end(ap);
 }
 
@@ -258,7 +293,7 @@ h_cluster *h_peer_start(h_cluster *c, ...)
     p->peer = ++next_peer;
     va_list ap;
     va_start(ap, c);
-    daemon_startv(p, ap);
+    daemon_startv(p, true, ap);
     va_end(ap);
     return p;
 }

@@ -30,6 +30,9 @@ typedef struct h_cluster {
     char base[64];            /* http://127.0.0.1:PORT */
     char log[300];            /* the daemon's stderr */
     const char *extra_redis;  /* extra redis-server arguments, space separated */
+    const char *port_flag;    /* the masters' port option: "--port", or "--tls-port" (their
+                                 plain port then off); h_cluster_start_with */
+    const char *scheme;       /* NULL: --masters as host:port; else scheme://host:port */
     int peer;                 /* 0: the cluster itself; else a peer view (h_peer_start) */
 } h_cluster;
 
@@ -48,9 +51,19 @@ uint64_t h_now_us(void);
 
 /* Starts n masters (no persistence unless extra_redis says so). */
 h_cluster *h_cluster_start(int n, const char *extra_redis);
+/* Starts n masters as h_cluster_start does, listening with port_flag
+ * ("--port", or "--tls-port" for TLS masters, whose TLS settings come in
+ * extra_redis), and gives redlockd --masters as scheme://127.0.0.1:port
+ * (scheme NULL: host:port). A TLS master is taken as started once its port
+ * accepts connections. */
+h_cluster *h_cluster_start_with(int n, const char *extra_redis, const char *port_flag,
+                                const char *scheme);
 /* Starts redlockd against the cluster with extra flags (NULL-terminated) and
  * waits until it is ready. */
 void h_daemon_start(h_cluster *c, ...) __attribute__((sentinel));
+/* The same, waiting only until it serves (/healthz): for a cluster that is
+ * not to become ready. */
+void h_daemon_start_unready(h_cluster *c, ...) __attribute__((sentinel));
 /* Sends SIGTERM and returns the exit status (or -1). */
 int h_daemon_stop(h_cluster *c);
 /* SIGKILL, as a crash; a later h_daemon_start listens on the same port. */

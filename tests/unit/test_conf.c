@@ -178,7 +178,9 @@ Test(conf, usage_lists_every_flag_and_variable)
     const char *flags[] = {"--listen", "--masters", "--key-prefix", "--default-ttl-ms",
                            "--max-ttl-ms", "--max-wait-ms", "--master-timeout-ms",
                            "--drift-factor", "--retry-delay-ms", "--threads", "--max-body-bytes",
-                           "--auth-token-file", "--redis-password", "--log-level", "--log-format",
+                           "--auth-token-file", "--redis-password", "--redis-username", "--redis-tls",
+                           "--redis-tls-ca-file", "--redis-tls-cert-file", "--redis-tls-key-file",
+                           "--redis-tls-server-name", "REDLOCKD_REDIS_TLS_SERVER_NAME", "--log-level", "--log-format",
                            "--help", "--version", "REDLOCKD_MASTER_TIMEOUT_MS"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         cr_assert(strstr(buf, flags[i]), "help lacks %s", flags[i]);
@@ -362,4 +364,74 @@ Test(conf, connection_and_waiter_bounds)
     char *zero[] = {"redlockd", "--max-waiters", "0"};
     cr_assert_eq(run(&c, err, 3, zero), CONF_ERROR);
     conf_free(&c);
+}
+
+Test(conf, redis_acl_user_and_tls)
+{
+    conf c;
+    char err[256];
+    char *argv[] = {"redlockd", "--masters", "redis://10.0.0.1:6379,rediss://redis.example:6380/,h:1",
+                    "--redis-username", "locker", "--redis-password", "pw",
+                    "--redis-tls-ca-file", "/etc/ca.pem", "--redis-tls-server-name", "redis.internal"};
+    cr_assert_eq(run(&c, err, 11, argv), CONF_OK, "%s", err);
+    cr_assert_eq(c.nmasters, 3);
+    cr_assert_str_eq(c.masters[0].host, "10.0.0.1");
+    cr_assert_not(c.masters[0].tls);
+    cr_assert_str_eq(c.masters[1].host, "redis.example");
+    cr_assert_eq(c.masters[1].port, 6380);
+    cr_assert(c.masters[1].tls);
+    cr_assert_not(c.masters[2].tls);
+    cr_assert(conf_tls_used(&c));
+    cr_assert_str_eq(c.redis_username, "locker");
+    cr_assert_str_eq(c.redis_tls_ca_file, "/etc/ca.pem");
+    cr_assert_str_eq(c.redis_tls_server_name, "redis.internal");
+    char s[512];
+    conf_masters_str(&c, s, sizeof s);
+    cr_assert_str_eq(s, "10.0.0.1:6379,rediss://redis.example:6380,h:1");
+    conf_free(&c);
+
+    /* --redis-tls on: every master, from the environment too. */
+    setenv_fake("REDLOCKD_REDIS_TLS", "on");
+    setenv_fake("REDLOCKD_REDIS_TLS_CERT_FILE", "/c.pem");
+    setenv_fake("REDLOCKD_REDIS_TLS_KEY_FILE", "/k.pem");
+    char *a2[] = {"redlockd", "--masters", "a:1,b:2"};
+    cr_assert_eq(run(&c, err, 3, a2), CONF_OK, "%s", err);
+    cr_assert(c.redis_tls && c.masters[0].tls && c.masters[1].tls);
+    cr_assert_str_eq(c.redis_tls_key_file, "/k.pem");
+    conf_free(&c);
+    env_n = 0;
+
+    char *a3[] = {"redlockd"};
+    cr_assert_eq(run(&c, err, 1, a3), CONF_OK);
+    cr_assert_not(conf_tls_used(&c));
+    cr_assert_null(c.redis_username);
+    conf_free(&c);
+}
+
+Test(conf, redis_acl_and_tls_mistakes_are_one_line)
+{
+    const char *cases[][5] = {
+        /* flag, value, another flag, its value, what the line names */
+        {"--redis-username", "locker", NULL, NULL, "--redis-username"},
+        {"--redis-tls-cert-file", "/c.pem", NULL, NULL, "--redis-tls-key-file"},
+        {"--redis-tls-key-file", "/k.pem", NULL, NULL, "--redis-tls-cert-file"},
+        {"--redis-tls", "maybe", NULL, NULL, "--redis-tls"},
+        {"--redis-username", "two words", "--redis-password", "pw", "--redis-username"},
+        {"--redis-tls-server-name", "a b", NULL, NULL, "--redis-tls-server-name"},
+        {"--masters", "https://h:1", NULL, NULL, "--masters"},
+        {"--masters", "rediss://user:pw@h:1", NULL, NULL, "--masters"},
+        {"--masters", "rediss://h:1/0", NULL, NULL, "--masters"},
+        {"--masters", "rediss://h", NULL, NULL, "--masters"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conf c;
+        char err[256] = "";
+        char *argv[] = {"redlockd", (char *)cases[i][0], (char *)cases[i][1], (char *)cases[i][2],
+                        (char *)cases[i][3]};
+        int argc = cases[i][2] ? 5 : 3;
+        cr_assert_eq(run(&c, err, argc, argv), CONF_ERROR, "accepted %s %s", cases[i][0], cases[i][1]);
+        cr_assert(strstr(err, cases[i][4]), "\"%s\" does not name %s", err, cases[i][4]);
+        cr_assert_null(strchr(err, '\n'));
+        conf_free(&c);
+    }
 }
