@@ -3,10 +3,14 @@
 # (docker-compose, python3-yaml and python3-kubernetes only validate the
 # deployment files; python3-jsonschema and npm serve the OpenAPI conformance
 # test, npm to fetch the OpenAPI meta-schema; the containers suite installs
-# podman itself; iptables cuts a held stream's client off in the hold suite).
+# podman itself; iptables cuts a held stream's client off in the hold suite;
+# libnghttp2-dev, libprotobuf-c-dev and protobuf-c-compiler build Dapr's gRPC
+# API, python3-grpcio and python3-grpc-tools test it, with npm for the Dapr
+# JavaScript SDK).
 REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
-libcjson-dev libcriterion-dev libcurl4-openssl-dev redis-server curl iptables
-python3 python3-yaml python3-kubernetes python3-jsonschema docker-compose"
+libcjson-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libcriterion-dev
+libcurl4-openssl-dev redis-server curl iptables python3 python3-yaml python3-kubernetes
+python3-jsonschema python3-grpcio python3-grpc-tools docker-compose"
 
 install_deps() {
     local missing=()
