@@ -211,6 +211,7 @@ class Daemon:
         self.log = os.path.join(tmp, f"redlockd-{name}.log")
         env = dict(os.environ)
         env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=99"
+        env.setdefault("TSAN_OPTIONS", "exitcode=99")
         env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:exitcode=99"
         argv = [BIN, "--listen", f"127.0.0.1:{self.port}", "--dapr-grpc-listen",
                 f"127.0.0.1:{self.gport}", "--masters",
@@ -237,7 +238,7 @@ class Daemon:
             rc = self.proc.wait()
             fail(f"redlockd {self.name} did not stop within 20 s of SIGTERM")
         text = open(self.log, errors="replace").read()
-        if re.search(r"ERROR: (Address|Leak)Sanitizer|runtime error:", text):
+        if re.search(r"ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|runtime error:", text):
             fail(f"redlockd {self.name}: sanitizer report in its log:\n{text[-6000:]}")
         check(rc == 0, f"redlockd {self.name} exited {rc} (log {self.log})")
         log(f"redlockd {self.name} stopped: exit {rc}")
