@@ -4,10 +4,14 @@
 # deployment files; python3-jsonschema and npm serve the OpenAPI conformance
 # test, npm to fetch the OpenAPI meta-schema; the containers suite installs
 # podman itself; iptables cuts a held stream's client off in the hold suite;
-# libssl-dev is TLS to the masters, the openssl CLI makes the TLS tests' certificates).
+# libssl-dev is TLS to the masters, the openssl CLI makes the TLS tests' certificates;
+# libnghttp2-dev, libprotobuf-c-dev and protobuf-c-compiler build Dapr's gRPC
+# API, python3-grpcio and python3-grpc-tools test it, with npm for the Dapr
+# JavaScript SDK).
 REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
-libcjson-dev libcriterion-dev libcurl4-openssl-dev libssl-dev openssl redis-server curl iptables
-python3 python3-yaml python3-kubernetes python3-jsonschema docker-compose"
+libcjson-dev libssl-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
+libcriterion-dev libcurl4-openssl-dev redis-server curl iptables python3 python3-yaml
+python3-kubernetes python3-jsonschema python3-grpcio python3-grpc-tools docker-compose"
 
 install_deps() {
     local missing=()

@@ -43,7 +43,7 @@ enum api_route api_route_of(const char *path, const char **name)
         *name = path + strlen(LOCKS_PREFIX);
         return ROUTE_LOCK;
     }
-    if (!strcmp(path, "/v1.0/healthz"))
+    if (!strcmp(path, "/v1.0/healthz") || !strcmp(path, "/v1.0/healthz/outbound"))
         return ROUTE_DAPR_HEALTHZ;
     if (!strcmp(path, "/v1.0/metadata"))
         return ROUTE_DAPR_METADATA;
@@ -427,9 +427,9 @@ static const char *dapr_string(const cJSON *root, const char *field)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-int api_parse_dapr(bool unlock, const char *store, const char *stores, const char *body,
-                   size_t len, const api_limits *lim, rl_request *req, const char **code,
-                   char *msg, size_t msglen)
+int api_dapr_request(bool unlock, const char *store, const char *stores, const char *resource,
+                     const char *owner, long long expiry_s, const api_limits *lim,
+                     rl_request *req, const char **code, char *msg, size_t msglen)
 {
     memset(req, 0, sizeof *req);
     req->op = unlock ? RL_RELEASE : RL_ACQUIRE;
@@ -439,6 +439,58 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
         snprintf(msg, msglen, "lock store %.100s is not found", store);
         return -1;
     }
+    if (!resource || !*resource) {
+        snprintf(msg, msglen, "ResourceId is empty in lock store %.100s", store);
+        return -1;
+    }
+    if (!owner || !*owner) {
+        snprintf(msg, msglen, "LockOwner is empty in lock store %.100s", store);
+        return -1;
+    }
+    size_t rl = strlen(resource), sl = strlen(store);
+    if (sl + 1 + rl > RL_NAME_MAX) {
+        snprintf(msg, msglen, "store name and resourceId together must be at most %d bytes",
+                 RL_NAME_MAX - 1);
+        return -1;
+    }
+    /* The lock is the native name store:resource, under the native name
+     * rules: no Dapr name can reach an internal key (those hold '#'). */
+    if (!rules_name_valid(resource, rl)) {
+        snprintf(msg, msglen, "resourceId must be 1 to %d bytes of A-Z a-z 0-9 . _ : -",
+                 RL_NAME_MAX - 1 - (int)sl);
+        return -1;
+    }
+    if (!rules_token_valid(owner, strlen(owner))) {
+        snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of printable ASCII without spaces, "
+                 "quotes or backslashes", TOKEN_MAX_LEN);
+        return -1;
+    }
+    if (!unlock) {
+        long long max_s = lim->max_ttl_ms / 1000;
+        if (expiry_s <= 0) {
+            snprintf(msg, msglen, "ExpiryInSeconds is not positive in lock store %.100s", store);
+            return -1;
+        }
+        if (expiry_s > max_s) {
+            snprintf(msg, msglen, "expiryInSeconds must be at most %lld", max_s);
+            return -1;
+        }
+        req->ttl_ms = expiry_s * 1000;
+    }
+    snprintf(req->name, sizeof req->name, "%s:%s", store, resource);
+    snprintf(req->token, sizeof req->token, "%s", owner);
+    req->token_given = true;
+    return 0;
+}
+
+int api_parse_dapr(bool unlock, const char *store, const char *stores, const char *body,
+                   size_t len, const api_limits *lim, rl_request *req, const char **code,
+                   char *msg, size_t msglen)
+{
+    memset(req, 0, sizeof *req);
+    *code = API_DAPR_ERR_MALFORMED;
+    if (!store_served(store, stores))   /* before the body, as Dapr does */
+        return api_dapr_request(unlock, store, stores, NULL, NULL, 0, lim, req, code, msg, msglen);
     const char *end = NULL;
     cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
     if (root && !all_space(end, len - (size_t)(end - body))) {
@@ -450,53 +502,16 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
         snprintf(msg, msglen, "the body must be a JSON object without NUL characters");
         return -1;
     }
-    int rc = -1;
-    const char *resource = dapr_string(root, "resourceId");
-    const char *owner = dapr_string(root, "lockOwner");
-    if (!resource || !*resource) {
-        snprintf(msg, msglen, "ResourceId is empty in lock store %.100s", store);
-        goto out;
-    }
-    if (!owner || !*owner) {
-        snprintf(msg, msglen, "LockOwner is empty in lock store %.100s", store);
-        goto out;
-    }
-    size_t rl = strlen(resource), sl = strlen(store);
-    if (sl + 1 + rl > RL_NAME_MAX) {
-        snprintf(msg, msglen, "store name and resourceId together must be at most %d bytes",
-                 RL_NAME_MAX - 1);
-        goto out;
-    }
-    /* The lock is the native name store:resource, under the native name
-     * rules: no Dapr name can reach an internal key (those hold '#'). */
-    if (!rules_name_valid(resource, rl)) {
-        snprintf(msg, msglen, "resourceId must be 1 to %d bytes of A-Z a-z 0-9 . _ : -",
-                 RL_NAME_MAX - 1 - (int)sl);
-        goto out;
-    }
-    if (!rules_token_valid(owner, strlen(owner))) {
-        snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of printable ASCII without spaces, "
-                 "quotes or backslashes", TOKEN_MAX_LEN);
-        goto out;
-    }
-    snprintf(req->name, sizeof req->name, "%s:%s", store, resource);
-    snprintf(req->token, sizeof req->token, "%s", owner);
-    req->token_given = true;
-    if (!unlock) {
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "expiryInSeconds");
-        long long max_s = lim->max_ttl_ms / 1000;
-        if (!cJSON_IsNumber(e) || floor(e->valuedouble) != e->valuedouble || e->valuedouble <= 0) {
-            snprintf(msg, msglen, "ExpiryInSeconds is not positive in lock store %.100s", store);
-            goto out;
-        }
-        if (e->valuedouble > (double)max_s) {
-            snprintf(msg, msglen, "expiryInSeconds must be at most %lld", max_s);
-            goto out;
-        }
-        req->ttl_ms = (long long)e->valuedouble * 1000;
-    }
-    rc = 0;
-out:
+    /* expiryInSeconds: a whole positive number, else "not positive"; a
+     * huge one is clamped to just past the limit before it becomes an
+     * integer. */
+    long long expiry_s = 0;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "expiryInSeconds");
+    if (cJSON_IsNumber(e) && floor(e->valuedouble) == e->valuedouble && e->valuedouble > 0)
+        expiry_s = e->valuedouble > (double)(lim->max_ttl_ms / 1000)
+                       ? lim->max_ttl_ms / 1000 + 1 : (long long)e->valuedouble;
+    int rc = api_dapr_request(unlock, store, stores, dapr_string(root, "resourceId"),
+                              dapr_string(root, "lockOwner"), expiry_s, lim, req, code, msg, msglen);
     cJSON_Delete(root);
     return rc;
 }

@@ -17,7 +17,7 @@ enum api_route {
     ROUTE_NOT_FOUND, ROUTE_LOCK, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS,
     ROUTE_DAPR_LOCK,      /* POST /v1.0-alpha1/lock/{store} */
     ROUTE_DAPR_UNLOCK,    /* POST /v1.0-alpha1/unlock/{store} */
-    ROUTE_DAPR_HEALTHZ,   /* GET /v1.0/healthz */
+    ROUTE_DAPR_HEALTHZ,   /* GET /v1.0/healthz, /v1.0/healthz/outbound */
     ROUTE_DAPR_METADATA,  /* GET /v1.0/metadata */
 };
 
@@ -115,6 +115,13 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
 int api_parse_dapr(bool unlock, const char *store, const char *stores, const char *body,
                    size_t len, const api_limits *lim, rl_request *req, const char **code,
                    char *msg, size_t msglen);
+
+/* The same from its fields, for any wire format (Dapr's gRPC API too):
+ * store, resource and owner as given (resource or owner NULL or empty is
+ * malformed), expiry_s the lock's expiryInSeconds (ignored for unlock). */
+int api_dapr_request(bool unlock, const char *store, const char *stores, const char *resource,
+                     const char *owner, long long expiry_s, const api_limits *lim,
+                     rl_request *req, const char **code, char *msg, size_t msglen);
 
 /* {"errorCode","message"} */
 char *api_dapr_error_json(const char *code, const char *message);

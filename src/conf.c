@@ -94,6 +94,9 @@ static const struct opt opts[] = {
     {"dapr-stores", OPT_STORES, 0, 0, 0, 0,
      "comma-separated lock store names served on Dapr's lock API; store S and resource R are "
      "the lock named S:R (default \"lockstore\")"},
+    {"dapr-grpc-listen", OPT_ADDR, 0, 0, 0, 0,
+     "ADDR:PORT to serve Dapr's lock API over gRPC on (TryLockAlpha1, UnlockAlpha1, "
+     "GetMetadata; h2c), e.g. 127.0.0.1:50001 (default: off)"},
     {"log-level", OPT_LEVEL, 0, 0, 0, 0, "error, warn, info or debug (default info)"},
     {"log-format", OPT_FORMAT, 0, 0, 0, 0, "json or text (default json)"},
     {"setup-cluster", OPT_FLAG, 0, 0, 0, 0,
@@ -252,7 +255,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
     char *end;
     switch (o->kind) {
     case OPT_ADDR:
-        if (parse_addr(val, &c->listen) < 0)
+        if (parse_addr(val, !strcmp(o->name, "listen") ? &c->listen : &c->dapr_grpc_listen) < 0)
             goto bad;
         return 0;
     case OPT_MASTERS:

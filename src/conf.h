@@ -85,6 +85,7 @@ typedef struct conf {
     bool refuse_unsafe;            /* masters that may lose locks do not vote */
     bool setup_cluster;            /* --setup-cluster: mark the cluster and exit */
     char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock store names, comma-separated */
+    conf_addr dapr_grpc_listen;    /* Dapr's gRPC API (grpc.h); port 0: off */
     enum conf_log_level log_level;
     enum conf_log_format log_format;
 } conf;

@@ -572,15 +572,20 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
  * failed in faults::sigstop_two_masters_cycles.) The waiters of one name
  * also sleep in one engine, served in arrival order. This is the one
  * hand-off between loops: with N loops, N-1 of N writes take it. */
+int http_loop_of(const char *name, int nloops)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (const char *c = name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return (int)(h % (uint64_t)nloops);
+}
+
 static rl_engine *engine_for(const req_ctx *ctx)
 {
     http_server *s = ctx->s;
     if (s->nshards == 1 || ctx->req.op == RL_INSPECT)
         return ctx->sh->engine;
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
-    for (const char *c = ctx->req.name; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
-    return s->shards[h % (uint64_t)s->nshards].engine;
+    return s->shards[http_loop_of(ctx->req.name, s->nshards)].engine;
 }
 
 /* Hands ctx->req to the engine; lock_done resumes the connection. */

@@ -42,6 +42,10 @@ typedef struct http_loop {
     mpool *pool;
 } http_loop;
 
+/* The loop (0..nloops) that owns name: every acquire, extension and
+ * release of it goes to that loop's engine, whichever API it came by. */
+int http_loop_of(const char *name, int nloops);
+
 /* Binds cfg->listen once per loop (SO_REUSEPORT) and serves each share on
  * that loop's thread; the pools must be started. NULL with err on failure. */
 http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, metrics *m, char *err,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "grpc.h"
 #include "healthcheck.h"
 #include "http.h"
 #include "log.h"
@@ -219,12 +220,15 @@ int main(int argc, char **argv)
     for (int k = 0; ok && k < nloops; k++)
         ok = mpool_start(loops[k].pool) == 0;
     http_server *http = NULL;
+    grpc_server *grpc = NULL;   /* Dapr's gRPC API, with --dapr-grpc-listen */
     if (!ok)
         snprintf(err, sizeof err, "cannot start: out of memory or threads");
-    else
+    else if (!cfg.dapr_grpc_listen.port || (grpc = grpc_start(&cfg, loops, nloops, err, sizeof err)))
         http = http_start(&cfg, loops, nloops, m, err, sizeof err);
     if (!http) {
         fprintf(stderr, "redlockd: %s\n", err);
+        grpc_stop(grpc, 0);
+        grpc_free(grpc);
         for (int k = 0; k < nloops; k++) {
             if (loops[k].pool)
                 mpool_stop(loops[k].pool);
@@ -249,6 +253,7 @@ int main(int argc, char **argv)
      * reaches its connection before any connection closes; grants whose
      * answer could not be delivered are released before the masters go. */
     http_quiesce(http);
+    grpc_quiesce(grpc);
     http_end_holds(http, SHUTDOWN_SEND_MS);
     /* Every engine drains before any refuses: a request read on one loop
      * may be decided on another (its name's owner), and a client may still
@@ -265,6 +270,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < nloops; k++)
         rl_engine_close(loops[k].engine);
     int unsent = http_drain(http, SHUTDOWN_SEND_MS);
+    unsent += grpc_stop(grpc, SHUTDOWN_SEND_MS);
     if (left || unsent) {
         char n[16], u[16];
         snprintf(n, sizeof n, "%d", left);
@@ -280,6 +286,7 @@ int main(int argc, char **argv)
         marker_check_free(mcs[k]);
         mpool_free(loops[k].pool);
     }
+    grpc_free(grpc);
     metrics_free(m);
     conf_free(&cfg);
     log_event(LOG_LEVEL_INFO, "stopped", NULL);

@@ -428,7 +428,8 @@ def operational(A):
         for m in ["GET", "HEAD"]:
             expect(A.req(m, path), 200, what=f"{m} {path}")
     for m in ["GET", "HEAD"]:
-        expect(A.req(m, "/v1.0/healthz"), 204, what=f"{m} /v1.0/healthz")
+        for path in ["/v1.0/healthz", "/v1.0/healthz/outbound"]:
+            expect(A.req(m, path, auth=None), 204, what=f"{m} {path}")
     md = A.req("GET", "/v1.0/metadata")
     if expect(md, 200, what="metadata"):
         names = [c["name"] for c in md.json()["components"]]
@@ -440,13 +441,14 @@ def operational(A):
     # Unknown paths, /locks and /locks/ among them.
     for m, p in [("GET", "/locks"), ("POST", "/locks/"), ("GET", "/nope"),
                  ("POST", "/v1.0-alpha1/lock/"), ("POST", "/v1.0-alpha1/unlock"),
-                 ("GET", "/v1.0/healthz/x"), ("DELETE", "/")]:
+                 ("GET", "/v1.0/healthz/x"), ("GET", "/v1.0/healthz/outbound/x"), ("DELETE", "/")]:
         expect(A.req(m, p), 404, "not_found", f"{m} {p}")
     # Known paths, other methods: Allow must name exactly the documented ones.
     for m, p in [("PUT", "/locks/x"), ("HEAD", "/locks/x"), ("OPTIONS", "/locks/x"),
                  ("POST", "/healthz"), ("DELETE", "/readyz"), ("POST", "/metrics"),
                  ("GET", "/v1.0-alpha1/lock/lockstore"), ("PUT", "/v1.0-alpha1/unlock/lockstore"),
-                 ("POST", "/v1.0/metadata"), ("HEAD", "/v1.0/metadata"), ("POST", "/v1.0/healthz")]:
+                 ("POST", "/v1.0/metadata"), ("HEAD", "/v1.0/metadata"), ("POST", "/v1.0/healthz"),
+                 ("POST", "/v1.0/healthz/outbound")]:
         expect(A.req(m, p), 405, None if m == "HEAD" else "method_not_allowed", f"{m} {p}")
     # Any path: a declared body over the limit, or a message without a clear end.
     for m, p in [("GET", "/healthz"), ("GET", "/nope"), ("GET", "/locks/x"), ("GET", "/v1.0/metadata")]:

@@ -1,0 +1,62 @@
+/* grpc.h - Dapr's lock API over gRPC (--dapr-grpc-listen): the
+ * TryLockAlpha1, UnlockAlpha1 and GetMetadata calls of
+ * dapr.proto.runtime.v1.Dapr, which Dapr's Python, Go, Java and .NET SDKs
+ * lock with (the JavaScript SDK too, in gRPC mode).
+ *
+ * HTTP/2 in cleartext with prior knowledge (h2c, as gRPC clients speak it
+ * without TLS) by nghttp2; messages by protobuf-c (grpc_api.h). One thread
+ * of its own runs an epoll loop over the listening socket, the connections
+ * and an eventfd; a call is decoded there and handed to the same engine
+ * the Dapr HTTP routes use for its name (http_loop_of), with the same
+ * request (api_dapr_request: stores, name rules, limits) and the same auth
+ * (--auth-token-file, sent as dapr-api-token metadata).
+ *
+ * Shared with other threads, and who guards it: the queue of answered calls
+ * (mu): the engines' callbacks (on their loops' threads) put a call's
+ * result there and wake the thread by the eventfd; only the gRPC thread
+ * touches connections, streams and nghttp2 sessions. The server borrows the
+ * engines; it owns its calls, connections and sockets.
+ *
+ * Bounds: --max-connections connections (more are closed at once), 32
+ * concurrent streams per connection (SETTINGS; more are refused), 16 KiB
+ * of headers per call, 4 KiB per request message (RESOURCE_EXHAUSTED
+ * beyond); a connection without a complete call within
+ * --request-timeout-ms of its start is closed, and so is one idle for
+ * five minutes (with GOAWAY: clients reconnect).
+ */
+#ifndef RL_GRPC_H
+#define RL_GRPC_H
+
+#include <stddef.h>
+
+#include "conf.h"
+#include "http.h"
+
+typedef struct grpc_server grpc_server;
+
+#define GRPC_MAX_STREAMS 32
+#define GRPC_MAX_HEADER_BYTES 16384
+#define GRPC_MAX_MESSAGE_BYTES 4096
+#define GRPC_IDLE_TIMEOUT_MS 300000
+
+/* Binds cfg->dapr_grpc_listen and starts serving on a thread of its own
+ * over the engines of loops (borrowed; they must outlive grpc_stop). NULL
+ * with err on failure. */
+grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, char *err,
+                        size_t errlen);
+
+/* Stops accepting and tells every connection (GOAWAY) that no new calls
+ * are taken; calls under way still answer. NULL does nothing. */
+void grpc_quiesce(grpc_server *s);
+
+/* Waits (up to timeout_ms) until every call handed to an engine has been
+ * answered and sent, then closes every connection and ends the thread.
+ * Returns how many calls were still waiting for an engine. Call after the
+ * engines drained, before they are freed. NULL returns 0. */
+int grpc_stop(grpc_server *s, long long timeout_ms);
+
+/* Frees the server; after the pools have stopped (an engine may still call
+ * back until then). NULL does nothing. */
+void grpc_free(grpc_server *s);
+
+#endif
