@@ -3,7 +3,9 @@
 for real, with podman and podman-compose (no Docker engine runs here, and no
 container registry is reachable, so the base images are made locally).
 
-  1. installs podman, podman-compose, runc, debootstrap if missing (root);
+  1. installs podman, podman-compose, runc, debootstrap, netavark,
+     aardvark-dns, iptables (netavark's firewall setup needs it) if missing
+     (root);
   2. makes the base images from Debian's archive with debootstrap and
      `podman import` (debian:bookworm and a -slim stand-in) and a stand-in for
      the compose file's Redis image, unless they exist already (cached);
@@ -43,7 +45,12 @@ OUT = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else ".")
 STATE = "/var/tmp/redlockd-containers"   # podman's config file, debootstrap's scratch
 PROJECT = "rlct%d" % os.getpid()         # compose project: unique per run
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
-PACKAGES = ["podman", "podman-compose", "runc", "debootstrap", "netavark", "aardvark-dns", "curl"]
+# iptables: netavark (podman's network backend) runs it to set up every
+# bridge network, also a build's RUN steps; podman only suggests it, and
+# without it `podman build` exits 125 with "netavark: No such file or
+# directory" on a bare Debian 12.
+PACKAGES = ["podman", "podman-compose", "runc", "debootstrap", "netavark", "aardvark-dns", "iptables",
+            "curl"]
 BASE = "docker.io/library/debian:bookworm"
 SLIM = "docker.io/library/debian:bookworm-slim"
 STOP_LIMIT_S = 5         # "podman stop" must see redlockd exit 0 within this
@@ -134,11 +141,14 @@ def install():
         if os.geteuid() != 0:
             cannot("%s missing, and installing needs root" % " ".join(missing))
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        # Another apt-get (another suite, another session) may hold apt's
+        # lock: wait for it rather than fail at once with status 100.
+        lock = ["-o", "DPkg::Lock::Timeout=300"]
         try:
-            run(["apt-get", "update", "-qq"], 300, env=env, what="apt-get update")
-            run(["apt-get", "install", "-y", "-qq", *missing], 600, env=env, what="apt-get install")
+            run(["apt-get", *lock, "update", "-qq"], 600, env=env, what="apt-get update")
+            run(["apt-get", *lock, "install", "-y", "-qq", *missing], 900, env=env, what="apt-get install")
         except Fail as e:
-            cannot("cannot install %s: %s" % (" ".join(missing), str(e).splitlines()[0]))
+            cannot("cannot install %s: %s" % (" ".join(missing), tail(str(e), 3).replace("\n", " / ")))
     if os.geteuid() != 0:
         cannot("the suite runs rootful podman and needs root")
 
