@@ -1,17 +1,24 @@
 # scripts/deps.sh - sourced by run.sh and test.sh: installs the Debian
-# packages redlockd needs to build, test and run, if any is missing
-# (docker-compose, python3-yaml and python3-kubernetes only validate the
+# packages redlockd needs to build, test and run, if any is missing, named
+# one by one even where another brings it, so that a bare Debian 12 (the
+# containers suite runs run.sh on a debootstrap minbase) gets them all:
+# libc6-dev for the C headers, redis-tools for redis-cli (run.sh's readiness
+# check), systemd for systemd-analyze (the deploy suite verifies the unit);
+# docker-compose, python3-yaml and python3-kubernetes only validate the
 # deployment files; python3-jsonschema and npm serve the OpenAPI conformance
-# test, npm to fetch the OpenAPI meta-schema; the containers suite installs
-# podman itself; iptables cuts a held stream's client off in the hold suite;
-# libssl-dev is TLS to the masters, the openssl CLI makes the TLS tests' certificates;
-# libnghttp2-dev, libprotobuf-c-dev and protobuf-c-compiler build Dapr's gRPC
-# API, python3-grpcio and python3-grpc-tools test it, with npm for the Dapr
-# JavaScript SDK).
-REDLOCKD_PACKAGES="gcc meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
+# test, npm to fetch the OpenAPI meta-schema (and the benchmark's Node.js,
+# and the Dapr JavaScript SDK); iptables cuts a held stream's client off in
+# the hold suite; libssl-dev is TLS to the masters, the openssl CLI makes the
+# TLS tests' certificates; libnghttp2-dev, libprotobuf-c-dev and
+# protobuf-c-compiler build Dapr's gRPC API, python3-grpcio and
+# python3-grpc-tools test it. The containers suite installs podman,
+# podman-compose, runc, debootstrap, netavark, aardvark-dns, iptables and git
+# itself (tests/containers/containers.py).
+REDLOCKD_PACKAGES="gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
 libcjson-dev libssl-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
-libcriterion-dev libcurl4-openssl-dev redis-server curl iptables python3 python3-yaml
-python3-kubernetes python3-jsonschema python3-grpcio python3-grpc-tools docker-compose"
+libcriterion-dev libcurl4-openssl-dev redis-server redis-tools curl iptables python3
+python3-yaml python3-kubernetes python3-jsonschema python3-grpcio python3-grpc-tools
+docker-compose systemd"
 
 install_deps() {
     local missing=()
@@ -28,6 +35,8 @@ install_deps() {
         command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; return 1; }
         sudo="sudo"
     fi
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # Wait for apt's lock if another apt-get holds it, rather than fail at once.
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+        --no-install-recommends "${missing[@]}"
 }

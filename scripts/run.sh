@@ -9,8 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 install_deps
-[ -f build/build.ninja ] || meson setup build >/dev/null
-ninja -C build >/dev/null
+# Quiet unless it fails: meson and ninja print their errors on stdout.
+quiet() { local out; out=$("$@" 2>&1) || { printf '%s\n' "$out" | tail -n 40 >&2; echo "failed: $*" >&2; return 1; }; }
+[ -f build/build.ninja ] || quiet meson setup build
+quiet ninja -C build
 
 pids=()
 cleanup() {

@@ -5,8 +5,9 @@
 # container, Kubernetes and systemd files) and fault-injection (short form)
 # suites twice, once plain and once under AddressSanitizer +
 # UndefinedBehaviorSanitizer, and the containers suite once (the image built
-# and docker-compose.yml run with podman). The tests start their own
-# redis-server masters on free loopback ports and stop them again.
+# and docker-compose.yml run with podman; run.sh on a bare Debian 12). The
+# tests start their own redis-server masters on free loopback ports and stop
+# them again.
 #
 # The long fault run is separate: meson test -C build --suite faults-long
 set -euo pipefail
@@ -36,8 +37,10 @@ echo "== plain build"
 run_suites build
 # The benchmark runs one second per level as a smoke test, never to judge speed.
 meson test -C build --suite bench --print-errorlogs
-# The image and the compose file, run for real with podman (root; about 2.5
-# minutes the first time, half a minute with its base images cached).
+# The image and the compose file, run for real with podman (root), then
+# run.sh and the README's curl lines in a bare Debian 12 container (run.sh
+# installs about 500 packages there: 2.5 to 4 minutes every time; the rest
+# about 2.5 minutes the first time, half a minute with its images cached).
 meson test -C build --suite containers --print-errorlogs
 echo "containers (build):"
 cat build/tests/containers/containers-report.md

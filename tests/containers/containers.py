@@ -3,7 +3,9 @@
 for real, with podman and podman-compose (no Docker engine runs here, and no
 container registry is reachable, so the base images are made locally).
 
-  1. installs podman, podman-compose, runc, debootstrap if missing (root);
+  1. installs podman, podman-compose, runc, debootstrap, netavark,
+     aardvark-dns, iptables (netavark's firewall setup needs it) if missing
+     (root);
   2. makes the base images from Debian's archive with debootstrap and
      `podman import` (debian:bookworm and a -slim stand-in) and a stand-in for
      the compose file's Redis image, unless they exist already (cached);
@@ -15,9 +17,18 @@ container registry is reachable, so the base images are made locally).
      port), `redlockd --health-check` following REDLOCKD_LISTEN, the masters'
      maxmemory-policy noeviction and appendfsync always, and `podman stop`
      making redlockd exit 0 within a few seconds;
-  6. always tears down what it made (compose down -v, its own containers,
+  6. the README's two steps on a bare Debian 12: a new container from the
+     debootstrap bookworm image (nothing installed beyond minbase) gets the
+     source tree (git's tracked files, as they are in the work tree), runs
+     ./scripts/run.sh, which must install everything it needs with apt-get,
+     build and serve /readyz with five masters up within BARE_DEADLINE_S, and
+     then the README's curl lines under "Using it" run inside it as printed
+     (201 with the JSON fields, 409 locked, 204, the script block); the .deb
+     files are cached in /var/tmp/redlockd-containers/apt-archives;
+  7. always tears down what it made (compose down -v, its own containers,
      volumes and network), and prints the time of each step and the image size
-     (also written to OUT_DIR/containers-report.md).
+     (also written to OUT_DIR/containers-report.md; run.sh's output in the
+     bare container goes to OUT_DIR/containers-bare-run.log).
 
 A machine that cannot run containers at all fails with one line saying so.
 
@@ -43,11 +54,19 @@ OUT = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else ".")
 STATE = "/var/tmp/redlockd-containers"   # podman's config file, debootstrap's scratch
 PROJECT = "rlct%d" % os.getpid()         # compose project: unique per run
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
-PACKAGES = ["podman", "podman-compose", "runc", "debootstrap", "netavark", "aardvark-dns", "curl"]
+# iptables: netavark (podman's network backend) runs it to set up every
+# bridge network, also a build's RUN steps; podman only suggests it, and
+# without it `podman build` exits 125 with "netavark: No such file or
+# directory" on a bare Debian 12.
+# git: lists the source files the bare-bookworm step copies into its container.
+PACKAGES = ["podman", "podman-compose", "runc", "debootstrap", "netavark", "aardvark-dns", "iptables",
+            "curl", "git"]
 BASE = "docker.io/library/debian:bookworm"
 SLIM = "docker.io/library/debian:bookworm-slim"
 STOP_LIMIT_S = 5         # "podman stop" must see redlockd exit 0 within this
 READY_DEADLINE_S = 90    # compose up to five masters up in /readyz
+BARE_DEADLINE_S = 900    # bare bookworm: run.sh from nothing (apt, build) to /readyz ready
+                         # (145-250 s measured; 450 s with other tests loading both cores)
 
 steps = []               # (name, seconds, note)
 extra_containers = []    # containers started by name outside compose
@@ -134,11 +153,14 @@ def install():
         if os.geteuid() != 0:
             cannot("%s missing, and installing needs root" % " ".join(missing))
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        # Another apt-get (another suite, another session) may hold apt's
+        # lock: wait for it rather than fail at once with status 100.
+        lock = ["-o", "DPkg::Lock::Timeout=300"]
         try:
-            run(["apt-get", "update", "-qq"], 300, env=env, what="apt-get update")
-            run(["apt-get", "install", "-y", "-qq", *missing], 600, env=env, what="apt-get install")
+            run(["apt-get", *lock, "update", "-qq"], 600, env=env, what="apt-get update")
+            run(["apt-get", *lock, "install", "-y", "-qq", *missing], 900, env=env, what="apt-get install")
         except Fail as e:
-            cannot("cannot install %s: %s" % (" ".join(missing), str(e).splitlines()[0]))
+            cannot("cannot install %s: %s" % (" ".join(missing), tail(str(e), 3).replace("\n", " / ")))
     if os.geteuid() != 0:
         cannot("the suite runs rootful podman and needs root")
 
@@ -336,30 +358,40 @@ def sh(script, timeout=30):
     return run(["bash", "-c", script], timeout, check=False)
 
 
-def readme_examples(port):
-    """Runs the README's curl examples as they are, on the published port."""
-    url = f"127.0.0.1:{port}"
+def readme_examples(shell, url):
+    """Runs the README's curl examples as they are printed, with localhost:8080
+    replaced by url (itself where nothing needs replacing), through shell(script,
+    timeout) -> (status, stdout, stderr): bash here, or bash in a container."""
+    def at(line):
+        return line.replace("localhost:8080", url)
     first = [l for l in readme_block("While `./scripts/run.sh` runs") if l.startswith("curl")]
     check(len(first) == 3, "README: the first curl block has acquire, acquire again, release")
-    st, out, _ = sh(first[0].replace("localhost:8080", url))
-    m = re.search(r'"token":"([^"]+)"', out)
-    check(st == 0 and m and '"fence":' in out and '"validity_ms":' in out,
-          f"README acquire: {first[0]} answered {out!r}")
-    token = m.group(1)
-    st, out, _ = sh(first[1].replace("localhost:8080", url))
-    check(" 409 " in out.splitlines()[0] and re.search(r"(?im)^retry-after: \d+", out)
+    # The status code too (what the README's comment says: 201), after the body.
+    st, out, err = shell(at(first[0]).replace("curl -s ", "curl -s -w '\\n%{http_code}' ", 1), 30)
+    body, _, code = out.rpartition("\n")
+    try:
+        j = json.loads(body)
+    except ValueError:
+        j = {}
+    check(st == 0 and code == "201" and j.get("name") == "orders" and len(j.get("token", "")) >= 20
+          and isinstance(j.get("fence"), int) and j.get("ttl_ms") == 30000
+          and 0 < j.get("validity_ms", 0) <= 30000,
+          f"README acquire: {first[0]} answered {code} {body!r} {tail(err, 3)}")
+    token = j["token"]
+    st, out, _ = shell(at(first[1]), 30)
+    check(" 409 " in (out.splitlines() or [""])[0] and re.search(r"(?im)^retry-after: \d+", out)
           and '"locked"' in out, f"README second acquire: expected 409 locked, got {out[:300]!r}")
     release = re.sub(r"Lock-Token: [^\"]+", "Lock-Token: " + token, first[2])
-    st, out, _ = sh(release.replace("localhost:8080", url).replace("curl -s ", "curl -s -w '%{http_code}' "))
+    st, out, _ = shell(at(release).replace("curl -s ", "curl -s -w '%{http_code}' "), 30)
     check(out.strip() == "204", f"README release: expected 204, got {out!r}")
 
     script = readme_block("In a script, keep the token in a variable:")
     check(len(script) >= 5 and script[0].startswith("TOKEN=$(curl"), "README: the script block")
     marked = []
     for k, l in enumerate(script):
-        marked += [f"echo '@@{k}'", l.replace("localhost:8080", url)]
+        marked += [f"echo '@@{k}'", at(l)]
     marked.append("echo '@@token'; echo \"$TOKEN\"")
-    st, out, err = sh("set -e\n" + "\n".join(marked), timeout=60)
+    st, out, err = shell("set -e\n" + "\n".join(marked), 60)
     check(st == 0, f"README script block exited {st}: {tail(err)}")
     parts = dict((p.split("\n", 1) + [""])[:2] for p in out.split("@@")[1:])
     check(len(parts.get("token", "").strip()) >= 20, "README: TOKEN=$(curl ...) took a token")
@@ -372,8 +404,8 @@ def readme_examples(port):
         want = next((v for p, v in expect.items() if l.startswith(p)), None)
         check(want is not None, f"README script line without an expectation here: {l}")
         check(want in parts.get(str(k), ""), f"README: {l!r} answered {parts.get(str(k), '')[:300]!r}")
-    st, body, _ = http("GET", port, "/locks/reports")
-    check(st == 200 and '"held":false' in body, f"README: reports still held after the DELETE: {body}")
+    st, body, _ = shell(f"curl -s {url}/locks/reports", 30)
+    check(st == 0 and '"held":false' in body, f"README: reports still held after the DELETE: {body}")
 
 
 def compose_names():
@@ -417,7 +449,7 @@ def checks(port, image, redis_services):
     masters = [container(s) for s in redis_services]
 
     # The README's curl examples, on the published port.
-    readme_examples(port)
+    readme_examples(sh, f"127.0.0.1:{port}")
 
     # A lock really lives on the five masters.
     st, body, _ = http("POST", port, "/locks/ct-probe", '{"ttl_ms": 20000}')
@@ -494,6 +526,140 @@ def stop(r, s):
     check(code == "0", f"redlockd exited {code} on SIGTERM\n{tail(logs[1] + logs[2], 10)}")
     check(dt < STOP_LIMIT_S, f"podman stop took {dt:.1f} s (limit {STOP_LIMIT_S} s)")
     check('"event":"stopped"' in logs[1] + logs[2], "redlockd's log has no stopped event")
+
+
+# ---------------------------------------------------------------- a bare Debian 12
+
+def source_tar(path):
+    """Writes the source tree as a user has it after a clone into the tar file
+    path: git's tracked files with their working-tree contents (so an edit not
+    yet committed is what runs); without git, the tree minus what .gitignore
+    keeps out at the top (build directories, state) and .git."""
+    import tarfile
+    st, out, _ = run(["git", "-C", ROOT, "ls-files", "-z"], 60, check=False)
+    if st == 0 and out:
+        names = [n for n in out.split("\0") if n and os.path.lexists(os.path.join(ROOT, n))]
+    else:
+        names = []
+        for d, dirs, files in os.walk(ROOT):
+            rel = os.path.relpath(d, ROOT)
+            dirs[:] = [x for x in dirs if x != ".git" and x != "node_modules"
+                       and not (rel == "." and (x.startswith("build") or x == "state"))]
+            names += [os.path.normpath(os.path.join(rel, f)) for f in files]
+    with tarfile.open(path, "w") as t:
+        for n in sorted(names):
+            ti = t.gettarinfo(os.path.join(ROOT, n), "redlockd/" + n)
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            if ti.isreg():
+                with open(os.path.join(ROOT, n), "rb") as f:
+                    t.addfile(ti, f)
+            else:
+                t.addfile(ti)
+    return len(names)
+
+
+# The script polled inside the container while run.sh runs: what it has got
+# to (apt, build, serving), or how it ended.
+BARE_POLL = r"""
+if [ -f /tmp/run.rc ]; then echo "exited $(cat /tmp/run.rc)"; exit 0; fi
+if command -v curl >/dev/null && r=$(curl -s -m 2 localhost:8080/readyz) && [ -n "$r" ]; then
+    echo "serving $r"; exit 0; fi
+if [ -e /src/redlockd/build/build.ninja ]; then echo building; exit 0; fi
+echo installing
+"""
+
+
+def bare_bookworm():
+    """The README's two steps on a bare Debian 12: a new container from the
+    suite's debootstrap bookworm image (minbase: no compiler, no Redis, no
+    curl), the source tree copied in, ./scripts/run.sh run as a user runs it
+    (as root: it installs what it needs with apt-get from the mirror the image
+    names, builds and starts five masters and redlockd on 127.0.0.1:8080),
+    then the README's curl lines under "Using it" run inside the container as
+    printed. Downloaded .deb files are kept in STATE/apt-archives for the next
+    run (mounted as apt's archive cache; apt-get update and every install
+    still run); the package lists are not kept."""
+    name = PROJECT + "-bare"
+    extra_containers.append(name)
+    cache = os.path.join(STATE, "apt-archives")
+    os.makedirs(os.path.join(cache, "partial"), exist_ok=True)
+    import fcntl
+    lockf = open(os.path.join(STATE, "apt-archives.lock"), "w")
+    cached = False
+    try:
+        # Another run (another worktree) using the cache: go without it.
+        fcntl.flock(lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        mount = ["-v", cache + ":/var/cache/apt/archives"]
+        cached = True
+    except OSError:
+        mount = []
+    # dpkg without an fsync per file (force-unsafe-io, as Docker's images long
+    # had): about 500 packages of many small files on overlayfs. It changes how
+    # fast they are written, not what is installed.
+    speedup = os.path.join(STATE, "dpkg-unsafe-io")
+    with open(speedup, "w") as f:
+        f.write("force-unsafe-io\n")
+    mount += ["-v", speedup + ":/etc/dpkg/dpkg.cfg.d/redlockd-test-unsafe-io:ro"]
+    try:
+        with step("bare bookworm: copy the source tree in") as s:
+            # The default network (a bridge made by netavark): the container
+            # reaches the Debian mirror, and its loopback is its own, so run.sh's
+            # fixed ports 6381-6385 and 8080 meet nothing of this machine's.
+            podman("run", "-d", "--name", name, *mount, BASE, "sleep", "infinity", timeout=120)
+            with tempfile.NamedTemporaryFile(dir=STATE, prefix="src.", suffix=".tar") as tf:
+                n = source_tar(tf.name)
+                with open(tf.name, "rb") as f:
+                    run(["podman", "exec", "-i", name, "sh", "-c",
+                         "mkdir -p /src && tar -x --no-same-owner -C /src"], 120, stdin=f,
+                        what="copy the source tree into " + name)
+            s.note = f"({n} files{'' if cached else '; apt cache busy, not used'})"
+        with step("bare bookworm: ./scripts/run.sh until /readyz is ready") as s:
+            podman("exec", "-d", name, "bash", "-c",
+                   "cd /src/redlockd && { ./scripts/run.sh > /tmp/run.log 2>&1; echo $? > /tmp/run.rc; }")
+            t0 = time.monotonic()
+            deadline = t0 + BARE_DEADLINE_S
+            seen, state, ready = {}, "", False
+            while not ready:
+                st, out, err = podman("exec", name, "bash", "-c", BARE_POLL, check=False, timeout=60)
+                state = out.strip() if st == 0 else f"poll failed: {tail(err, 2)}"
+                phase = state.split(" ", 1)[0]
+                seen.setdefault(phase, time.monotonic() - t0)
+                if phase == "exited":
+                    break
+                if phase == "serving":
+                    try:
+                        j = json.loads(state.split(" ", 1)[1])
+                        ready = j.get("status") == "ready" and len(j["masters"]) == 5 and all(
+                            m["up"] for m in j["masters"])
+                    except (ValueError, KeyError, TypeError):
+                        pass
+                if not ready and time.monotonic() > deadline:
+                    break
+                if not ready:
+                    time.sleep(3)
+            log = podman("exec", name, "cat", "/tmp/run.log", check=False)[1]
+            with open(os.path.join(OUT, "containers-bare-run.log"), "w") as f:
+                f.write(log)
+            b, v = seen.get("building"), seen.get("serving")
+            if b is not None and v is not None:
+                s.note = "(apt-get about %.0f s, then build and start about %.0f s)" % (b, v - b)
+            elif b is not None:
+                s.note = "(apt-get about %.0f s, then the build did not serve)" % b
+            else:
+                s.note = "(apt-get or meson setup did not finish)"
+            check(ready, f"./scripts/run.sh on a bare bookworm: {state[:300]} after "
+                  f"{time.monotonic() - t0:.0f} s (limit {BARE_DEADLINE_S} s); its output "
+                  f"(containers-bare-run.log):\n{tail(log, 30)}")
+        with step("bare bookworm: the README's curl lines"):
+            readme_examples(lambda script, timeout: podman("exec", name, "bash", "-c", script,
+                                                           check=False, timeout=timeout), "localhost:8080")
+        if cached:
+            # Drops .deb files that the mirror no longer has (newer versions came).
+            podman("exec", name, "apt-get", "-qq", "autoclean", check=False, timeout=60)
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False, timeout=60)
+        lockf.close()
 
 
 # ---------------------------------------------------------------- teardown
@@ -632,6 +798,7 @@ def main():
             r = checks(port, image, redis_services)
         with step("podman stop redlockd (SIGTERM)") as s:
             stop(r, s)
+        bare_bookworm()
     except Cannot as e:
         print("containers: FAIL: cannot run containers on this machine: " + str(e), flush=True)
         sys.exit(1)
