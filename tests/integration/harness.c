@@ -770,3 +770,13 @@ long long h_metric(h_cluster *c, const char *family)
     h_resp_free(&m);
     return sum;
 }
+
+bool h_held(h_cluster *c, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/locks/%s", name);
+    h_resp r = h_http(c, "GET", path, NULL, NULL);
+    bool held = cJSON_IsTrue(cJSON_GetObjectItem(r.json, "held"));
+    h_resp_free(&r);
+    return held;
+}

@@ -131,6 +131,9 @@ int h_raw_connect(h_cluster *c, const char *src);
 void h_raw_send(int fd, const char *s);
 size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *closed);
 
+/* Does GET /locks/name say the lock is held? */
+bool h_held(h_cluster *c, const char *name);
+
 /* The sum of every sample of a metric family in /metrics. */
 long long h_metric(h_cluster *c, const char *family);
 

@@ -280,16 +280,6 @@ static void start_service(int n, ...)
     setenv("REDLOCK_URL", C->base, 1);
 }
 
-static bool held(const char *name)
-{
-    char path[256];
-    snprintf(path, sizeof path, "/locks/%s", name);
-    h_resp r = h_http(C, "GET", path, NULL, NULL);
-    bool h = cJSON_IsTrue(cJSON_GetObjectItem(r.json, "held"));
-    h_resp_free(&r);
-    return h;
-}
-
 /* A sh -c script for CMD that traps the signals redlock passes on, writes
  * the one it got into T/got and exits 10 + its number (INT 12, HUP 11,
  * TERM 25); T/started gets its pid once it runs. */
@@ -396,7 +386,7 @@ Test(cli, dash_tokens_and_dot_names)
     h_resp_free(&d);
     cr_assert_eq(RUN("x", "extend", "--ttl", "20s", "lockstore:dash", "-dash-owner"), 0, "%s", err_of("x"));
     cr_assert_eq(RUN("d", "release", "lockstore:dash", "-dash-owner"), 0, "%s", err_of("d"));
-    cr_assert_not(held("lockstore:dash"), "release by a token that begins with '-' left it held");
+    cr_assert_not(h_held(C, "lockstore:dash"), "release by a token that begins with '-' left it held");
     cr_assert_eq(RUN("d2", "release", "lockstore:dash", "-dash-owner", "--url", C->base), 1, "%s",
                  err_of("d2"));
 
@@ -521,12 +511,12 @@ Test(cli, run_passes_the_lock_to_cmd_and_its_status_back)
     snprintf(want, sizeof want, "\"fence\":%lld", fence);
     cr_assert(strstr(seen, want), "GET shows another fence: %s", seen);
     /* released as CMD exited: free at once */
-    cr_assert_not(held("nightly"), "still held after redlock run returned");
+    cr_assert_not(h_held(C, "nightly"), "still held after redlock run returned");
     /* a CMD killed by a signal: 128 + N */
     cr_assert_eq(RUN("k", "run", "nightly", "--", "sh", "-c", "kill -USR1 $$"), 128 + SIGUSR1);
     cr_assert_eq(RUN("n", "run", "nightly", "--", "/nonexistent/cmd"), 127);
     cr_assert(strstr(err_of("n"), "/nonexistent/cmd"), "%s", err_of("n"));
-    cr_assert_not(held("nightly"));
+    cr_assert_not(h_held(C, "nightly"));
 }
 
 /* CMD holds none of redlock's sockets: neither the held stream (closing it
@@ -624,7 +614,7 @@ Test(cli, concurrent_runs_never_overlap, .timeout = 240)
     cr_assert_eq(bad, 0, "%d of 100 runs overlapped another", bad);
     cr_assert_eq(fence_bad, 0, "%d fences did not increase in the order the CMDs ran", fence_bad);
     fprintf(stderr, "cli: 100 redlock runs by 4 contenders in %.1f s, no overlap\n", s);
-    cr_assert_not(held("shared"));
+    cr_assert_not(h_held(C, "shared"));
 }
 
 /* The lock is lost (3 of 5 masters paused: the service's renewals fail):
@@ -737,7 +727,7 @@ Test(cli, signals_reach_cmd)
         char want[16];
         snprintf(want, sizeof want, "%s\n", sigs[i].name);
         cr_assert_str_eq(slurp(0, "got"), want);
-        cr_assert_not(held("sig"), "held after CMD ended on SIG%s", sigs[i].name);
+        cr_assert_not(h_held(C, "sig"), "held after CMD ended on SIG%s", sigs[i].name);
     }
 }
 
@@ -766,7 +756,7 @@ Test(cli, killed_redlock_releases_and_kills_cmd)
     snprintf(script, sizeof script, "echo $$ > %s/started; while :; do sleep 0.05; done", T);
     pid_t p = START("r", "run", "--ttl", "30s", "k", "--", "sh", "-c", script);
     cr_assert(wait_file("started", 5000));
-    cr_assert(held("k"));
+    cr_assert(h_held(C, "k"));
     int child = atoi(slurp(0, "started"));
     kill(p, SIGKILL);
     waitpid(p, NULL, 0);
@@ -783,7 +773,7 @@ Test(cli, killed_redlock_releases_and_kills_cmd)
             fclose(f);
         }
         gone = state == 'X' || state == 'Z';
-        freed = !held("k");
+        freed = !h_held(C, "k");
         usleep(20000);
     }
     cr_assert(gone, "CMD %d outlived redlock", child);
@@ -882,5 +872,5 @@ Test(cli, readme_examples_run_as_printed)
         cr_assert(strstr(shown, expect[k].shows), "README: '%s' showed '%s', not '%s'", lines[i], shown,
                   expect[k].shows);
     }
-    cr_assert_not(held("orders"), "orders still held after the README's release");
+    cr_assert_not(h_held(C, "orders"), "orders still held after the README's release");
 }

@@ -154,16 +154,6 @@ static void raw_token(const char *answer, char *tok, size_t len)
     tok[n] = '\0';
 }
 
-static bool is_held(const char *name)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/locks/%s", name);
-    h_resp g = h_http(C, "GET", path, NULL, NULL);
-    bool h = cJSON_IsTrue(cJSON_GetObjectItem(g.json, "held"));
-    h_resp_free(&g);
-    return h;
-}
-
 /* A half-closed client has only said it sends no more: HTTP lets it read
  * the answer. Acquire (at once and after waiting), extend, release and a
  * held stream all answer it in full, and no grant counts as abandoned. */
@@ -182,7 +172,7 @@ Test(lifecycle, half_closed_clients_get_their_answers)
         close(fd);
         cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "round %d, acquire: '%s'", round, buf);
         raw_token(buf, tok, sizeof tok);
-        cr_assert(is_held(name), "round %d", round);
+        cr_assert(h_held(C, name), "round %d", round);
         snprintf(hdr, sizeof hdr, "Lock-Token: %s", tok);
         fd = raw_half_closed("PATCH", path, hdr, "{\"ttl_ms\":20000}");
         h_raw_read_all(fd, buf, sizeof buf, 2000, &closed);
@@ -193,7 +183,7 @@ Test(lifecycle, half_closed_clients_get_their_answers)
         h_raw_read_all(fd, buf, sizeof buf, 2000, &closed);
         close(fd);
         cr_assert(!strncmp(buf, "HTTP/1.1 204", 12), "round %d, release: '%s'", round, buf);
-        cr_assert_not(is_held(name), "round %d", round);
+        cr_assert_not(h_held(C, name), "round %d", round);
     }
 
     /* a waiter, granted when the holder releases */
@@ -210,7 +200,7 @@ Test(lifecycle, half_closed_clients_get_their_answers)
     cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "waiter, %.0f ms after the release (%s): '%s'",
               (h_now_us() - t_del) / 1000.0, closed ? "closed" : "open", buf);
     raw_token(buf, tok, sizeof tok);
-    cr_assert(is_held("hcw"), "the waiter's grant was taken back");
+    cr_assert(h_held(C, "hcw"), "the waiter's grant was taken back");
     h_resp_free(&d);
     h_resp_free(&held);
 
@@ -220,12 +210,12 @@ Test(lifecycle, half_closed_clients_get_their_answers)
     cr_assert_not(closed, "the held stream ended: '%s'", buf);
     cr_assert(strstr(buf, "HTTP/1.1 201") && strstr(buf, "\"event\":\"acquired\"") &&
               strstr(buf, "\"event\":\"renewed\""), "held stream: '%s'", buf);
-    cr_assert(is_held("hch"));
+    cr_assert(h_held(C, "hch"));
     close(fd);
     uint64_t t0 = h_now_us();
-    while (is_held("hch") && h_now_us() - t0 < 1500000)
+    while (h_held(C, "hch") && h_now_us() - t0 < 1500000)
         usleep(20000);
-    cr_assert_not(is_held("hch"), "held %.0f ms after its client closed", (h_now_us() - t0) / 1000.0);
+    cr_assert_not(h_held(C, "hch"), "held %.0f ms after its client closed", (h_now_us() - t0) / 1000.0);
     cr_assert_eq(h_metric(C, "redlockd_abandoned_grants_total"), 0);
     cr_assert_eq(h_metric(C, "redlockd_cancelled_total"), 0);
 }
