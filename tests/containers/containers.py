@@ -17,7 +17,15 @@ container registry is reachable, so the base images are made locally).
      port), `redlockd --health-check` following REDLOCKD_LISTEN, the masters'
      maxmemory-policy noeviction and appendfsync always, and `podman stop`
      making redlockd exit 0 within a few seconds;
-  6. the README's two steps on a bare Debian 12: a new container from the
+  6. deploy/compose.tls.yml under a project of its own: certificates and an
+     ACL file from deploy/redis-tls-certs.sh (openssl, on this machine),
+     five TLS-only, ACL-only masters and redlockd; /readyz ready with every
+     master up over TLS, a lock's token on all five (redis-cli --tls as the
+     ACL user), release 204, the masters refusing clear text, clients without
+     a certificate and clients not logged in; a second redlockd trusting
+     another CA is not ready, /readyz naming the certificate failure; all
+     of it removed at the end of the step, certificates included;
+  7. the README's two steps on a bare Debian 12: a new container from the
      debootstrap bookworm image (nothing installed beyond minbase) gets the
      source tree (git's tracked files, as they are in the work tree), runs
      ./scripts/run.sh, which must install everything it needs with apt-get,
@@ -25,7 +33,7 @@ container registry is reachable, so the base images are made locally).
      then the README's curl lines under "Using it" run inside it as printed
      (201 with the JSON fields, 409 locked, 204, the script block); the .deb
      files are cached in /var/tmp/redlockd-containers/apt-archives;
-  7. always tears down what it made (compose down -v, its own containers,
+  8. always tears down what it made (compose down -v, its own containers,
      volumes and network), and prints the time of each step and the image size
      (also written to OUT_DIR/containers-report.md; run.sh's output in the
      bare container goes to OUT_DIR/containers-bare-run.log).
@@ -38,6 +46,8 @@ import hashlib
 import json
 import os
 import re
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,6 +64,7 @@ OUT = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else ".")
 STATE = "/var/tmp/redlockd-containers"   # podman's config file, debootstrap's scratch
 PROJECT = "rlct%d" % os.getpid()         # compose project: unique per run
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
+COMPOSE_TLS = os.path.join(ROOT, "deploy", "compose.tls.yml")   # its own project: PROJECT-tls
 # iptables: netavark (podman's network backend) runs it to set up every
 # bridge network, also a build's RUN steps; podman only suggests it, and
 # without it `podman build` exits 125 with "netavark: No such file or
@@ -65,6 +76,7 @@ BASE = "docker.io/library/debian:bookworm"
 SLIM = "docker.io/library/debian:bookworm-slim"
 STOP_LIMIT_S = 5         # "podman stop" must see redlockd exit 0 within this
 READY_DEADLINE_S = 90    # compose up to five masters up in /readyz
+WRONG_CA_DEADLINE_S = 30 # redlockd with a wrong CA: every master down with the cause in /readyz
 BARE_DEADLINE_S = 900    # bare bookworm: run.sh from nothing (apt, build) to /readyz ready
                          # (145-250 s measured; 450 s with other tests loading both cores)
 
@@ -416,9 +428,9 @@ def compose_names():
     return images.pop(), c["services"]["redlockd"]["image"], redis
 
 
-def container(service):
+def container(service, project=None):
     """The container podman-compose made for a service."""
-    st, out, _ = podman("ps", "-a", "--filter", f"label=io.podman.compose.project={PROJECT}",
+    st, out, _ = podman("ps", "-a", "--filter", f"label=io.podman.compose.project={project or PROJECT}",
                         "--filter", f"label=com.docker.compose.service={service}",
                         "--format", "{{.Names}}")
     names = out.split()
@@ -526,6 +538,170 @@ def stop(r, s):
     check(code == "0", f"redlockd exited {code} on SIGTERM\n{tail(logs[1] + logs[2], 10)}")
     check(dt < STOP_LIMIT_S, f"podman stop took {dt:.1f} s (limit {STOP_LIMIT_S} s)")
     check('"event":"stopped"' in logs[1] + logs[2], "redlockd's log has no stopped event")
+
+
+# ---------------------------------------------------------------- TLS and ACL masters
+
+def tls_masters():
+    """deploy/compose.tls.yml for real, under a project of its own
+    (PROJECT-tls): five TLS-only (--port 0), ACL-only (default user off)
+    masters with tls-auth-clients yes and the real redlockd image dialling
+    rediss://redis-N:6380 as user redlockd with a client certificate. The
+    certificates and the masters' ACL file come from deploy/redis-tls-certs.sh
+    (the openssl CLI, on this machine) in a folder of STATE named after the
+    run, mounted read-only; the password is made anew each run. Checks what a
+    user sees: /readyz ready with five masters up over TLS, a lock's token on
+    all five masters (read with redis-cli over TLS as the ACL user), the
+    release, and that the masters refuse clear text and clients without a
+    certificate or a login. Negative control: a second redlockd on the same
+    network trusting another CA is not ready, every master down with the
+    certificate failure in /readyz. Everything it started is removed at the
+    end, also on failure (teardown() also sweeps PROJECT-tls* and the
+    certificates' folder)."""
+    project = PROJECT + "-tls"
+    certs = tempfile.mkdtemp(dir=STATE, prefix=f"tls-{PROJECT}.")
+    password = secrets.token_hex(16)
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    env = dict(os.environ, REDLOCKD_REDIS_PASSWORD=password, REDLOCKD_TLS_DIR=certs,
+               REDLOCKD_HOST_PORT=str(port))
+    wrong = PROJECT + "-tls-wrongca"
+    services = ["redis-%d" % i for i in range(1, 6)]
+    masters_env = ",".join(f"rediss://{s}:6380" for s in services)
+    try:
+        with step("TLS masters: certificates and ACL file (openssl)") as s:
+            os.chmod(certs, 0o755)   # the containers' users (999, 10001) read through it
+            run(["sh", os.path.join(ROOT, "deploy", "redis-tls-certs.sh"), certs], 60, env=env,
+                what="deploy/redis-tls-certs.sh")
+            # A CA that signed nothing here, for the negative control.
+            run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                 "-nodes", "-keyout", os.path.join(certs, "other-ca.key"), "-out",
+                 os.path.join(certs, "other-ca.crt"), "-days", "2", "-subj", "/CN=some-other-ca"], 60,
+                what="openssl req (another CA)")
+            os.chmod(os.path.join(certs, "other-ca.crt"), 0o644)
+            san = run(["openssl", "x509", "-in", os.path.join(certs, "redis.crt"), "-noout", "-ext",
+                       "subjectAltName"], 30)[1]
+            check(all(f"DNS:{m}" in san for m in services), f"redis.crt's SANs: {san.strip()}")
+        with step("TLS masters: compose -f deploy/compose.tls.yml up, until /readyz shows 5 TLS masters up"):
+            st, out, err = run(["podman-compose", "-p", project, "-f", COMPOSE_TLS, "up", "-d", "--no-build"],
+                               300, check=False, env=env)
+            with open(os.path.join(OUT, "containers-compose-tls-up.log"), "w") as f:
+                f.write((out + err).replace(password, "<password>"))
+            try:
+                j = wait_ready(port, len(services))
+            except Fail as e:
+                raise Fail(f"TLS masters: {e}\npodman-compose up said:\n"
+                           f"{tail((out + err).replace(password, '<password>'), 20)}") from None
+            check(all(m.get("tls") is True for m in j["masters"]), f"TLS masters: /readyz without tls: {j}")
+            check(sorted(m["addr"] for m in j["masters"]) == [f"{s}:6380" for s in services],
+                  f"TLS masters: /readyz names {[m['addr'] for m in j['masters']]}")
+        with step("TLS masters: checks") as s:
+            masters = [container(sv, project) for sv in services]
+            r = container("redlockd", project)
+
+            def cli(m, *cmd, auth=True, tls=True):
+                args = ["redis-cli", "-p", "6380"]
+                if tls:
+                    # The master's own certificate serves as the client's
+                    # (tls-auth-clients yes): the masters hold no client key.
+                    args += ["--tls", "--cacert", "/tls/ca.crt", "--cert", "/tls/redis.crt",
+                             "--key", "/tls/redis.key"]
+                if auth:
+                    args += ["--user", "redlockd", "--pass", password, "--no-auth-warning"]
+                st, out, err = podman("exec", m, *args, *cmd, check=False, what=f"redis-cli on {m}")
+                return st, (out + err).strip()
+
+            st, body, _ = http("POST", port, "/locks/ct-tls", '{"ttl_ms": 20000}')
+            check(st == 201, f"TLS masters: acquire ct-tls: {st} {body}")
+            token = json.loads(body)["token"]
+            for m in masters:
+                st, out = cli(m, "GET", "lock:ct-tls")
+                check(st == 0 and out == token, f"TLS masters: {m}: lock:ct-tls holds {out!r}, not the token")
+            st, _, _ = http("DELETE", port, "/locks/ct-tls", headers={"Lock-Token": token})
+            check(st == 204, f"TLS masters: release ct-tls: {st}")
+            for m in masters:
+                st, out = cli(m, "EXISTS", "lock:ct-tls")
+                check(out == "0", f"TLS masters: {m}: lock:ct-tls still there after the release: {out!r}")
+            # TLS only, client certificates required, ACL only.
+            m = masters[0]
+            got = {k: cli(m, "CONFIG", "GET", k)[1].split("\n")[-1] for k in ("port", "tls-port", "tls-auth-clients")}
+            check(got == {"port": "0", "tls-port": "6380", "tls-auth-clients": "yes"},
+                  f"TLS masters: {m}: CONFIG GET says {got}")
+            st, out = cli(m, "PING", auth=False, tls=False)
+            check("PONG" not in out, f"TLS masters: {m} answered a clear-text PING: {out!r}")
+            _, out, err = podman("exec", m, "redis-cli", "-p", "6380", "--tls", "--cacert", "/tls/ca.crt", "PING",
+                                 check=False)
+            check("PONG" not in out + err, f"TLS masters: {m} answered a client without a certificate: "
+                  f"{(out + err).strip()!r}")
+            st, out = cli(m, "PING", auth=False)
+            check("NOAUTH" in out, f"TLS masters: {m}: PING without a login (default user off): {out!r}")
+            st, out = cli(m, "ACL", "WHOAMI")
+            check(out == "redlockd", f"TLS masters: {m}: ACL WHOAMI {out!r}")
+            # The masters' and redlockd's health checks, as compose.tls.yml writes them.
+            check(healthcheck_passes(m), f"TLS masters: podman healthcheck run {m}")
+            check(healthcheck_passes(r), "TLS masters: podman healthcheck run redlockd")
+            # No secret in redlockd's log.
+            logs = podman("logs", r)
+            check(password not in logs[1] + logs[2], "TLS masters: the password is in redlockd's log")
+
+            # Negative control: the same masters, another CA.
+            nets = podman("inspect", "--format", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+                          r)[1].split()
+            check(len(nets) == 1, f"TLS masters: redlockd's networks: {nets}")
+            with socket.socket() as so:
+                so.bind(("127.0.0.1", 0))
+                port2 = so.getsockname()[1]
+            extra_containers.append(wrong)
+            image = podman("inspect", "--format", "{{.ImageName}}", r)[1].strip()
+            # The password from the environment, as compose passes it.
+            run(["podman", "run", "-d", "--name", wrong, "--network", nets[0], "-p", f"127.0.0.1:{port2}:8080",
+                   "-v", os.path.join(certs, "other-ca.crt") + ":/tls/ca.crt:ro",
+                   "-v", os.path.join(certs, "client.crt") + ":/tls/client.crt:ro",
+                   "-v", os.path.join(certs, "client.key") + ":/tls/client.key:ro",
+                   "-e", "REDLOCKD_MASTERS=" + masters_env, "-e", "REDLOCKD_REDIS_USERNAME=redlockd",
+                   "-e", "REDLOCKD_REDIS_PASSWORD", "-e", "REDLOCKD_REDIS_TLS_CA_FILE=/tls/ca.crt",
+                   "-e", "REDLOCKD_REDIS_TLS_CERT_FILE=/tls/client.crt",
+                   "-e", "REDLOCKD_REDIS_TLS_KEY_FILE=/tls/client.key", image], 60, env=env,
+                what="podman run (redlockd with another CA)")
+            deadline = time.monotonic() + WRONG_CA_DEADLINE_S
+            last, done = "no answer", False
+            while not done and time.monotonic() < deadline:
+                try:
+                    st, body, _ = http("GET", port2, "/readyz", timeout=2)
+                    last = f"{st} {body}"
+                    j = json.loads(body)
+                    done = st == 503 and len(j["masters"]) == 5 and all(
+                        not m["up"] and "certificate verify failed" in m.get("reason", "")
+                        for m in j["masters"])
+                except (OSError, ValueError, KeyError) as e:
+                    last = repr(e)
+                if not done:
+                    time.sleep(0.5)
+            check(done, f"TLS masters, wrong CA: /readyz did not show every master down for the certificate "
+                  f"within {WRONG_CA_DEADLINE_S} s; last: {last[:600]}")
+            check(j.get("status") == "not_ready" and "certificate verify failed" in j.get("reason", ""),
+                  f"TLS masters, wrong CA: /readyz's reason: {j.get('reason')!r}")
+            st, body, _ = http("POST", port2, "/locks/ct-tls-wrongca", '{"ttl_ms": 5000}')
+            check(st == 503, f"TLS masters, wrong CA: acquire answered {st} {body}")
+            logs = podman("logs", wrong)
+            check('"event":"master_down"' in logs[1] + logs[2] and "certificate verify failed" in logs[1] + logs[2],
+                  "TLS masters, wrong CA: no master_down line naming the certificate in its log")
+            s.note = "(wrong CA: %s)" % j["masters"][0]["reason"]
+    finally:
+        # Best effort, raising nothing (a failure above stays the one
+        # reported); what is left, the final teardown() sweeps and reports.
+        with step("TLS masters: teardown (compose down -v, wrong-CA container, certificates)") as s:
+            if wrong in extra_containers:
+                podman("rm", "-f", "-t", "0", wrong, check=False, timeout=60)
+                extra_containers.remove(wrong)
+            st, _, err = run(["podman-compose", "-p", project, "-f", COMPOSE_TLS, "down", "-v", "-t", "5"], 180,
+                             check=False, env=env)
+            # podman-compose 1.0 leaves the network behind: swept here.
+            errors = teardown(project, compose=False)
+            shutil.rmtree(certs, ignore_errors=True)
+            if st != 0 or errors:
+                s.note = "(podman-compose down: %d; %s)" % (st, "; ".join(errors) or tail(err, 2))
 
 
 # ---------------------------------------------------------------- a bare Debian 12
@@ -691,6 +867,9 @@ def teardown(project=None, compose=True):
         for v in out.split():
             if mine(v, project):
                 run(["podman", kind, "rm", "-f", v], 60, check=False)
+    for d in os.listdir(STATE) if os.path.isdir(STATE) else []:
+        if d.startswith(f"tls-{project}."):   # tls_masters()' certificates
+            shutil.rmtree(os.path.join(STATE, d), ignore_errors=True)
     # Nothing of this run may be left.
     left = []
     for cmd in (["ps", "-a", "--format", "{{.Names}}"], ["volume", "ls", "--format", "{{.Name}}"],
@@ -709,6 +888,8 @@ def sweep_stale():
         _, out, _ = run(["podman", *kind.split(), "--format", "{{.Names}}" if kind == "ps -a" else "{{.Name}}"],
                         30, check=False)
         names.update(m.group(1) for m in map(re.compile(r"^(rlct(\d+))[_-]").match, out.split()) if m)
+    names.update(m.group(1) for m in map(re.compile(r"^tls-(rlct(\d+))\.").match,
+                                         os.listdir(STATE) if os.path.isdir(STATE) else []) if m)
     for project in sorted(names):
         pid = int(project[4:])
         try:
@@ -798,6 +979,7 @@ def main():
             r = checks(port, image, redis_services)
         with step("podman stop redlockd (SIGTERM)") as s:
             stop(r, s)
+        tls_masters()
         bare_bookworm()
     except Cannot as e:
         print("containers: FAIL: cannot run containers on this machine: " + str(e), flush=True)

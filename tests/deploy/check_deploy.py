@@ -327,6 +327,34 @@ for k in env:
     used.append(("docker-compose.yml", k))
 note_args("docker-compose.yml", r.get("command", []) or [])
 
+# ---- deploy/compose.tls.yml (TLS-only, ACL-only masters), validated by docker-compose ----
+res = subprocess.run(["docker-compose", "-f", path("deploy/compose.tls.yml"), "config"], capture_output=True,
+                     text=True, cwd=ROOT, env=dict(os.environ, REDLOCKD_REDIS_PASSWORD="x", REDLOCKD_TLS_DIR="/t"))  # any values: config only
+check(res.returncode == 0, "docker-compose config of deploy/compose.tls.yml failed: " + res.stderr.strip())
+tls = yaml.safe_load(res.stdout)["services"] if res.returncode == 0 else {}
+tls_redis = {n: s for n, s in tls.items() if "redis" in str(s.get("image", ""))}
+check(len(tls_redis) == 5, "compose.tls.yml has five Redis services, found %d" % len(tls_redis))
+for name, s in tls_redis.items():
+    a = [str(x) for x in s.get("command") or []]
+    failures.extend(redis_args_problems(f"deploy/compose.tls.yml {name}", a[1:]))
+    for flag, want in (("--port", "0"), ("--tls-port", "6380"), ("--tls-auth-clients", "yes"),
+                       ("--aclfile", "/tls/users.acl")):
+        check(flag in a[:-1] and a[a.index(flag) + 1] == want, f"compose.tls.yml {name}: {flag} {want}")
+    check("ports" not in s, f"compose.tls.yml {name}: not published")
+    check(all(str(v).endswith(":ro") for v in s.get("volumes", []) if "/tls/" in str(v)),
+          f"compose.tls.yml {name}: certificates mounted read-only")
+    check(not any("client.key" in str(v) or "ca.key" in str(v) for v in s.get("volumes", [])),
+          f"compose.tls.yml {name}: no client or CA key on a master")
+tr = tls.get("redlockd", {})
+tenv = tr.get("environment", {})
+check(tenv.get("REDLOCKD_MASTERS", "").split(",") == [f"rediss://{n}:6380" for n in sorted(tls_redis)],
+      "compose.tls.yml: REDLOCKD_MASTERS names the five masters with rediss://")
+check(tenv.get("REDLOCKD_REDIS_PASSWORD") == "x", "compose.tls.yml: the password from REDLOCKD_REDIS_PASSWORD")
+check(not any("ca.key" in str(v) or "redis.key" in str(v) for v in tr.get("volumes", [])),
+      "compose.tls.yml: no CA or master key in redlockd")
+for k in tenv:
+    used.append(("deploy/compose.tls.yml", k))
+
 # ---- deploy/Dockerfile ----
 dockerfile = open(path("deploy", "Dockerfile")).read()
 stages = re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
