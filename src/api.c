@@ -42,6 +42,14 @@ enum api_route api_route_of(const char *path, const char **name)
         *name = path + strlen(LOCKS_PREFIX);
         return ROUTE_LOCK;
     }
+    static const char elections[] = "/elections/", value[] = "/value";
+    if (!strncmp(path, elections, sizeof elections - 1) && path[sizeof elections - 1]) {
+        *name = path + sizeof elections - 1;
+        size_t len = strlen(*name);
+        if (len > sizeof value - 1 && !strcmp(*name + len - (sizeof value - 1), value))
+            return ROUTE_ELECTION_VALUE;
+        return ROUTE_ELECTION;
+    }
     if (!strcmp(path, "/v1.0/healthz"))
         return ROUTE_DAPR_HEALTHZ;
     if (!strcmp(path, "/v1.0/metadata"))
@@ -65,6 +73,8 @@ const char *api_allowed_methods(enum api_route r)
     case ROUTE_DAPR_LOCK:
     case ROUTE_DAPR_UNLOCK: return "POST";
     case ROUTE_DAPR_METADATA: return "GET";
+    case ROUTE_ELECTION: return "GET, POST, DELETE";
+    case ROUTE_ELECTION_VALUE: return "PUT";
     default: return "GET, HEAD";
     }
 }
@@ -78,6 +88,10 @@ bool api_method_allowed(enum api_route r, const char *method)
         return !strcmp(method, "POST");
     if (r == ROUTE_DAPR_METADATA)
         return !strcmp(method, "GET");
+    if (r == ROUTE_ELECTION)
+        return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "DELETE");
+    if (r == ROUTE_ELECTION_VALUE)
+        return !strcmp(method, "PUT");
     return !strcmp(method, "GET") || !strcmp(method, "HEAD");
 }
 
@@ -367,6 +381,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
 
     switch (req->op) {
     case RL_RELEASE:
+    case RL_PROCLAIM:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

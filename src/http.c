@@ -23,6 +23,8 @@
 
 #include "api.h"
 #include "deadline.h"
+#include "election.h"
+#include "election_watch.h"
 #include "hold.h"
 #include "log.h"
 #include "quarantine.h"
@@ -130,6 +132,10 @@ typedef struct req_ctx {
     int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
                                  socket, to learn whether the answer arrived (-1: none) */
     hold *hold;               /* the held stream this request became, until on_completed */
+    election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
+    bool election;            /* an election route: answered by election_answer */
+    char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's) */
+    char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
     atomic_bool result_ready;
     rl_request req;
     rl_result res;
@@ -467,7 +473,7 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (ctx->ci)
         ctx->ci->suspended = ctx;
     pthread_mutex_unlock(&s->reg_lock);
-    long n = hold_read(ctx->hold, buf, max);
+    long n = ctx->hold ? hold_read(ctx->hold, buf, max) : election_watch_read(ctx->watch, buf, max);
     if (n != 0) {
         /* A wake came in between and resumed ahead of the suspension:
          * this suspension takes that resume back (libmicrohttpd pairs them). */
@@ -478,6 +484,8 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
     MHD_suspend_connection(ctx->conn);
     return 0;
 }
+
+static enum MHD_Result stream_answer(req_ctx *ctx, unsigned status);
 
 /* A granted acquire with "hold": a 201 whose body is the held stream. */
 static enum MHD_Result hold_answer(req_ctx *ctx)
@@ -494,16 +502,22 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
                                                      : "out of memory", NULL);
     }
     ctx->hold_reserved = false;   /* the reservation is the hold now */
+    return stream_answer(ctx, 201);
+}
+
+/* An NDJSON answer read from ctx's hold or watch (hold_reader). */
+static enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
+{
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, hold_reader,
                                                                ctx, NULL);
     if (!r)
         return MHD_NO;   /* on_completed closes the hold, which releases */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    enum MHD_Result rc = MHD_queue_response(ctx->conn, 201, r);
+    enum MHD_Result rc = MHD_queue_response(ctx->conn, status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
-    metrics_request(s->m, ctx->mroute, 201, mpool_now_us() - ctx->start_us);
+    metrics_request(ctx->s->m, ctx->mroute, (int)status, mpool_now_us() - ctx->start_us);
     return rc;
 }
 
@@ -523,6 +537,8 @@ static bool client_done_sending(int fd)
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+static enum MHD_Result election_answer(req_ctx *ctx);
+
 static enum MHD_Result lock_answer(req_ctx *ctx)
 {
     int status;
@@ -533,6 +549,8 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
         ctx->gone = true;
         return MHD_NO;
     }
+    if (ctx->election)
+        return election_answer(ctx);
     if (ctx->req.hold && ctx->res.outcome == RL_OK)
         return hold_answer(ctx);
     /* A grant to a client that sent its FIN is answered, and the watcher
@@ -636,6 +654,110 @@ static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const cha
         }
         ctx->hold_reserved = true;
     }
+    return submit(ctx);
+}
+
+/* ---- elections (docs/elections.md; the pure parts in election.c) ---- */
+
+/* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
+static enum MHD_Result election_answer(req_ctx *ctx)
+{
+    if (ctx->req.op == RL_INSPECT && ctx->res.outcome == RL_OK) {
+        election_state st;
+        election_state_of(&ctx->res, &st);
+        char *body = election_state_json(ctx->label, &st, ctx->candidate_q[0] ? ctx->candidate_q : NULL);
+        if (!body)
+            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return send_body(ctx, 200, body, NULL, 0, true);
+    }
+    rl_request shown = ctx->req;   /* errors name the election, not its lock */
+    snprintf(shown.name, sizeof shown.name, "%s", ctx->label);
+    int status;
+    long long retry_after_s = 0;
+    char *body = api_result_json(&shown, &ctx->res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+/* POST: a campaign, answered at once with its stream ("campaigning"). */
+static enum MHD_Result election_campaign(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    char candidate[ELECTION_CANDIDATE_MAX + 1], value[ELECTION_VALUE_MAX + 1], msg[200];
+    if (election_parse_campaign(ctx->body ? ctx->body : "", ctx->body_len, s->limits.default_ttl_ms,
+                                s->limits.max_ttl_ms, &ctx->req, candidate, value, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    election_owner(candidate, value, ctx->req.owner, sizeof ctx->req.owner);
+    if (!hold_reserve(s->holds)) {
+        char *body = api_error_json(API_E_TOO_MANY_HOLDS,
+                                    "too many held streams are open already (--max-holds)");
+        return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
+    }
+    ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->req, ctx->label, candidate,
+                              ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    if (!ctx->hold) {
+        hold_unreserve(s->holds);
+        return send_error(ctx, atomic_load(&s->quiescing) ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
+                          atomic_load(&s->quiescing) ? "the service is shutting down" : "out of memory",
+                          NULL);
+    }
+    return stream_answer(ctx, 201);
+}
+
+static enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw)
+{
+    http_server *s = ctx->s;
+    size_t len = strlen(raw) - (ctx->route == ROUTE_ELECTION_VALUE ? strlen("/value") : 0);
+    if (!rules_name_valid(raw, len))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the election name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    memcpy(ctx->label, raw, len);
+    ctx->label[len] = '\0';
+    ctx->election = true;
+    memset(&ctx->req, 0, sizeof ctx->req);
+    if (!strcmp(method, "POST"))
+        return election_campaign(ctx);
+    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    char msg[200];
+    if (!strcmp(method, "GET")) {
+        const char *watch = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "watch");
+        const char *cand = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "candidate");
+        if (cand && !election_candidate_valid(cand))
+            return send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
+        if (cand)
+            snprintf(ctx->candidate_q, sizeof ctx->candidate_q, "%s", cand);
+        if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
+            return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
+        if (watch && !strcmp(watch, "true")) {
+            ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->req.name,
+                                              ctx->label, hold_wake, ctx);
+            if (!ctx->watch)
+                return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+            return stream_answer(ctx, 200);
+        }
+        ctx->req.op = RL_INSPECT;
+        return submit(ctx);
+    }
+    bool token_in_body = false;
+    if (!strcmp(method, "PUT")) {
+        ctx->req.op = RL_PROCLAIM;
+        if (election_parse_value(ctx->body ? ctx->body : "", ctx->body_len, ctx->req.owner,
+                                 ctx->req.token, msg, sizeof msg) < 0)
+            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+        token_in_body = ctx->req.token[0] != '\0';
+    } else {   /* DELETE: resign */
+        enum api_err err;
+        if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+                           &token_in_body, &err, msg, sizeof msg) < 0)
+            return send_error(ctx, err, msg, NULL);
+        election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    }
+    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+    const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+    if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     return submit(ctx);
 }
 
@@ -803,6 +925,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION),
                              NULL, 0, true);
         return dapr_dispatch(ctx, name);
+    case ROUTE_ELECTION:
+    case ROUTE_ELECTION_VALUE:
+        if (!authorized(ctx, false))
+            return send_error(ctx, API_E_UNAUTHORIZED,
+                              "a valid Authorization: Bearer token is required", NULL);
+        return election_dispatch(ctx, method, name);
     case ROUTE_NOT_FOUND:
         break;
     }
@@ -895,6 +1023,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     if (ctx->hold)
         hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
+    if (ctx->watch)
+        election_watch_close(ctx->watch);
     if (ctx->hold_reserved)
         hold_unreserve(s->holds);
     pthread_mutex_lock(&s->reg_lock);
@@ -1014,7 +1144,9 @@ static void *watch_main(void *arg)
         pthread_mutex_lock(&s->reg_lock);
         for (conn_info *ci = s->conns; ci; ci = ci->next) {
             req_ctx *ctx = ci->suspended;
-            if (ctx && ctx->hold && !ctx->gone && nleft < 64 && client_gone(ci->fd)) {
+            if (ctx && (ctx->hold || ctx->watch) && !ctx->gone && nleft < 64 &&
+                (client_gone(ci->fd) || (ctx->watch && client_done_sending(ci->fd)))) {
+                /* (a watch's client has nothing to say: its FIN ends it) */
                 /* A held stream's client left: resume it so that it
                  * closes (hold_reader), and on_completed releases. */
                 ctx->gone = true;
@@ -1377,7 +1509,7 @@ int http_drain(http_server *s, long long timeout_ms)
         ctx->susp = false;
         ctx->ci->suspended = NULL;
         ctx->forced = true;
-        ctx->gone = ctx->hold != NULL;   /* a stream whose end never came: closed */
+        ctx->gone = ctx->hold || ctx->watch;   /* a stream whose end never came: closed */
         memset(&ctx->res, 0, sizeof ctx->res);
         ctx->res.outcome = RL_SHUTTING_DOWN;
         atomic_store(&ctx->result_ready, true);

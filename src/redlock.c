@@ -26,7 +26,7 @@
 #include "quorum.h"
 #include "scripts.h"
 
-#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
+#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_INTERNAL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
 _Static_assert(sizeof SCRIPT_OWNER_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "owner key fits RL_KEY_MAX");
 _Static_assert(MREPLY_STR_MAX >= TOKEN_MAX_LEN + 32 + RL_OWNER_MAX, "inspect's value and owner fit");
 #define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
@@ -609,6 +609,7 @@ static void acquire_grant(rl_task *op)
     op->res.outcome = RL_OK;
     op->res.validity_ms = validity;
     op->res.ttl_ms = op->req.ttl_ms;
+    op->res.attempt_us = op->start_us;
     if (op->wn)   /* the other waiters' next holder is this one */
         op->wn->holder_until_us = op->start_us + (uint64_t)op->req.ttl_ms * 1000ULL;
     op_answer(op);
@@ -777,6 +778,37 @@ static void extend_voted(void *arg, const master_reply *replies)
     op_answer(op);
 }
 
+/* ---- proclaim ---- */
+
+/* A leader's new value: stored where the token holds, on a majority. */
+static void proclaim_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int yes = 0, answered = 0;
+    bool other = false;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (!is_vote(r, 1))
+            continue;
+        answered++;
+        yes += r->ints[0] == 1;
+        other |= r->ints[0] == -1;
+    }
+    enum quorum_outcome q = quorum_decide(e->n, yes, answered);
+    if (q == QUORUM_NO_QUORUM) {
+        op_no_quorum(op, answered, replies);
+        return;
+    }
+    if (q == QUORUM_GRANTED) {
+        op->res.outcome = RL_OK;
+    } else {
+        op->res.outcome = RL_NOT_HELD;
+        op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
+    }
+    op_answer(op);
+}
+
 /* ---- release ---- */
 
 static void release_voted(void *arg, const master_reply *replies)
@@ -929,6 +961,12 @@ static void op_start(void *arg)
          * that missed it matches only the exact value (scripts.h). */
         const char *args[] = {op->key, op->owner_key, op->req.token, "~", op->channel};
         eval(op, &script_release, all_mask(e), 2, 5, args, release_voted);
+        return;
+    }
+    case RL_PROCLAIM: {
+        const char *args[] = {op->key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token, op->req.owner,
+                              guard_arg(e)};
+        eval(op, &script_proclaim, all_mask(e), 3, 6, args, proclaim_voted);
         return;
     }
     case RL_INSPECT: {

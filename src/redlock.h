@@ -21,8 +21,16 @@
 
 #define RL_NAME_MAX RULES_NAME_MAX
 #define RL_OWNER_MAX RULES_OWNER_MAX   /* bytes of an acquire's "owner" */
+/* Room for an internal name: a user-visible name and a '#' suffix (an
+ * election's "#election", a semaphore's slot). No user-visible name holds
+ * '#', so none can address these. */
+#define RL_INTERNAL_NAME_MAX (RL_NAME_MAX + 16)
 
-enum rl_op { RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT };
+enum rl_op {
+    RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT,
+    RL_PROCLAIM,    /* an election's leader changes its value (owner), keeping its
+                       candidate and since: only where the token holds */
+};
 
 enum rl_outcome {
     RL_OK,          /* granted / extended / released / inspected */
@@ -40,7 +48,7 @@ enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
 
 typedef struct rl_request {
     enum rl_op op;
-    char name[RL_NAME_MAX + 1];
+    char name[RL_INTERNAL_NAME_MAX + 1];
     char token[TOKEN_MAX_LEN + 1];  /* extend/release; acquire when token_given */
     bool token_given;               /* the caller's own token (a Dapr lockOwner): an acquire
                                        stores it with a fresh suffix, a release deletes
@@ -48,7 +56,8 @@ typedef struct rl_request {
     long long ttl_ms;               /* acquire/extend */
     long long wait_ms;              /* acquire */
     char owner[RL_OWNER_MAX + 1];   /* acquire: who holds it, for inspect ("" = none); stored
-                                       beside the lock, never in its value */
+                                       beside the lock, never in its value. proclaim: the
+                                       new value (what follows candidate and since) */
     bool hold;                      /* acquire: a held stream (the HTTP layer keeps it) */
     bool keep_on_fail;              /* extend: a failed extension leaves what the token still
                                        holds in place (a held stream releases it itself, once
@@ -63,6 +72,9 @@ typedef struct rl_result {
                                          when it sent the request */
     long long ttl_ms;
     long long fence;
+    uint64_t attempt_us;              /* acquire: when the deciding attempt began (mpool_now_us
+                                         clock), from which validity_ms counts; after a wait
+                                         that is later than the request */
     long long retry_after_ms;         /* with RL_LOCKED */
     bool held;                        /* inspect */
     char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
