@@ -611,11 +611,33 @@ static void drop_request(run *r)
     r->hdrs = NULL;
 }
 
+/* An election's campaign body: candidate, value, ttl_ms. The candidate
+ * and value passed the client's own checks: no quoting is needed but for
+ * the value's quotes and backslashes. */
+static int campaign_body(const run *r, char *out, size_t outlen)
+{
+    char value[2 * CLI_VALUE_MAX + 1];
+    size_t k = 0;
+    for (const char *c = r->a->value ? r->a->value : ""; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            value[k++] = '\\';
+        value[k++] = *c;
+    }
+    value[k] = '\0';
+    int n = r->a->ttl_ms >= 0
+                ? snprintf(out, outlen, "{\"candidate\":\"%s\",\"value\":\"%s\",\"ttl_ms\":%lld}", r->owner,
+                           value, r->a->ttl_ms)
+                : snprintf(out, outlen, "{\"candidate\":\"%s\",\"value\":\"%s\"}", r->owner, value);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
 static int start_try(run *r)
 {
     char body[512];
     r->asked_ms = next_wait(r->a->wait_ms, r->deadline_us, r->cap);
-    if (cli_acquire_body(r->a->ttl_ms, r->asked_ms, true, r->owner, body, sizeof body) < 0)
+    if (r->a->cmd == CLI_ELECT ? campaign_body(r, body, sizeof body) < 0
+                               : cli_acquire_body(r->a->ttl_ms, r->asked_ms, true, r->owner, body,
+                                                  sizeof body) < 0)
         return -1;
     answer_reset(&r->ans);
     cli_lines_free(&r->lines);
@@ -720,25 +742,32 @@ static void close_own_fds_on_exec(void)
     }
 }
 
-/* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE. */
+static bool own_var(const char *v)
+{
+    return !strncmp(v, "REDLOCK_NAME=", 13) || !strncmp(v, "REDLOCK_TOKEN=", 14) ||
+           !strncmp(v, "REDLOCK_FENCE=", 14) || !strncmp(v, "REDLOCK_TERM=", 13);
+}
+
+/* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE
+ * (and for elect REDLOCK_TERM, the same number). */
 static char **child_env(const run *r)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + 5, sizeof *env);
     if (!env)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "REDLOCK_NAME=", 13) && strncmp(environ[i], "REDLOCK_TOKEN=", 14) &&
-            strncmp(environ[i], "REDLOCK_FENCE=", 14))
+        if (!own_var(environ[i]))
             env[k++] = environ[i];
     char fence[32];
     snprintf(fence, sizeof fence, "%lld", r->fence);
     if (asprintf(&env[k++], "REDLOCK_NAME=%s", r->a->name) < 0 ||
         asprintf(&env[k++], "REDLOCK_TOKEN=%s", r->token) < 0 ||
-        asprintf(&env[k++], "REDLOCK_FENCE=%s", fence) < 0)
+        asprintf(&env[k++], "REDLOCK_FENCE=%s", fence) < 0 ||
+        (r->a->cmd == CLI_ELECT && asprintf(&env[k++], "REDLOCK_TERM=%s", fence) < 0))
         return NULL;   /* a failed asprintf leaves its pointer undefined: exit follows */
     env[k] = NULL;
     return env;
@@ -804,8 +833,7 @@ static int spawn(run *r)
         tcsetpgrp(STDIN_FILENO, pid);
     r->child = pid;
     for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], "REDLOCK_NAME=", 13) || !strncmp(env[i], "REDLOCK_TOKEN=", 14) ||
-            !strncmp(env[i], "REDLOCK_FENCE=", 14))
+        if (own_var(env[i]))
             free(env[i]);
     free(env);
     return 0;
@@ -938,6 +966,92 @@ static void default_owner(char *out, size_t outlen)
     snprintf(out, outlen, "%s%s", host[0] ? host : "redlock", pid);
 }
 
+/* HOST-PID in the candidate alphabet (A-Z a-z 0-9 . _ : -), at most
+ * CLI_CANDIDATE_MAX bytes. */
+static void default_candidate(char *out, size_t outlen)
+{
+    default_owner(out, outlen);
+    for (char *p = out; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            *p = '-';
+    size_t len = strlen(out);
+    if (len > CLI_CANDIDATE_MAX)
+        memmove(out, out + len - CLI_CANDIDATE_MAX, CLI_CANDIDATE_MAX + 1);   /* keep the PID */
+}
+
+/* ---- elect --observe ---- */
+
+static int on_watch_line(const char *line, void *arg)
+{
+    (void)arg;
+    char out[400];
+    if (cli_format_election_event(line, out, sizeof out) == 0) {
+        printf("%s\n", out);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+typedef struct watch {
+    CURL *h;
+    int kind;           /* 0 unknown yet, 1 the stream, 2 an error answer (into ans) */
+    cli_lines lines;
+    answer ans;
+} watch;
+
+static size_t on_watch(char *p, size_t size, size_t n, void *arg)
+{
+    watch *w = arg;
+    if (w->kind == 0) {
+        long status = 0;
+        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &status);
+        w->kind = status == 200 ? 1 : 2;
+    }
+    if (w->kind == 2)
+        return on_body(p, size, n, &w->ans);
+    return cli_lines_feed(&w->lines, p, size * n, on_watch_line, NULL) < 0 ? 0 : size * n;
+}
+
+/* Prints the election's changes until the stream ends (the service
+ * stopped or cannot be reached: 69) or a signal ends redlock. */
+static int cmd_observe(const cli_args *a)
+{
+    char path[300], seg[220];
+    if (rules_name_path(a->name, seg, sizeof seg) < 0)
+        return CLI_EXIT_USAGE;
+    snprintf(path, sizeof path, "/elections/%s?watch=true", seg);
+    watch w;
+    memset(&w, 0, sizeof w);
+    struct curl_slist *hdrs = NULL;
+    w.h = new_request("GET", path, NULL, NULL, 0, &hdrs, &w.ans);
+    if (!w.h) {
+        say("out of memory");
+        return CLI_EXIT_SOFTWARE;
+    }
+    curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch);
+    curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
+    CURLcode rc = curl_easy_perform(w.h);
+    long status = 0;
+    curl_easy_getinfo(w.h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(w.h);
+    curl_slist_free_all(hdrs);
+    int code = CLI_EXIT_UNAVAILABLE;
+    if (w.kind == 2) {
+        w.ans.status = status;
+        code = refused(&w.ans);
+    } else if (rc != CURLE_OK && !w.kind) {
+        if (!w.ans.errbuf[0])
+            snprintf(w.ans.errbuf, sizeof w.ans.errbuf, "%s", curl_easy_strerror(rc));
+        code = unreachable(&w.ans);
+    } else {
+        say("the watch ended: %s", rc == CURLE_OK ? "the service closed it" : curl_easy_strerror(rc));
+    }
+    cli_lines_free(&w.lines);
+    answer_reset(&w.ans);
+    return code;
+}
+
 /* Milliseconds until t (0 if past), at most cap. */
 static long until_ms(uint64_t t, uint64_t now, long cap)
 {
@@ -960,6 +1074,16 @@ static int cmd_run(const cli_args *a)
         snprintf(r.owner, sizeof r.owner, "%s", a->owner);
     else
         default_owner(r.owner, sizeof r.owner);
+    if (a->cmd == CLI_ELECT) {
+        /* The owner slot carries the candidate: a campaign waits forever. */
+        char seg[220];
+        rules_name_path(a->name, seg, sizeof seg);   /* valid: cli_parse_args checked it */
+        snprintf(r.path, sizeof r.path, "/elections/%s", seg);
+        if (a->candidate)
+            snprintf(r.owner, sizeof r.owner, "%s", a->candidate);
+        else
+            default_candidate(r.owner, sizeof r.owner);
+    }
     if (a->wait_ms > 0)
         r.deadline_us = now_us() + (uint64_t)a->wait_ms * 1000u;
     note_inherited_fds();
@@ -982,7 +1106,8 @@ static int cmd_run(const cli_args *a)
                 timeout = until_ms(r.retry_at_us, now, timeout);
             }
         }
-        if (r.h && !r.acquired) {
+        if (r.h && !r.acquired && !(a->cmd == CLI_ELECT && r.kind == 1)) {
+            /* (a campaign's stream, once it began, waits for as long as it takes) */
             /* The answer (and with a held stream, its first event) is due
              * by the end of the wait asked for, give or take a call's time. */
             uint64_t due = r.sent_us + (uint64_t)(r.asked_ms + CALL_TIMEOUT_MS) * 1000u;
@@ -1095,6 +1220,7 @@ int main(int argc, char **argv)
     int code;
     switch (a.cmd) {
     case CLI_RUN: code = cmd_run(&a); break;
+    case CLI_ELECT: code = a.observe ? cmd_observe(&a) : cmd_run(&a); break;
     case CLI_ACQUIRE: code = cmd_acquire(&a); break;
     case CLI_EXTEND: code = cmd_extend(&a); break;
     case CLI_RELEASE: code = cmd_release(&a); break;

@@ -307,3 +307,119 @@ Test(elections, names_and_bad_requests)
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(r.json, "leader")), "%s", r.body);
     h_resp_free(&r);
 }
+
+/* ---- the CLI ---- */
+
+#include <signal.h>
+#include <sys/wait.h>
+
+/* Starts `redlock ARGS...` against c with stdout to out (NULL: inherited). */
+static pid_t redlock_start(h_cluster *c, const char *out, const char *const *args)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        char url[96];
+        snprintf(url, sizeof url, "%s", c->base);
+        setenv("REDLOCK_URL", url, 1);
+        if (out) {
+            FILE *f = freopen(out, "w", stdout);
+            (void)f;
+        }
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = getenv("REDLOCK_BIN");
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid, int timeout_ms)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
+    int st;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (h_now_us() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(20000);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Four `redlock elect` runs through two instances: each is elected in
+ * turn, the commands never overlap, each sees REDLOCK_TERM, the terms
+ * strictly increase in the order the leaders ran, and `elect --observe`
+ * prints each new leader. */
+Test(elections, cli_elect_and_observe)
+{
+    start_two();
+    char dir[] = "/tmp/redlockd-elect-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char log[64], obs[64], cmd[400];
+    snprintf(log, sizeof log, "%s/runs", dir);
+    snprintf(obs, sizeof obs, "%s/observed", dir);
+    snprintf(cmd, sizeof cmd,
+             "echo \"start $(date +%%s%%N) $REDLOCK_TERM\" >> %s; sleep 0.6; echo \"end $(date +%%s%%N)\" >> %s",
+             log, log);
+    const char *observe[] = {"elect", "--observe", "batch", NULL};
+    pid_t o = redlock_start(C, obs, observe);
+    usleep(300000);
+    pid_t p[4];
+    for (int i = 0; i < 4; i++) {
+        char cand[16];
+        snprintf(cand, sizeof cand, "w%d", i);
+        const char *args[] = {"elect", "--ttl", "2s", "--candidate", cand, "batch", "--", "sh", "-c", cmd, NULL};
+        p[i] = redlock_start(i % 2 ? P : C, NULL, args);
+    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(wait_exit(p[i], 20000), 0, "redlock elect %d", i);
+    usleep(600000);
+    kill(o, SIGTERM);
+    wait_exit(o, 3000);
+
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    char kind[8];
+    long long t, term, last_end = 0, last_term = 0;
+    int starts = 0;
+    while (fscanf(f, "%7s %lld", kind, &t) == 2) {
+        if (!strcmp(kind, "start")) {
+            cr_assert_eq(fscanf(f, "%lld", &term), 1, "REDLOCK_TERM is set");
+            cr_assert_gt(t, last_end, "a leader started before the previous one ended");
+            cr_assert_gt(term, last_term, "terms strictly increase");
+            last_term = term;
+            starts++;
+        } else {
+            last_end = t;
+        }
+    }
+    fclose(f);
+    cr_assert_eq(starts, 4);
+    f = fopen(obs, "r");
+    cr_assert(f);
+    char line[400];
+    int elected = 0;
+    long long prev = 0;
+    while (fgets(line, sizeof line, f)) {
+        long long tm;
+        if (sscanf(line, "elected: w%*d, term %lld", &tm) == 1) {
+            cr_assert_gt(tm, prev, "observed terms increase: %s", line);
+            prev = tm;
+            elected++;
+        }
+    }
+    fclose(f);
+    cr_log_info("elections: the observer printed %d of 4 elections", elected);
+    cr_assert_geq(elected, 3, "the observer saw most of the leaders (it reads every 250 ms)");
+    cr_assert_eq(prev, last_term, "the observer saw the last term");
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+}
