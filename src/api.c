@@ -25,6 +25,7 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_TOO_MANY_WAITERS] = {429, "too_many_waiters"},
     [API_E_TOO_MANY_HOLDS] = {429, "too_many_holds"},
     [API_E_BAD_FRAMING] = {400, "bad_request"},
+    [API_E_LIMIT_MISMATCH] = {409, "limit_mismatch"},
 };
 
 #define LOCKS_PREFIX "/locks/"
@@ -41,6 +42,11 @@ enum api_route api_route_of(const char *path, const char **name)
     if (!strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) && path[strlen(LOCKS_PREFIX)]) {
         *name = path + strlen(LOCKS_PREFIX);
         return ROUTE_LOCK;
+    }
+    static const char semaphores[] = "/semaphores/";
+    if (!strncmp(path, semaphores, sizeof semaphores - 1) && path[sizeof semaphores - 1]) {
+        *name = path + sizeof semaphores - 1;
+        return ROUTE_SEMAPHORE;
     }
     static const char elections[] = "/elections/", value[] = "/value";
     if (!strncmp(path, elections, sizeof elections - 1) && path[sizeof elections - 1]) {
@@ -69,7 +75,8 @@ enum api_route api_route_of(const char *path, const char **name)
 const char *api_allowed_methods(enum api_route r)
 {
     switch (r) {
-    case ROUTE_LOCK: return "GET, POST, PATCH, DELETE";
+    case ROUTE_LOCK:
+    case ROUTE_SEMAPHORE: return "GET, POST, PATCH, DELETE";
     case ROUTE_DAPR_LOCK:
     case ROUTE_DAPR_UNLOCK: return "POST";
     case ROUTE_DAPR_METADATA: return "GET";
@@ -81,7 +88,7 @@ const char *api_allowed_methods(enum api_route r)
 
 bool api_method_allowed(enum api_route r, const char *method)
 {
-    if (r == ROUTE_LOCK)
+    if (r == ROUTE_LOCK || r == ROUTE_SEMAPHORE)
         return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "PATCH") ||
                !strcmp(method, "DELETE");
     if (r == ROUTE_DAPR_LOCK || r == ROUTE_DAPR_UNLOCK)
@@ -382,6 +389,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     switch (req->op) {
     case RL_RELEASE:
     case RL_PROCLAIM:
+    case RL_SEM_LIMIT:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

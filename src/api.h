@@ -21,6 +21,7 @@ enum api_route {
     ROUTE_DAPR_METADATA,  /* GET /v1.0/metadata */
     ROUTE_ELECTION,       /* /elections/{name} (docs/elections.md) */
     ROUTE_ELECTION_VALUE, /* PUT /elections/{name}/value: *name ends before "/value" */
+    ROUTE_SEMAPHORE,      /* /semaphores/{name} (docs/semaphores.md) */
 };
 
 /* Error kinds of the contract; api_errors[] maps each to status and code. */
@@ -39,6 +40,7 @@ enum api_err {
     API_E_TOO_MANY_WAITERS,
     API_E_TOO_MANY_HOLDS,
     API_E_BAD_FRAMING,   /* Content-Length with Transfer-Encoding, or two lengths: closes */
+    API_E_LIMIT_MISMATCH, /* a semaphore's limit differs from the one stored */
     API_E_COUNT
 };
 

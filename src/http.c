@@ -29,6 +29,8 @@
 #include "log.h"
 #include "quarantine.h"
 #include "rules.h"
+#include "semaphore.h"
+#include "semaphore_api.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
 #define HTTP_CONNECTION_MEMORY 16384
@@ -136,6 +138,8 @@ typedef struct req_ctx {
     bool election;            /* an election route: answered by election_answer */
     char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's) */
     char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
+    sem_request *sem;         /* a semaphore route: its request and, once done, its result */
+    sem_result *sem_res;
     atomic_bool result_ready;
     rl_request req;
     rl_result res;
@@ -395,6 +399,8 @@ static void ctx_unref(req_ctx *ctx)
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
         if (ctx->confirm_fd >= 0)
             close(ctx->confirm_fd);
+        free(ctx->sem);
+        free(ctx->sem_res);
         free(ctx->body);
         free(ctx);
     }
@@ -538,6 +544,7 @@ static bool client_done_sending(int fd)
 }
 
 static enum MHD_Result election_answer(req_ctx *ctx);
+static enum MHD_Result sem_answer(req_ctx *ctx);
 
 static enum MHD_Result lock_answer(req_ctx *ctx)
 {
@@ -551,6 +558,8 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
     }
     if (ctx->election)
         return election_answer(ctx);
+    if (ctx->sem)
+        return sem_answer(ctx);
     if (ctx->req.hold && ctx->res.outcome == RL_OK)
         return hold_answer(ctx);
     /* A grant to a client that sent its FIN is answered, and the watcher
@@ -582,15 +591,22 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
  * failed in faults::sigstop_two_masters_cycles.) The waiters of one name
  * also sleep in one engine, served in arrival order. This is the one
  * hand-off between loops: with N loops, N-1 of N writes take it. */
-static rl_engine *engine_for(const req_ctx *ctx)
+static rl_engine *engine_of_name(void *arg, const char *name)
 {
-    http_server *s = ctx->s;
-    if (s->nshards == 1 || ctx->req.op == RL_INSPECT)
-        return ctx->sh->engine;
+    http_server *s = arg;
+    if (s->nshards == 1)
+        return s->shards[0].engine;
     uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
-    for (const char *c = ctx->req.name; *c; c++)
+    for (const char *c = name; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ULL;
     return s->shards[h % (uint64_t)s->nshards].engine;
+}
+
+static rl_engine *engine_for(const req_ctx *ctx)
+{
+    if (ctx->s->nshards == 1 || ctx->req.op == RL_INSPECT)
+        return ctx->sh->engine;
+    return engine_of_name(ctx->s, ctx->req.name);
 }
 
 /* Hands ctx->req to the engine; lock_done resumes the connection. */
@@ -761,6 +777,119 @@ static enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const
     return submit(ctx);
 }
 
+/* ---- semaphores (docs/semaphores.md; the pure parts in semaphore_api.c) ---- */
+
+static void sem_ignore(void *arg, const sem_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* Permits nobody will receive: released on every master at once. */
+static void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
+{
+    sem_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return;   /* (they expire with their ttl) */
+    r->op = SEM_RELEASE;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    for (int i = 0; i < res->npermits; i++)
+        memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
+    if (r->ntokens)
+        sem_submit(r, engine_of_name, s, pool, sem_ignore, NULL);
+    free(r);
+}
+
+/* The semaphore's answer, on an engine's thread: resumes the connection,
+ * unless a shutdown answered it already (then what it won goes back). */
+static void sem_done(void *arg, const sem_result *res)
+{
+    req_ctx *ctx = arg;
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    bool was = ctx->susp;
+    if (was) {
+        memcpy(ctx->sem_res, res, sizeof *res);
+        ctx->res.outcome = res->outcome;
+        atomic_store(&ctx->result_ready, true);
+        ctx->susp = false;
+        if (ctx->ci)
+            ctx->ci->suspended = NULL;
+    }
+    pthread_mutex_unlock(&s->reg_lock);
+    if (was)
+        ctx_wake(ctx);
+    else if (ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
+        sem_give_back(s, ctx->sh->pool, ctx->sem->name, res);
+    ctx_unref(ctx);
+}
+
+static enum MHD_Result sem_answer(req_ctx *ctx)
+{
+    if (ctx->forced)
+        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    int status;
+    long long retry_after_s = 0;
+    char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+static enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
+{
+    http_server *s = ctx->s;
+    if (!rules_name_valid(name, strlen(name)))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the semaphore name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    ctx->sem = calloc(1, sizeof *ctx->sem);
+    ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
+    if (!ctx->sem || !ctx->sem_res)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    sem_request *r = ctx->sem;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    char msg[200];
+    const char *body = ctx->body ? ctx->body : "";
+    int rc = 0;
+    if (!strcmp(method, "POST")) {
+        rc = sem_parse_acquire(body, ctx->body_len, &s->limits, r, msg, sizeof msg);
+    } else if (!strcmp(method, "GET")) {
+        r->op = SEM_INSPECT;
+        const char *limit = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "limit");
+        char *end = NULL;
+        long l = limit ? strtol(limit, &end, 10) : 0;
+        if (limit && (!*limit || *end || l < 1 || l > SEM_LIMIT_MAX)) {
+            snprintf(msg, sizeof msg, "limit must be a whole number from 1 to %d", SEM_LIMIT_MAX);
+            rc = -1;
+        }
+        r->limit = (int)l;
+    } else {
+        const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        rc = sem_parse_tokens(!strcmp(method, "PATCH"), hdr, query, body, ctx->body_len, &s->limits, r, msg,
+                              sizeof msg);
+    }
+    if (rc < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    /* Suspend before submitting: the answer may come at once. */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+    atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
+    if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx) < 0) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        rl_result down = {.outcome = RL_SHUTTING_DOWN};
+        ctx_resume(ctx, &down);
+        ctx->forced = true;
+    }
+    return MHD_YES;
+}
+
 /* POST /v1.0-alpha1/lock|unlock/{store}, in Dapr's wire format. */
 static enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
 {
@@ -925,6 +1054,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION),
                              NULL, 0, true);
         return dapr_dispatch(ctx, name);
+    case ROUTE_SEMAPHORE:
+        if (!authorized(ctx, false))
+            return send_error(ctx, API_E_UNAUTHORIZED,
+                              "a valid Authorization: Bearer token is required", NULL);
+        return sem_dispatch(ctx, method, name);
     case ROUTE_ELECTION:
     case ROUTE_ELECTION_VALUE:
         if (!authorized(ctx, false))
@@ -1018,6 +1152,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
          * held stream's grant is the hold's to release. */
         bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
                                        !ctx->gone && !ctx->forced);
+        if (ctx->sem && !delivered && atomic_load(&ctx->result_ready) && !ctx->forced &&
+            ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK)
+            sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
         if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
             rl_finish(ctx->eng, ctx->h, delivered);
     }

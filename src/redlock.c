@@ -809,6 +809,36 @@ static void proclaim_voted(void *arg, const master_reply *replies)
     op_answer(op);
 }
 
+/* ---- a semaphore's limit ---- */
+
+/* Set (or read) where a majority answered; any answering master that holds
+ * another limit refuses the set (RL_LOCKED, with that limit): two callers
+ * who disagree on the limit must not both take permits. */
+static void sem_limit_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int answered = 0;
+    long long other = 0, seen = 0;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (!is_vote(r, 2))
+            continue;
+        answered++;
+        if (r->ints[0] == 0 && !other)
+            other = r->ints[1];
+        if (r->ints[1] > seen)
+            seen = r->ints[1];
+    }
+    if (answered < quorum_of(e->n)) {
+        op_no_quorum(op, answered, replies);
+        return;
+    }
+    op->res.outcome = other ? RL_LOCKED : RL_OK;
+    op->res.limit = other ? other : op->req.limit > 0 ? op->req.limit : seen;
+    op_answer(op);
+}
+
 /* ---- release ---- */
 
 static void release_voted(void *arg, const master_reply *replies)
@@ -961,6 +991,13 @@ static void op_start(void *arg)
          * that missed it matches only the exact value (scripts.h). */
         const char *args[] = {op->key, op->owner_key, op->req.token, "~", op->channel};
         eval(op, &script_release, all_mask(e), 2, 5, args, release_voted);
+        return;
+    }
+    case RL_SEM_LIMIT: {
+        char limit[24];
+        snprintf(limit, sizeof limit, "%lld", op->req.limit);
+        const char *args[] = {op->key, SCRIPT_MARKER_KEY, limit, op->ttl_str, guard_arg(e)};
+        eval(op, &script_sem_limit, all_mask(e), 2, 5, args, sem_limit_voted);
         return;
     }
     case RL_PROCLAIM: {

@@ -30,6 +30,8 @@ enum rl_op {
     RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT,
     RL_PROCLAIM,    /* an election's leader changes its value (owner), keeping its
                        candidate and since: only where the token holds */
+    RL_SEM_LIMIT,   /* a semaphore's limit: name is NAME#limit; limit 0 reads it, else
+                       sets it where absent (or keeps it alive for ttl_ms) */
 };
 
 enum rl_outcome {
@@ -59,6 +61,8 @@ typedef struct rl_request {
                                        beside the lock, never in its value. proclaim: the
                                        new value (what follows candidate and since) */
     bool hold;                      /* acquire: a held stream (the HTTP layer keeps it) */
+    long long limit;                /* sem_limit: the semaphore's limit (0: read it, -1: keep
+                                       it for at least ttl_ms) */
     bool keep_on_fail;              /* extend: a failed extension leaves what the token still
                                        holds in place (a held stream releases it itself, once
                                        its client has been told) */
@@ -76,6 +80,8 @@ typedef struct rl_result {
                                          clock), from which validity_ms counts; after a wait
                                          that is later than the request */
     long long retry_after_ms;         /* with RL_LOCKED */
+    long long limit;                  /* sem_limit: the limit stored (RL_LOCKED: another limit
+                                         is stored; read: 0 when none) */
     bool held;                        /* inspect */
     char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
     int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */

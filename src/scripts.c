@@ -100,6 +100,21 @@ mscript script_proclaim = {"proclaim",
     "if v then return {-1} end\n"
     "return {0}\n", "", false, true, NULL, true};
 
+/* A semaphore's limit (scripts.h). */
+mscript script_sem_limit = {"sem_limit",
+    GUARD
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if ARGV[1] == '0' then return {1, tonumber(v or '0') or 0} end\n"
+    "if ARGV[1] == '-1' then\n"
+    "  if v and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "  return {1, tonumber(v or '0') or 0}\n"
+    "end\n"
+    "if v and v ~= ARGV[1] then return {0, tonumber(v) or 0} end\n"
+    "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "end\n"
+    "return {1, tonumber(ARGV[1])}\n", "", false, true, NULL, true};
+
 /* A release: match is the Lua test of the stored value v (scripts.h). */
 #define RELEASE_BODY(match) \
     "local v = redis.call('GET', KEYS[1])\n" \
@@ -162,4 +177,5 @@ void scripts_init(void)
     mscript_init(&script_release_replay);
     mscript_init(&script_marker);
     mscript_init(&script_proclaim);
+    mscript_init(&script_sem_limit);
 }

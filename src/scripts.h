@@ -94,6 +94,12 @@ extern mscript script_inspect;
  * expiry, and answers {1}; {-1} another value holds key; {0} absent. */
 extern mscript script_proclaim;
 
+/* KEYS NAME#limit, marker; ARGV limit, px_ms, guard. limit "0" reads:
+ * {1, stored or 0}; "-1" keeps a stored one for at least px_ms. Else where no other limit is stored: stores it (or
+ * keeps it for at least px_ms) and answers {1, limit}; where another is
+ * stored: {0, that limit}, changing nothing. */
+extern mscript script_sem_limit;
+
 /* KEYS key, key#owner; ARGV value, mode, channel.
  * mode "=": deletes key (and its owner key) where it holds exactly value;
  * mode "~": where it holds value or value followed by a space (any grant of a caller's token: what
