@@ -112,7 +112,7 @@ static const struct {
     const char *synopsis;
     const char *help;
 } cmds[] = {
-    {CLI_RUN, "run", "run [--ttl D] [--wait D|forever] [--owner ID] [--grace D] NAME [--] CMD [ARG...]",
+    {CLI_RUN, "run", "run [--ttl D] [--wait D|forever] [--owner ID] [--grace D] [--limit L] NAME [--] CMD [ARG...]",
      "Holds the lock NAME through a held stream while CMD runs, and releases it as\n"
      "soon as CMD exits. CMD runs in its own process group, with REDLOCK_NAME,\n"
      "REDLOCK_TOKEN and REDLOCK_FENCE in its environment; SIGINT, SIGTERM and\n"
@@ -129,6 +129,9 @@ static const struct {
      "  --owner ID       who holds it, shown by `redlock status` (1 to 128 printable\n"
      "                   ASCII bytes; default HOST:PID of this redlock)\n"
      "  --grace D        time between SIGTERM and SIGKILL after a loss (default 10s)\n"
+     "  --limit L        NAME is a counting semaphore of L permits: run CMD with one\n"
+     "                   of them (at most L such commands run at once; redlock renews\n"
+     "                   the permit every third of the ttl)\n"
      "\n"
      "Exits with CMD's status (128+N when a signal N ended it), or 3 when the lock was\n"
      "lost, 75 when it was not acquired within --wait, 69 when the service cannot\n"
@@ -249,12 +252,12 @@ void cli_usage(FILE *out, enum cli_cmd cmd)
 }
 
 enum { OPT_TTL = 1, OPT_WAIT = 2, OPT_OWNER = 4, OPT_GRACE = 8, OPT_JSON = 16, OPT_CANDIDATE = 32,
-       OPT_VALUE = 64, OPT_OBSERVE = 128 };
+       OPT_VALUE = 64, OPT_OBSERVE = 128, OPT_LIMIT = 256 };
 
 static unsigned allowed_opts(enum cli_cmd c)
 {
     switch (c) {
-    case CLI_RUN: return OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_GRACE;
+    case CLI_RUN: return OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_GRACE | OPT_LIMIT;
     case CLI_ACQUIRE: return OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_JSON;
     case CLI_EXTEND: return OPT_TTL | OPT_JSON;
     case CLI_STATUS: return OPT_JSON;
@@ -276,7 +279,7 @@ static const struct { const char *name; unsigned bit; bool value; } known[] = {
     {"url", 0, true}, {"auth-token-file", 0, true}, {"ttl", OPT_TTL, true},
     {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
     {"json", OPT_JSON, false}, {"candidate", OPT_CANDIDATE, true}, {"value", OPT_VALUE, true},
-    {"observe", OPT_OBSERVE, false},
+    {"observe", OPT_OBSERVE, false}, {"limit", OPT_LIMIT, true},
 };
 
 /* Is arg one of redlock's options ("-h", "--help", "--version", "--NAME" or
@@ -400,6 +403,16 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
         case OPT_OBSERVE:
             a->observe = true;
             break;
+        case OPT_LIMIT: {
+            char *end = NULL;
+            long l = strtol(v, &end, 10);
+            if (!*v || *end || l < 1 || l > CLI_LIMIT_MAX) {
+                snprintf(err, errlen, "%s--limit: a whole number of permits from 1 to %d", where, CLI_LIMIT_MAX);
+                return -1;
+            }
+            a->limit = (int)l;
+            break;
+        }
         }
         return 0;
     }

@@ -60,6 +60,7 @@ typedef struct cli_args {
     const char *candidate;        /* elect --candidate; NULL: HOST-PID of this redlock */
     const char *value;            /* elect --value; NULL: "" */
     bool observe;                 /* elect --observe: print the leader's changes, run nothing */
+    int limit;                    /* run --limit L: a permit of the semaphore NAME of L (0: a lock) */
 } cli_args;
 
 /* Parses a duration: a decimal number and a unit, ms, s, m or h, repeated
@@ -145,6 +146,7 @@ int cli_format_election_event(const char *line, char *out, size_t outlen);
 
 #define CLI_CANDIDATE_MAX 48   /* an election's candidate: the lock-name alphabet */
 #define CLI_VALUE_MAX 64       /* an election's value: printable ASCII */
+#define CLI_LIMIT_MAX 64       /* permits of a semaphore (redlockd's SEM_LIMIT_MAX) */
 
 /* Splits a byte stream into lines. */
 typedef struct cli_lines {

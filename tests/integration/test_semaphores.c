@@ -203,3 +203,66 @@ Test(semaphores, names_and_bad_requests)
     cr_assert_eq(r.status, 201, "%s", r.body);
     h_resp_free(&r);
 }
+
+/* ---- the CLI: redlock run --limit ---- */
+
+#include <sys/wait.h>
+
+/* Six `redlock run --limit 2` through two instances, each running 0.5 s
+ * with a 1 s ttl (so renewed): never more than two at once, all six run. */
+Test(semaphores, cli_run_limit)
+{
+    start_two();
+    char dir[] = "/tmp/redlockd-sem-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char log[64], cmd[300];
+    snprintf(log, sizeof log, "%s/runs", dir);
+    snprintf(cmd, sizeof cmd, "echo \"start $(date +%%s%%N)\" >> %s; sleep 0.5; echo \"end $(date +%%s%%N)\" >> %s",
+             log, log);
+    pid_t p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = fork();
+        cr_assert_geq(p[i], 0);
+        if (p[i] == 0) {
+            setenv("REDLOCK_URL", (i % 2 ? P : C)->base, 1);
+            const char *bin = getenv("REDLOCK_BIN");
+            execl(bin, bin, "run", "--limit", "2", "--wait", "20s", "--ttl", "1s", "jobs", "--", "sh", "-c", cmd,
+                  (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+        int st;
+        waitpid(p[i], &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "redlock run --limit %d: %d", i, st);
+    }
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    char kind[8];
+    long long t;
+    struct { long long t; int d; } ev[12];
+    int n = 0;
+    while (n < 12 && fscanf(f, "%7s %lld", kind, &t) == 2)
+        ev[n++] = (typeof(ev[0])){t, strcmp(kind, "start") ? -1 : 1};
+    fclose(f);
+    cr_assert_eq(n, 12);
+    /* in time order, the running count never exceeds the limit */
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (ev[j].t < ev[i].t) {
+                typeof(ev[0]) x = ev[i];
+                ev[i] = ev[j];
+                ev[j] = x;
+            }
+    int running = 0, most = 0;
+    for (int i = 0; i < n; i++) {
+        running += ev[i].d;
+        if (running > most)
+            most = running;
+    }
+    cr_log_info("semaphores: at most %d of 6 commands ran at once (limit 2)", most);
+    cr_assert_leq(most, 2);
+    char rm[200];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+}

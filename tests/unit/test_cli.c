@@ -262,7 +262,7 @@ Test(cli_args, help_and_version)
 Test(cli_args, help_is_complete)
 {
     static const struct { enum cli_cmd cmd; const char *opts[6]; } want[] = {
-        {CLI_RUN, {"--ttl", "--wait", "--owner", "--grace", "REDLOCK_TOKEN", "REDLOCK_FENCE"}},
+        {CLI_RUN, {"--ttl", "--wait", "--owner", "--grace", "--limit", "REDLOCK_FENCE"}},
         {CLI_ACQUIRE, {"--ttl", "--wait", "--owner", "--json", NULL}},
         {CLI_EXTEND, {"--ttl", "--json", NULL}},
         {CLI_RELEASE, {"TOKEN", NULL}},
@@ -308,6 +308,17 @@ Test(cli_args, elect)
     usage_error("elect --wait 1s db -- true", "unknown option --wait");
     usage_error("elect --observe", "needs NAME");
     usage_error("elect --ttl 500ms db -- true", "at least 1s");
+}
+
+Test(cli_args, run_limit)
+{
+    cli_args a = ok("run --limit 3 --wait 1m jobs -- ./work");
+    cr_assert_eq(a.limit, 3);
+    cr_assert_str_eq(a.cmd_argv[0], "./work");
+    cr_assert_eq(ok("run jobs -- ./work").limit, 0);
+    usage_error("run --limit 0 jobs -- ./work", "--limit");
+    usage_error("run --limit 65 jobs -- ./work", "--limit");
+    usage_error("acquire --limit 2 jobs", "unknown option --limit");
 }
 
 /* ---- answers ---- */
