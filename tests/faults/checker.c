@@ -329,3 +329,38 @@ void fl_check_election(fl_term *terms, size_t n, const fl_watch_event *evs, size
         }
     }
 }
+
+/* ---- semaphores ---- */
+
+static int permit_by_from(const void *a, const void *b)
+{
+    const fl_permit *x = a, *y = b;
+    return x->from_us < y->from_us ? -1 : x->from_us > y->from_us;
+}
+
+void fl_check_semaphore(fl_permit *p, size_t n, int limit, fl_semaphore_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    qsort(p, n, sizeof *p, permit_by_from);
+    rep->permits = (long)n;
+    for (size_t i = 0; i < n; i++) {
+        /* holders at the moment permit i began: itself and every earlier
+         * one that had not ended (a permit's interval is [from, until)) */
+        int at_once = 1;
+        for (size_t j = 0; j < i; j++) {
+            if (p[j].until_us <= p[i].from_us)
+                continue;
+            at_once++;
+            if (p[j].slot == p[i].slot)
+                rep->slot_overlaps++;
+        }
+        if (at_once > rep->most_at_once)
+            rep->most_at_once = at_once;
+        rep->over_limit += at_once > limit;
+        for (size_t j = 0; j < i; j++)
+            if (p[j].slot == p[i].slot && p[j].fence >= p[i].fence) {
+                rep->fence_violations++;
+                break;
+            }
+    }
+}

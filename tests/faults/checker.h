@@ -114,4 +114,26 @@ typedef struct fl_election_report {
 void fl_check_election(fl_term *terms, size_t n, const fl_watch_event *evs, size_t m, int nwatchers,
                        uint64_t watch_from_us, uint64_t watch_until_us, long long long_term_ms,
                        const fl_period *down, int ndown, fl_election_report *rep);
+/* ---- semaphores (docs/semaphores.md) ---- */
+
+/* One permit as its holder lived it: from the grant's answer to the moment
+ * it stopped relying on it (it released it, or the validity counted from
+ * when it sent the acquire ran out). */
+typedef struct fl_permit {
+    int client, slot;
+    long long fence;
+    uint64_t from_us, until_us;
+} fl_permit;
+
+typedef struct fl_semaphore_report {
+    long permits;
+    int most_at_once;           /* holders at the same moment, at most */
+    long over_limit;            /* permits that began while limit others were held */
+    long slot_overlaps;         /* two holders of one slot at once */
+    long fence_violations;      /* per slot, fences not increasing in grant order */
+} fl_semaphore_report;
+
+/* Judges permits (reordered in place) against limit. */
+void fl_check_semaphore(fl_permit *p, size_t n, int limit, fl_semaphore_report *rep);
+
 #endif

@@ -188,3 +188,35 @@ Test(checker, elections_watch_out_of_order_is_found)
     cr_assert_eq(rep.watch_order_violations, 2, "10 after 11, and 11 elected twice");
     cr_assert_eq(rep.watch_unknown_terms, 1, "term 12 was never read by a campaigner");
 }
+
+/* ---- semaphores ---- */
+
+static fl_permit permit(int client, int slot, long long fence, uint64_t from_ms, uint64_t until_ms)
+{
+    return (fl_permit){client, slot, fence, from_ms * 1000, until_ms * 1000};
+}
+
+Test(checker, semaphore_within_its_limit)
+{
+    fl_permit p[] = {permit(0, 0, 1, 0, 100), permit(1, 1, 5, 50, 150), permit(2, 0, 2, 100, 200),
+                     permit(3, 1, 6, 150, 250)};
+    fl_semaphore_report rep;
+    fl_check_semaphore(p, 4, 2, &rep);
+    cr_assert_eq(rep.most_at_once, 2);
+    cr_assert_eq(rep.over_limit + rep.slot_overlaps + rep.fence_violations, 0);
+}
+
+/* Negative controls: each property's checker fails on records that break it. */
+Test(checker, semaphore_over_its_limit_is_found)
+{
+    /* with five masters and L = 2, a per-master counter admits three */
+    fl_permit p[] = {permit(0, 0, 1, 0, 100), permit(1, 1, 5, 10, 100), permit(2, 0, 2, 20, 100)};
+    fl_semaphore_report rep;
+    fl_check_semaphore(p, 3, 2, &rep);
+    cr_assert_eq(rep.most_at_once, 3);
+    cr_assert_eq(rep.over_limit, 1);
+    cr_assert_eq(rep.slot_overlaps, 1);
+    fl_permit q[] = {permit(0, 0, 7, 0, 10), permit(1, 0, 7, 20, 30)};
+    fl_check_semaphore(q, 2, 2, &rep);
+    cr_assert_eq(rep.fence_violations, 1);
+}
