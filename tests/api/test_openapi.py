@@ -873,6 +873,10 @@ def shutting_down(tmp, masters):
                           ("DELETE", "/locks/sd-3", {"Lock-Token": "t"}, b'{}'),
                           ("GET", "/locks/sd-3", {}, b'{}'),
                           ("POST", "/elections/sd-f", {}, b'{"candidate":"a"}'),
+                          ("POST", "/semaphores/sd-s", {}, b'{"limit":2}'),
+                          ("PATCH", "/semaphores/sd-s", {"Lock-Token": "0:t"}, b'{}'),
+                          ("DELETE", "/semaphores/sd-s", {"Lock-Token": "0:t"}, b'{}'),
+                          ("GET", "/semaphores/sd-s", {}, b'{}'),
                           ("GET", "/elections/sd-f", {}, b'{}'),
                           ("DELETE", "/elections/sd-f", {"Lock-Token": "t"}, b'{}'),
                           ("PUT", "/elections/sd-f/value", {"Lock-Token": "t"}, b'{"value":"x"}'),
@@ -910,7 +914,7 @@ def shutting_down(tmp, masters):
             c.send(body)
             a = c.read_body(c.read_head(), m)
             conform(m, p, a, what)
-            if p.startswith("/locks/") or p.startswith("/elections/"):
+            if p.startswith("/locks/") or p.startswith("/elections/") or p.startswith("/semaphores/"):
                 expect(a, 503, "shutting_down", what)
             else:
                 expect(a, 500, "ERR_UNLOCK" if "unlock" in p else "ERR_TRY_LOCK", what)
@@ -1012,6 +1016,57 @@ def elections(A, B):
            "proclaim without masters")
 
 
+def semaphores(A, B):
+    """Every semaphore route, status and error code: A serves masters with
+    auth, B has no masters (503)."""
+    n = "sem-1"
+    secrets.add(n)
+    a1 = A.req("POST", f"/semaphores/{n}", {"limit": 2, "ttl_ms": 10000, "owner": "w1"})
+    a2 = A.req("POST", f"/semaphores/{n}", {"limit": 2, "permits": 1})
+    if not (expect(a1, 201, what="semaphore permit 1") and expect(a2, 201, what="semaphore permit 2")):
+        return
+    t1, t2 = a1.json()["permits"][0]["token"], a2.json()["permits"][0]["token"]
+    secrets.update([t1, t2])
+    expect(A.req("POST", f"/semaphores/{n}", {"limit": 2, "wait_ms": 100}), 409, "locked", "a third permit of 2")
+    expect(A.req("POST", f"/semaphores/{n}", {"limit": 3}), 409, "limit_mismatch", "another limit")
+    g = A.req("GET", f"/semaphores/{n}")
+    if expect(g, 200, what="GET a semaphore") and len(g.json().get("holders", [])) != 2:
+        fail(f"GET sem-1: {g.body!r}")
+    expect(A.req("GET", f"/semaphores/{n}?limit=4"), 200, what="GET a semaphore with a limit")
+    expect(A.req("PATCH", f"/semaphores/{n}", {"ttl_ms": 5000}, headers={"Lock-Token": t1}), 200,
+           what="extend a permit")
+    slot = t1.split(":")[0]
+    other = f"{slot}:someone-else"
+    free_slot = "5:gone"
+    expect(A.req("PATCH", f"/semaphores/{n}", {"tokens": [other]}), 409, "not_held", "extend another's permit")
+    expect(A.req("PATCH", f"/semaphores/{n}?token={free_slot}"), 409, "not_held", "extend a free slot")
+    expect(A.req("DELETE", f"/semaphores/{n}", headers={"Lock-Token": other}), 409, "not_held",
+           "release another's permit")
+    expect(A.req("DELETE", f"/semaphores/{n}", {"token": free_slot}), 409, "not_held", "release a free slot")
+    expect(A.req("DELETE", f"/semaphores/{n}", headers={"Lock-Token": f"{t1},{t2}"}), 204, what="release both")
+    for m, p, body, hd, auth, st, err in [
+            ("POST", "/semaphores/a%230", {"limit": 2}, None, True, 400, "bad_name"),
+            ("POST", f"/semaphores/{n}", {"limit": 0}, None, True, 400, "bad_request"),
+            ("POST", f"/semaphores/{n}", {"limit": 2}, None, None, 401, "unauthorized"),
+            ("PATCH", "/semaphores/a%230", None, {"Lock-Token": "0:t"}, True, 400, "bad_name"),
+            ("PATCH", f"/semaphores/{n}", None, None, True, 400, "bad_request"),
+            ("PATCH", f"/semaphores/{n}", None, {"Lock-Token": "0:t"}, None, 401, "unauthorized"),
+            ("DELETE", "/semaphores/a%230", None, {"Lock-Token": "0:t"}, True, 400, "bad_name"),
+            ("DELETE", f"/semaphores/{n}", None, {"Lock-Token": "no-slot"}, True, 400, "bad_request"),
+            ("DELETE", f"/semaphores/{n}", None, {"Lock-Token": "0:t"}, None, 401, "unauthorized"),
+            ("GET", "/semaphores/a%230", None, None, True, 400, "bad_name"),
+            ("GET", f"/semaphores/{n}?limit=99", None, None, True, 400, "bad_request"),
+            ("GET", f"/semaphores/{n}", None, None, None, 401, "unauthorized"),
+            ("PUT", f"/semaphores/{n}", {}, None, True, 405, "method_not_allowed")]:
+        expect(A.req(m, p, body, headers=hd, auth=auth), st, err, f"{m} {p}")
+    expect(B.req("POST", "/semaphores/sem-2", {"limit": 2}), 503, "no_quorum", "take a permit without masters")
+    expect(B.req("PATCH", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
+           "extend without masters")
+    expect(B.req("DELETE", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
+           "release without masters")
+    expect(B.req("GET", "/semaphores/sem-2"), 503, "no_quorum", "GET a semaphore without masters")
+
+
 def metrics_text(A):
     a = A.req("GET", "/metrics")
     if a.status != 200:
@@ -1063,6 +1118,11 @@ def negative_controls(doc, oas):
             body(dict(watched, event="paused")) + b"\n"),
            ("a leader that is no candidate", "GET", "/elections/x", 200, J,
             body({k: v for k, v in dict(watched, leader="a b").items() if k != "event"})),
+           ("a permit token without its slot", "POST", "/semaphores/x", 201, J,
+            body({"name": "x", "limit": 2, "permits": [{"slot": 0, "token": "A" * 22, "fence": 3, "validity_ms": 9}],
+                  "validity_ms": 9, "ttl_ms": 10})),
+           ("a limit_mismatch without the limit", "POST", "/semaphores/x", 409, J,
+            body({"error": "limit_mismatch", "message": "m"})),
            ("an undocumented field", "POST", "/locks/x", 201, J, body(dict(grant, extra=1))),
            ("a field missing", "POST", "/locks/x", 201, J, body({k: v for k, v in grant.items() if k != "fence"})),
            ("an undocumented status", "POST", "/locks/x", 418, J, body({"error": "teapot", "message": "m"})),
@@ -1155,6 +1215,7 @@ def main():
                          ("request limits", lambda: boundaries(A)),
                          ("held streams", lambda: held_streams(A, masters)),
                          ("elections", lambda: elections(A, B)),
+                         ("semaphores", lambda: semaphores(A, B)),
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),
                          ("metrics text", lambda: metrics_text(A))]:
