@@ -1197,6 +1197,11 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms)
     return left;
 }
 
+bool rl_engine_draining(rl_engine *e)
+{
+    return atomic_load(&e->draining);
+}
+
 void rl_engine_close(rl_engine *e)
 {
     pthread_mutex_lock(&e->lock);

@@ -151,6 +151,10 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms);
  * requests are still taken, until rl_engine_close. */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);
 
+/* True once rl_engine_drain was called: waits end now (for callers that
+ * wait by retrying, such as semaphores). Any thread. */
+bool rl_engine_draining(rl_engine *e);
+
 /* From now on rl_submit refuses (the caller answers 503 shutting_down);
  * what is in flight still answers. */
 void rl_engine_close(rl_engine *e);

@@ -80,10 +80,19 @@ static void give_back(sem_task *t)
     t->res.npermits = 0;
 }
 
+/* The service is stopping: a waiting acquire answers now, as a waiting
+ * lock acquire does (409). */
+static bool stopping(sem_task *t)
+{
+    char name[RL_INTERNAL_NAME_MAX + 1];
+    sem_limit_name(t->req.name, name, sizeof name);
+    return mpool_is_stopping(t->pool) || rl_engine_draining(t->engine_of(t->eng_arg, name));
+}
+
 static void retry_timer(void *arg)
 {
     sem_task *t = arg;
-    if (mpool_is_stopping(t->pool)) {
+    if (stopping(t)) {
         t->res.outcome = RL_LOCKED;
         finish(t);
         return;
@@ -105,7 +114,7 @@ static void arm_retry(void *arg)
 static void acquire_short(sem_task *t)
 {
     give_back(t);
-    if (mpool_now_us() < t->deadline_us && mpool_post(t->pool, arm_retry, t) == 0)
+    if (mpool_now_us() < t->deadline_us && !stopping(t) && mpool_post(t->pool, arm_retry, t) == 0)
         return;
     t->res.outcome = RL_LOCKED;
     finish(t);

@@ -266,3 +266,34 @@ Test(semaphores, cli_run_limit)
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     cr_assert_eq(system(rm), 0);
 }
+
+/* SIGTERM: a waiting acquire answers 409 at once (as a waiting lock
+ * acquire does) and redlockd exits 0. */
+Test(semaphores, a_waiter_answers_at_shutdown)
+{
+    C = h_cluster_start(3, NULL);
+    h_daemon_start(C, NULL);
+    h_resp one = take(C, "sd", "{\"limit\":1,\"ttl_ms\":20000}");
+    cr_assert_eq(one.status, 201);
+    h_resp_free(&one);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        h_resp w = take(C, "sd", "{\"limit\":1,\"wait_ms\":30000}");
+        long st = w.status;
+        ssize_t k = write(fds[1], &st, sizeof st);
+        (void)k;
+        _exit(0);
+    }
+    usleep(500000);
+    uint64_t t0 = h_now_us();
+    cr_assert_eq(h_daemon_stop(C), 0, "redlockd exits 0");
+    long st = 0;
+    cr_assert_eq(read(fds[0], &st, sizeof st), (ssize_t)sizeof st);
+    double took = (double)(h_now_us() - t0) / 1000.0;
+    waitpid(pid, NULL, 0);
+    cr_log_info("semaphores: the waiter answered %ld, the stop took %.0f ms", st, took);
+    cr_assert_eq(st, 409);
+    cr_assert_lt(took, 5000.0);
+}
