@@ -390,6 +390,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     case RL_RELEASE:
     case RL_PROCLAIM:
     case RL_SEM_LIMIT:
+    case RL_PUBLISH:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

@@ -3,9 +3,10 @@
  * "vacant": election_change) as the masters show it.
  *
  * A watch reads the election from a majority (an ordinary inspect through
- * the engine of the loop serving it) every ELECTION_WATCH_POLL_MS, so it
- * sees what every redlockd on the same masters did, whichever granted it;
- * terms are reported in increasing order only.
+ * the engine of the loop serving it) at once when a notice of it arrives
+ * (a grant, a proclaim or a release, published on the masters by whichever
+ * redlockd made it), and every ELECTION_WATCH_POLL_MS in any case, so that
+ * a missed notice heals; terms are reported in increasing order only.
  *
  * Who owns what: the watch owns its pending events under its own mutex; the
  * loop's engine answers its reads and its timer runs on that loop; the HTTP
@@ -22,6 +23,11 @@
 #include "redlock.h"
 
 typedef struct election_watch election_watch;
+
+/* Lets the watches on e's loop hear e's notices (a release, a grant, a
+ * proclaim of the election, on any instance): they read at once instead of
+ * at the next ELECTION_WATCH_POLL_MS. Once per engine, before traffic. */
+void election_watch_attach(rl_engine *e);
 
 /* Starts watching the election whose lock is lock_name (its events name it
  * label), reading through e on pool's loop. Call on that loop. NULL when

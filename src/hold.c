@@ -257,6 +257,12 @@ static void extend_done(void *arg, const rl_result *res)
 
 #define HOLD_CAMPAIGN_RETRY_MAX_MS 1000   /* a campaign that met no quorum tries again this soon */
 
+static void publish_done(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
 static void campaign_done(void *arg, const rl_result *res)
 {
     hold *h = arg;
@@ -282,6 +288,10 @@ static void campaign_done(void *arg, const rl_result *res)
         h->pend_campaigning = false;
         h->pend_acquired = true;
         notify(h);
+        /* Watches on every instance look at once (they re-read anyway). */
+        rl_request pub = {.op = RL_PUBLISH};
+        snprintf(pub.name, sizeof pub.name, "%s", h->name);
+        rl_submit(e, &pub, publish_done, NULL, NULL);
     } else if (!h->closed && h->end == END_NONE && !s->ending) {
         if (res->outcome == RL_SHUTTING_DOWN) {
             end_stream(h, END_RELEASED, "shutting_down");

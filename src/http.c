@@ -1596,8 +1596,10 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         free(s);
         return NULL;
     }
-    for (int k = 0; k < nloops; k++)
+    for (int k = 0; k < nloops; k++) {
+        election_watch_attach(s->shards[k].engine);
         run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
+    }
     s->watching = pthread_create(&s->watcher, NULL, watch_main, s) == 0;
     return s;
 }

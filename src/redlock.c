@@ -73,6 +73,8 @@ struct rl_engine {
     pthread_cond_t sync_cond;
     unsigned sync_seen;
     log_limit quorum_log;        /* no_quorum lines: one a second */
+    rl_notice_hook hook;         /* told of every notice (rl_engine_set_notice_hook) */
+    void *hook_arg;
 };
 
 typedef struct rl_task {
@@ -551,7 +553,30 @@ static void on_released(rl_engine *e, const char *key, size_t len)
 
 static void on_notice(void *arg, const char *msg, size_t len)
 {
-    on_released(arg, msg, len);
+    rl_engine *e = arg;
+    on_released(e, msg, len);
+    if (e->hook)
+        e->hook(e->hook_arg, msg, len);
+}
+
+void rl_engine_set_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
+{
+    e->hook = hook;
+    e->hook_arg = arg;
+}
+
+void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s%s", e->key_prefix, name);
+}
+
+void rl_engine_notice_want(rl_engine *e, const char *name, bool on)
+{
+    if (!e->cfg.notify)
+        return;
+    char channel[RL_CHANNEL_MAX];
+    snprintf(channel, sizeof channel, "%s%s%s", SCRIPT_NOTICE_PREFIX, e->key_prefix, name);
+    mpool_notice_want(e->pool, channel, on);
 }
 
 static void acquire_after_release(void *arg, const master_reply *replies)
@@ -802,6 +827,11 @@ static void proclaim_voted(void *arg, const master_reply *replies)
     }
     if (q == QUORUM_GRANTED) {
         op->res.outcome = RL_OK;
+        if (e->cfg.notify) {   /* watches on every instance look at once */
+            const char *args[] = {op->key, op->channel};
+            size_t lens[] = {strlen(op->key), strlen(op->channel)};
+            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 2, args, lens, NULL, NULL);
+        }
     } else {
         op->res.outcome = RL_NOT_HELD;
         op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
@@ -998,6 +1028,18 @@ static void op_start(void *arg)
         snprintf(limit, sizeof limit, "%lld", op->req.limit);
         const char *args[] = {op->key, SCRIPT_MARKER_KEY, limit, op->ttl_str, guard_arg(e)};
         eval(op, &script_sem_limit, all_mask(e), 2, 5, args, sem_limit_voted);
+        return;
+    }
+    case RL_PUBLISH: {
+        /* Answered at once: the notice goes out ahead of anything sent
+         * later, and a master that misses it misses it (watches re-read). */
+        if (e->cfg.notify) {
+            const char *args[] = {op->key, op->channel};
+            size_t lens[] = {strlen(op->key), strlen(op->channel)};
+            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 2, args, lens, NULL, NULL);
+        }
+        op->res.outcome = RL_OK;
+        op_answer(op);
         return;
     }
     case RL_PROCLAIM: {

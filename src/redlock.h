@@ -30,6 +30,8 @@ enum rl_op {
     RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT,
     RL_PROCLAIM,    /* an election's leader changes its value (owner), keeping its
                        candidate and since: only where the token holds */
+    RL_PUBLISH,     /* publishes the name's notice on every master (fire and forget: an
+                       election's grant, so that watches on every instance look at once) */
     RL_SEM_LIMIT,   /* a semaphore's limit: name is NAME#limit; limit 0 reads it, else
                        sets it where absent (or keeps it alive for ttl_ms) */
 };
@@ -150,6 +152,19 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms);
  * timeout_ms. Returns the number still in flight (0 on a clean drain). New
  * requests are still taken, until rl_engine_close. */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);
+
+/* Notices (with --notify): hook(arg, key, len) is called on the engine's
+ * loop for every notice that arrives (a release, or an RL_PUBLISH), after
+ * the engine's own waiters saw it. Set once, before traffic. */
+typedef void (*rl_notice_hook)(void *arg, const char *key, size_t len);
+void rl_engine_set_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
+
+/* Loop thread: subscribes to (on) or lets go of (off) the notices of the
+ * lock name; refcounted. The key a notice carries is the prefixed key
+ * (rl_engine_key). No-op without --notify. */
+void rl_engine_notice_want(rl_engine *e, const char *name, bool on);
+/* The key of name (key_prefix + name) into out. */
+void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen);
 
 /* True once rl_engine_drain was called: waits end now (for callers that
  * wait by retrying, such as semaphores). Any thread. */

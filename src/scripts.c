@@ -100,6 +100,10 @@ mscript script_proclaim = {"proclaim",
     "if v then return {-1} end\n"
     "return {0}\n", "", false, true, NULL, true};
 
+/* A notice of a change (scripts.h). */
+mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1])\nreturn 1\n", "", false, false,
+                          NULL, false};
+
 /* A semaphore's limit (scripts.h). */
 mscript script_sem_limit = {"sem_limit",
     GUARD
@@ -178,4 +182,5 @@ void scripts_init(void)
     mscript_init(&script_marker);
     mscript_init(&script_proclaim);
     mscript_init(&script_sem_limit);
+    mscript_init(&script_publish);
 }

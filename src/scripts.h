@@ -94,6 +94,10 @@ extern mscript script_inspect;
  * expiry, and answers {1}; {-1} another value holds key; {0} absent. */
 extern mscript script_proclaim;
 
+/* KEYS key; ARGV channel. Publishes key on channel (an election's grant
+ * or proclaim, so that watches on every instance look at once). */
+extern mscript script_publish;
+
 /* KEYS NAME#limit, marker; ARGV limit, px_ms, guard. limit "0" reads:
  * {1, stored or 0}; "-1" keeps a stored one for at least px_ms. Else where no other limit is stored: stores it (or
  * keeps it for at least px_ms) and answers {1, limit}; where another is
