@@ -21,6 +21,10 @@
  * rule. A shutdown releases as soon as "released" has been handed to the
  * connection.
  *
+ * A campaign (hold_campaign) is a hold whose grant is still to come: the
+ * renewer starts its acquires, and the engine's answer makes it an
+ * ordinary hold of the grant, or gives back a grant that came too late.
+ *
  * Who owns what: the hold set owns every hold, its timers and its pending
  * events, all under one mutex (hold_set.mu). Its own thread (the renewer)
  * starts extensions and declares loss; the engine's loop (of the name's
