@@ -26,6 +26,7 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_TOO_MANY_HOLDS] = {429, "too_many_holds"},
     [API_E_BAD_FRAMING] = {400, "bad_request"},
     [API_E_OVERLOADED] = {503, "overloaded"},
+    [API_E_LIMIT_MISMATCH] = {409, "limit_mismatch"},
 };
 
 #define LOCKS_PREFIX "/locks/"
@@ -42,6 +43,19 @@ enum api_route api_route_of(const char *path, const char **name)
     if (!strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) && path[strlen(LOCKS_PREFIX)]) {
         *name = path + strlen(LOCKS_PREFIX);
         return ROUTE_LOCK;
+    }
+    static const char semaphores[] = "/semaphores/";
+    if (!strncmp(path, semaphores, sizeof semaphores - 1) && path[sizeof semaphores - 1]) {
+        *name = path + sizeof semaphores - 1;
+        return ROUTE_SEMAPHORE;
+    }
+    static const char elections[] = "/elections/", value[] = "/value";
+    if (!strncmp(path, elections, sizeof elections - 1) && path[sizeof elections - 1]) {
+        *name = path + sizeof elections - 1;
+        size_t len = strlen(*name);
+        if (len > sizeof value - 1 && !strcmp(*name + len - (sizeof value - 1), value))
+            return ROUTE_ELECTION_VALUE;
+        return ROUTE_ELECTION;
     }
     if (!strcmp(path, "/v1.0/healthz") || !strcmp(path, "/v1.0/healthz/outbound"))
         return ROUTE_DAPR_HEALTHZ;
@@ -62,23 +76,30 @@ enum api_route api_route_of(const char *path, const char **name)
 const char *api_allowed_methods(enum api_route r)
 {
     switch (r) {
-    case ROUTE_LOCK: return "GET, POST, PATCH, DELETE";
+    case ROUTE_LOCK:
+    case ROUTE_SEMAPHORE: return "GET, POST, PATCH, DELETE";
     case ROUTE_DAPR_LOCK:
     case ROUTE_DAPR_UNLOCK: return "POST";
     case ROUTE_DAPR_METADATA: return "GET";
+    case ROUTE_ELECTION: return "GET, POST, DELETE";
+    case ROUTE_ELECTION_VALUE: return "PUT";
     default: return "GET, HEAD";
     }
 }
 
 bool api_method_allowed(enum api_route r, const char *method)
 {
-    if (r == ROUTE_LOCK)
+    if (r == ROUTE_LOCK || r == ROUTE_SEMAPHORE)
         return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "PATCH") ||
                !strcmp(method, "DELETE");
     if (r == ROUTE_DAPR_LOCK || r == ROUTE_DAPR_UNLOCK)
         return !strcmp(method, "POST");
     if (r == ROUTE_DAPR_METADATA)
         return !strcmp(method, "GET");
+    if (r == ROUTE_ELECTION)
+        return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "DELETE");
+    if (r == ROUTE_ELECTION_VALUE)
+        return !strcmp(method, "PUT");
     return !strcmp(method, "GET") || !strcmp(method, "HEAD");
 }
 
@@ -373,6 +394,9 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
 
     switch (req->op) {
     case RL_RELEASE:
+    case RL_PROCLAIM:
+    case RL_SEM_LIMIT:
+    case RL_PUBLISH:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

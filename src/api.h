@@ -19,6 +19,9 @@ enum api_route {
     ROUTE_DAPR_UNLOCK,    /* POST /v1.0-alpha1/unlock/{store} */
     ROUTE_DAPR_HEALTHZ,   /* GET /v1.0/healthz, /v1.0/healthz/outbound */
     ROUTE_DAPR_METADATA,  /* GET /v1.0/metadata */
+    ROUTE_ELECTION,       /* /elections/{name} (docs/elections.md) */
+    ROUTE_ELECTION_VALUE, /* PUT /elections/{name}/value: *name ends before "/value" */
+    ROUTE_SEMAPHORE,      /* /semaphores/{name} (docs/semaphores.md) */
 };
 
 /* Error kinds of the contract; api_errors[] maps each to status and code. */
@@ -38,6 +41,7 @@ enum api_err {
     API_E_TOO_MANY_HOLDS,
     API_E_BAD_FRAMING,   /* Content-Length with Transfer-Encoding, or two lengths: closes */
     API_E_OVERLOADED,
+    API_E_LIMIT_MISMATCH, /* a semaphore's limit differs from the one stored */
     API_E_COUNT
 };
 
@@ -58,8 +62,9 @@ typedef struct api_limits {
 #define API_HOLD_MIN_TTL_MS 1000
 
 /* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
- * "/locks/", for the Dapr lock routes to the store name (not yet validated;
- * never empty). */
+ * "/locks/", for the Dapr lock routes to the store name, for the election
+ * routes to what follows "/elections/" (not yet validated; never empty;
+ * for ROUTE_ELECTION_VALUE it goes on with "/value"). */
 enum api_route api_route_of(const char *path, const char **name);
 
 /* The methods a route allows, for 405 and the Allow header. */

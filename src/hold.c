@@ -22,7 +22,7 @@ struct hold {
     hold_set *s;
     rl_engine *e;                   /* the engine of the loop that granted it */
     struct hold *prev, *next;       /* in s->list */
-    char name[RL_NAME_MAX + 1];
+    char name[RL_INTERNAL_NAME_MAX + 1];
     char token[TOKEN_MAX_LEN + 1];
     long long ttl_ms;
     long long fence;
@@ -45,8 +45,18 @@ struct hold {
                                        release due), even after hold_close */
     bool closed;                    /* the connection let go (hold_close) */
 
+    /* An election's campaign (hold_campaign): no grant until elected. */
+    bool election;                  /* events are named for an election */
+    bool campaigning;               /* not elected yet: nothing to renew or release */
+    bool acquiring;                 /* the campaign's acquire is in flight */
+    rl_handle *acq;                 /* that acquire, until its rl_finish */
+    rl_request acq_req;             /* what the campaign acquires */
+    char label[RL_NAME_MAX + 1];    /* the election's name, as its events give it */
+    char candidate[RL_OWNER_MAX + 1];
+
     /* what the stream has still to say, in this order */
     bool pend_acquired;
+    bool pend_campaigning;
     bool pend_renewed;
     enum hold_end end;
     const char *end_reason;         /* NULL: the event carries no reason */
@@ -72,6 +82,8 @@ struct hold_set {
     pthread_t renewer;
     bool renewer_started;
 };
+
+static void campaign_try(hold *h, uint64_t now);
 
 /* ---- events (s->mu held) ---- */
 
@@ -183,7 +195,7 @@ static void end_lost(hold *h, const char *reason)
  * release). s->mu held. */
 static void release_lock(hold *h)
 {
-    if (h->release_sent)
+    if (h->release_sent || h->campaigning)
         return;
     if (h->extending) {
         h->release_after = true;
@@ -241,6 +253,84 @@ static void extend_done(void *arg, const rl_result *res)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- campaigns ---- */
+
+#define HOLD_CAMPAIGN_RETRY_MAX_MS 1000   /* a campaign that met no quorum tries again this soon */
+
+static void publish_done(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+static void campaign_done(void *arg, const rl_result *res)
+{
+    hold *h = arg;
+    hold_set *s = h->s;
+    rl_engine *e = h->e;
+    pthread_mutex_lock(&s->mu);
+    rl_handle *acq = h->acq;
+    h->acq = NULL;
+    h->acquiring = false;
+    h->engine_refs--;
+    uint64_t now = mpool_now_us();
+    bool take = res->outcome == RL_OK && !h->closed && h->end == END_NONE && !s->ending;
+    if (take) {
+        /* Elected: from here on an ordinary hold of the grant. Validity
+         * counts from the deciding attempt's start (after a wait, later
+         * than the acquire was sent). */
+        uint64_t from = res->attempt_us ? res->attempt_us : now;
+        snprintf(h->token, sizeof h->token, "%s", res->token);
+        h->fence = res->fence;
+        h->valid_until_us = from + (uint64_t)res->validity_ms * 1000ULL;
+        h->next_try_us = from + (uint64_t)h->ttl_ms * 1000ULL / 3;
+        h->campaigning = false;
+        h->pend_campaigning = false;
+        h->pend_acquired = true;
+        notify(h);
+        /* Watches on every instance look at once (they re-read anyway). */
+        rl_request pub = {.op = RL_PUBLISH};
+        snprintf(pub.name, sizeof pub.name, "%s", h->name);
+        rl_submit(e, &pub, publish_done, NULL, NULL);
+    } else if (!h->closed && h->end == END_NONE && !s->ending) {
+        if (res->outcome == RL_SHUTTING_DOWN) {
+            end_stream(h, END_RELEASED, "shutting_down");
+        } else if (res->outcome == RL_LOCKED) {
+            h->next_try_us = now;   /* the engine waited already: wait again */
+        } else {
+            /* No quorum, too many waiters, no memory: not this campaign's
+             * fault; it goes on, a little later. */
+            uint64_t retry = (uint64_t)h->ttl_ms * 1000ULL / 10;
+            if (retry < HOLD_RETRY_MIN_MS * 1000ULL)
+                retry = HOLD_RETRY_MIN_MS * 1000ULL;
+            if (retry > HOLD_CAMPAIGN_RETRY_MAX_MS * 1000ULL)
+                retry = HOLD_CAMPAIGN_RETRY_MAX_MS * 1000ULL;
+            h->next_try_us = now + retry;
+        }
+    }
+    pthread_cond_signal(&s->changed);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+    /* A grant nobody takes (the client left, or the service stops) is
+     * released on every master at once. */
+    rl_finish(e, acq, take);
+}
+
+/* Starts the campaign's next acquire: it waits up to its wait_ms inside the
+ * engine (woken by release notices), and is tried again when that runs out.
+ * s->mu held. */
+static void campaign_try(hold *h, uint64_t now)
+{
+    h->acquiring = true;
+    h->engine_refs++;
+    if (rl_submit(h->e, &h->acq_req, campaign_done, h, &h->acq) < 0) {
+        h->acquiring = false;
+        h->engine_refs--;
+        h->acq = NULL;
+        h->next_try_us = now + HOLD_CAMPAIGN_RETRY_MAX_MS * 1000ULL;
+    }
+}
+
 /* ---- the renewer ---- */
 
 /* The end of the validity the client is told: margin_us before the
@@ -273,6 +363,13 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         }
         if (h->end != END_NONE || h->closed || s->ending)
             continue;
+        if (h->campaigning) {
+            if (!h->acquiring && now >= h->next_try_us)
+                campaign_try(h, now);
+            if (!h->acquiring && h->next_try_us < next)
+                next = h->next_try_us;
+            continue;
+        }
         if (now >= lost_at(h)) {
             end_lost(h, h->fail_reason ? h->fail_reason : "expired");
             continue;
@@ -394,6 +491,46 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
     return h;
 }
 
+hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char *label,
+                    const char *candidate, int fd, hold_wake_fn wake, void *arg)
+{
+    hold *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->s = s;
+    h->e = e;
+    h->election = true;
+    h->campaigning = true;
+    h->acq_req = *req;
+    h->acq_req.op = RL_ACQUIRE;
+    snprintf(h->name, sizeof h->name, "%s", req->name);
+    snprintf(h->label, sizeof h->label, "%s", label);
+    snprintf(h->candidate, sizeof h->candidate, "%s", candidate);
+    h->ttl_ms = req->ttl_ms;
+    h->margin_us = (uint64_t)(req->ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? req->ttl_ms / 5
+                                                                       : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
+    h->fd = fd;
+    sock_arm(fd, req->ttl_ms);
+    h->pend_campaigning = true;
+    h->wake = wake;
+    h->arg = arg;
+    pthread_mutex_lock(&s->mu);
+    if (s->ending) {
+        pthread_mutex_unlock(&s->mu);
+        free(h);
+        return NULL;
+    }
+    h->next_try_us = mpool_now_us();
+    h->next = s->list;
+    if (s->list)
+        s->list->prev = h;
+    s->list = h;
+    s->open++;
+    pthread_cond_signal(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+    return h;
+}
+
 /* Formats the next event into h->out; false when none is pending. The
  * validity is counted now, as the event leaves, to the end announced. s->mu
  * held. */
@@ -402,7 +539,19 @@ static bool format_next(hold *h)
     uint64_t now = mpool_now_us(), until = announced_until(h);
     long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
-    if (h->pend_acquired) {
+    if (h->pend_campaigning && h->end == END_NONE) {
+        h->pend_campaigning = false;
+        n = snprintf(h->out, sizeof h->out,
+                     "{\"event\":\"campaigning\",\"name\":\"%s\",\"candidate\":\"%s\"}\n",
+                     h->label, h->candidate);
+    } else if (h->pend_acquired && h->election) {
+        h->pend_acquired = false;
+        h->pend_renewed = false;
+        n = snprintf(h->out, sizeof h->out,
+                     "{\"event\":\"elected\",\"name\":\"%s\",\"candidate\":\"%s\",\"term\":%lld,"
+                     "\"token\":\"%s\",\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
+                     h->label, h->candidate, h->fence, h->token, left, h->ttl_ms);
+    } else if (h->pend_acquired) {
         h->pend_acquired = false;
         h->pend_renewed = false;   /* the acquired event carries the newest validity */
         n = snprintf(h->out, sizeof h->out,
@@ -414,7 +563,7 @@ static bool format_next(hold *h)
         n = snprintf(h->out, sizeof h->out, "{\"event\":\"renewed\",\"validity_ms\":%lld}\n", left);
     } else if (h->end != END_NONE && !h->end_formatted) {
         h->end_formatted = true;
-        const char *what = h->end == END_LOST ? "lost" : "released";
+        const char *what = h->end == END_LOST ? "lost" : h->election ? "resigned" : "released";
         if (h->end_reason)
             n = snprintf(h->out, sizeof h->out, "{\"event\":\"%s\",\"reason\":\"%s\"}\n", what,
                          h->end_reason);
@@ -464,6 +613,8 @@ void hold_close(hold *h)
     h->want_wake = false;
     h->release_when_read = false;
     pthread_cond_broadcast(&s->settled);
+    if (h->acquiring)
+        rl_cancel(h->e, h->acq);   /* campaign_done then gives back what it won */
     /* The client has gone, or the stream has ended. After "lost" the
      * connection completes as soon as the event is written, long before the
      * client reads it (and a client that stopped acknowledging may still be
@@ -479,7 +630,12 @@ void hold_renew_now(hold *h)
 {
     hold_set *s = h->s;
     pthread_mutex_lock(&s->mu);
-    if (!h->extending && h->end == END_NONE && !h->closed) {
+    if (h->campaigning && h->end == END_NONE && !h->closed) {
+        /* Nothing to renew: an event all the same, which a closed client
+         * answers with a reset. */
+        h->pend_campaigning = true;
+        notify(h);
+    } else if (!h->extending && h->end == END_NONE && !h->closed) {
         h->next_try_us = mpool_now_us();
         pthread_cond_signal(&s->changed);
     }
@@ -519,6 +675,8 @@ int hold_set_end_all(hold_set *s, long long timeout_ms)
         if (!h->closed && h->end == END_NONE) {
             end_stream(h, END_RELEASED, "shutting_down");
             h->release_when_read = true;
+            if (h->acquiring)
+                rl_cancel(h->e, h->acq);
         }
     struct timespec until = deadline_after_ms(timeout_ms / 2);
     while (unread_ends(s) > 0)

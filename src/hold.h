@@ -21,6 +21,10 @@
  * rule. A shutdown releases as soon as "released" has been handed to the
  * connection.
  *
+ * A campaign (hold_campaign) is a hold whose grant is still to come: the
+ * renewer starts its acquires, and the engine's answer makes it an
+ * ordinary hold of the grant, or gives back a grant that came too late.
+ *
  * Who owns what: the hold set owns every hold, its timers and its pending
  * events, all under one mutex (hold_set.mu). Its own thread (the renewer)
  * starts extensions and declares loss; the engine's loop (of the name's
@@ -69,6 +73,19 @@ void hold_unreserve(hold_set *s);
  * of memory: the caller releases the grant and the reservation. */
 hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                  uint64_t sent_us, int fd, hold_wake_fn wake, void *arg);
+
+/* A campaign for an election (POST /elections/{name}): a hold without a
+ * grant yet. Queues "campaigning" (name label, candidate), then acquires req
+ * (the election's internal lock, with its owner) on e, again and again, each
+ * time waiting up to req->wait_ms in the engine, until it is granted or the
+ * stream ends; a grant that comes after the close is released at once.
+ * Once granted it is an ordinary hold, whose events are named for the
+ * election: "elected" (term = the grant's fence, token, validity_ms,
+ * ttl_ms), "renewed", then "lost" or "resigned" (a DELETE with the token,
+ * or "shutting_down"). Call after hold_reserve; NULL when out of memory or
+ * stopping. */
+hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char *label,
+                    const char *candidate, int fd, hold_wake_fn wake, void *arg);
 
 /* Copies up to cap bytes of the pending events into buf. Returns the bytes
  * copied (> 0), 0 when nothing is pending (wake follows when something

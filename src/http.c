@@ -23,10 +23,14 @@
 
 #include "api.h"
 #include "deadline.h"
+#include "election.h"
+#include "election_watch.h"
 #include "hold.h"
 #include "log.h"
 #include "quarantine.h"
 #include "rules.h"
+#include "semaphore.h"
+#include "semaphore_api.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
 #define HTTP_CONNECTION_MEMORY 16384
@@ -130,6 +134,12 @@ typedef struct req_ctx {
     int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
                                  socket, to learn whether the answer arrived (-1: none) */
     hold *hold;               /* the held stream this request became, until on_completed */
+    election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
+    bool election;            /* an election route: answered by election_answer */
+    char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's) */
+    char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
+    sem_request *sem;         /* a semaphore route: its request and, once done, its result */
+    sem_result *sem_res;
     atomic_bool result_ready;
     rl_request req;
     rl_result res;
@@ -397,6 +407,8 @@ static void ctx_unref(req_ctx *ctx)
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
         if (ctx->confirm_fd >= 0)
             close(ctx->confirm_fd);
+        free(ctx->sem);
+        free(ctx->sem_res);
         free(ctx->body);
         free(ctx);
     }
@@ -475,7 +487,7 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (ctx->ci)
         ctx->ci->suspended = ctx;
     pthread_mutex_unlock(&s->reg_lock);
-    long n = hold_read(ctx->hold, buf, max);
+    long n = ctx->hold ? hold_read(ctx->hold, buf, max) : election_watch_read(ctx->watch, buf, max);
     if (n != 0) {
         /* A wake came in between and resumed ahead of the suspension:
          * this suspension takes that resume back (libmicrohttpd pairs them). */
@@ -486,6 +498,8 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
     MHD_suspend_connection(ctx->conn);
     return 0;
 }
+
+static enum MHD_Result stream_answer(req_ctx *ctx, unsigned status);
 
 /* A granted acquire with "hold": a 201 whose body is the held stream. */
 static enum MHD_Result hold_answer(req_ctx *ctx)
@@ -502,16 +516,22 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
                                                      : "out of memory", NULL);
     }
     ctx->hold_reserved = false;   /* the reservation is the hold now */
+    return stream_answer(ctx, 201);
+}
+
+/* An NDJSON answer read from ctx's hold or watch (hold_reader). */
+static enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
+{
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, hold_reader,
                                                                ctx, NULL);
     if (!r)
         return MHD_NO;   /* on_completed closes the hold, which releases */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    enum MHD_Result rc = MHD_queue_response(ctx->conn, 201, r);
+    enum MHD_Result rc = MHD_queue_response(ctx->conn, status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
-    metrics_request(s->m, ctx->mroute, 201, mpool_now_us() - ctx->start_us);
+    metrics_request(ctx->s->m, ctx->mroute, (int)status, mpool_now_us() - ctx->start_us);
     return rc;
 }
 
@@ -531,6 +551,9 @@ static bool client_done_sending(int fd)
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+static enum MHD_Result election_answer(req_ctx *ctx);
+static enum MHD_Result sem_answer(req_ctx *ctx);
+
 static enum MHD_Result lock_answer(req_ctx *ctx)
 {
     int status;
@@ -541,6 +564,10 @@ static enum MHD_Result lock_answer(req_ctx *ctx)
         ctx->gone = true;
         return MHD_NO;
     }
+    if (ctx->election)
+        return election_answer(ctx);
+    if (ctx->sem)
+        return sem_answer(ctx);
     if (ctx->req.hold && ctx->res.outcome == RL_OK)
         return hold_answer(ctx);
     /* A grant to a client that sent its FIN is answered, and the watcher
@@ -580,12 +607,17 @@ int http_loop_of(const char *name, int nloops)
     return (int)(h % (uint64_t)nloops);
 }
 
+static rl_engine *engine_of_name(void *arg, const char *name)
+{
+    http_server *s = arg;
+    return s->shards[s->nshards == 1 ? 0 : http_loop_of(name, s->nshards)].engine;
+}
+
 static rl_engine *engine_for(const req_ctx *ctx)
 {
-    http_server *s = ctx->s;
-    if (s->nshards == 1 || ctx->req.op == RL_INSPECT)
+    if (ctx->s->nshards == 1 || ctx->req.op == RL_INSPECT)
         return ctx->sh->engine;
-    return s->shards[http_loop_of(ctx->req.name, s->nshards)].engine;
+    return engine_of_name(ctx->s, ctx->req.name);
 }
 
 /* Hands ctx->req to the engine; lock_done resumes the connection. */
@@ -631,6 +663,7 @@ static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const cha
                        &token_in_body, &err, msg, sizeof msg) < 0)
         return send_error(ctx, err, msg, NULL);
     snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
+    ctx->req.queued = true;
     if (op == RL_EXTEND || op == RL_RELEASE) {
         const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
         const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
@@ -652,6 +685,223 @@ static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const cha
     return submit(ctx);
 }
 
+/* ---- elections (docs/elections.md; the pure parts in election.c) ---- */
+
+/* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
+static enum MHD_Result election_answer(req_ctx *ctx)
+{
+    if (ctx->req.op == RL_INSPECT && ctx->res.outcome == RL_OK) {
+        election_state st;
+        election_state_of(&ctx->res, &st);
+        char *body = election_state_json(ctx->label, &st, ctx->candidate_q[0] ? ctx->candidate_q : NULL);
+        if (!body)
+            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return send_body(ctx, 200, body, NULL, 0, true);
+    }
+    rl_request shown = ctx->req;   /* errors name the election, not its lock */
+    snprintf(shown.name, sizeof shown.name, "%s", ctx->label);
+    int status;
+    long long retry_after_s = 0;
+    char *body = api_result_json(&shown, &ctx->res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+/* POST: a campaign, answered at once with its stream ("campaigning"). */
+static enum MHD_Result election_campaign(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    char candidate[ELECTION_CANDIDATE_MAX + 1], value[ELECTION_VALUE_MAX + 1], msg[200];
+    if (election_parse_campaign(ctx->body ? ctx->body : "", ctx->body_len, s->limits.default_ttl_ms,
+                                s->limits.max_ttl_ms, &ctx->req, candidate, value, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    election_owner(candidate, value, ctx->req.owner, sizeof ctx->req.owner);
+    if (!hold_reserve(s->holds)) {
+        char *body = api_error_json(API_E_TOO_MANY_HOLDS,
+                                    "too many held streams are open already (--max-holds)");
+        return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
+    }
+    ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->req, ctx->label, candidate,
+                              ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    if (!ctx->hold) {
+        hold_unreserve(s->holds);
+        return send_error(ctx, atomic_load(&s->quiescing) ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
+                          atomic_load(&s->quiescing) ? "the service is shutting down" : "out of memory",
+                          NULL);
+    }
+    return stream_answer(ctx, 201);
+}
+
+static enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw)
+{
+    http_server *s = ctx->s;
+    size_t len = strlen(raw) - (ctx->route == ROUTE_ELECTION_VALUE ? strlen("/value") : 0);
+    if (!rules_name_valid(raw, len))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the election name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    memcpy(ctx->label, raw, len);
+    ctx->label[len] = '\0';
+    ctx->election = true;
+    memset(&ctx->req, 0, sizeof ctx->req);
+    if (!strcmp(method, "POST"))
+        return election_campaign(ctx);
+    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    char msg[200];
+    if (!strcmp(method, "GET")) {
+        const char *watch = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "watch");
+        const char *cand = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "candidate");
+        if (cand && !election_candidate_valid(cand))
+            return send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
+        if (cand)
+            snprintf(ctx->candidate_q, sizeof ctx->candidate_q, "%s", cand);
+        if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
+            return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
+        if (watch && !strcmp(watch, "true")) {
+            ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->req.name,
+                                              ctx->label, hold_wake, ctx);
+            if (!ctx->watch)
+                return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+            return stream_answer(ctx, 200);
+        }
+        ctx->req.op = RL_INSPECT;
+        return submit(ctx);
+    }
+    bool token_in_body = false;
+    if (!strcmp(method, "PUT")) {
+        ctx->req.op = RL_PROCLAIM;
+        if (election_parse_value(ctx->body ? ctx->body : "", ctx->body_len, ctx->req.owner,
+                                 ctx->req.token, msg, sizeof msg) < 0)
+            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+        token_in_body = ctx->req.token[0] != '\0';
+    } else {   /* DELETE: resign */
+        enum api_err err;
+        if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+                           &token_in_body, &err, msg, sizeof msg) < 0)
+            return send_error(ctx, err, msg, NULL);
+        election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    }
+    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+    const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+    if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    return submit(ctx);
+}
+
+/* ---- semaphores (docs/semaphores.md; the pure parts in semaphore_api.c) ---- */
+
+static void sem_ignore(void *arg, const sem_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* Permits nobody will receive: released on every master at once. */
+static void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
+{
+    sem_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return;   /* (they expire with their ttl) */
+    r->op = SEM_RELEASE;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    for (int i = 0; i < res->npermits; i++)
+        memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
+    if (r->ntokens)
+        sem_submit(r, engine_of_name, s, pool, sem_ignore, NULL);
+    free(r);
+}
+
+/* The semaphore's answer, on an engine's thread: resumes the connection,
+ * unless a shutdown answered it already (then what it won goes back). */
+static void sem_done(void *arg, const sem_result *res)
+{
+    req_ctx *ctx = arg;
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    bool was = ctx->susp;
+    if (was) {
+        memcpy(ctx->sem_res, res, sizeof *res);
+        ctx->res.outcome = res->outcome;
+        atomic_store(&ctx->result_ready, true);
+        ctx->susp = false;
+        if (ctx->ci)
+            ctx->ci->suspended = NULL;
+    }
+    pthread_mutex_unlock(&s->reg_lock);
+    if (was)
+        ctx_wake(ctx);
+    else if (ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
+        sem_give_back(s, ctx->sh->pool, ctx->sem->name, res);
+    ctx_unref(ctx);
+}
+
+static enum MHD_Result sem_answer(req_ctx *ctx)
+{
+    if (ctx->forced)
+        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    int status;
+    long long retry_after_s = 0;
+    char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+static enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
+{
+    http_server *s = ctx->s;
+    if (!rules_name_valid(name, strlen(name)))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the semaphore name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    ctx->sem = calloc(1, sizeof *ctx->sem);
+    ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
+    if (!ctx->sem || !ctx->sem_res)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    sem_request *r = ctx->sem;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    char msg[200];
+    const char *body = ctx->body ? ctx->body : "";
+    int rc = 0;
+    if (!strcmp(method, "POST")) {
+        rc = sem_parse_acquire(body, ctx->body_len, &s->limits, r, msg, sizeof msg);
+    } else if (!strcmp(method, "GET")) {
+        r->op = SEM_INSPECT;
+        const char *limit = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "limit");
+        char *end = NULL;
+        long l = limit ? strtol(limit, &end, 10) : 0;
+        if (limit && (!*limit || *end || l < 1 || l > SEM_LIMIT_MAX)) {
+            snprintf(msg, sizeof msg, "limit must be a whole number from 1 to %d", SEM_LIMIT_MAX);
+            rc = -1;
+        }
+        r->limit = (int)l;
+    } else {
+        const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        rc = sem_parse_tokens(!strcmp(method, "PATCH"), hdr, query, body, ctx->body_len, &s->limits, r, msg,
+                              sizeof msg);
+    }
+    if (rc < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    /* Suspend before submitting: the answer may come at once. */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+    atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
+    if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx) < 0) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        rl_result down = {.outcome = RL_SHUTTING_DOWN};
+        ctx_resume(ctx, &down);
+        ctx->forced = true;
+    }
+    return MHD_YES;
+}
+
 /* POST /v1.0-alpha1/lock|unlock/{store}, in Dapr's wire format. */
 static enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
 {
@@ -663,6 +913,7 @@ static enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
     if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
                        &s->limits, &ctx->req, &code, msg, sizeof msg) < 0)
         return send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
+    ctx->req.queued = true;
     return submit(ctx);
 }
 
@@ -816,6 +1067,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION),
                              NULL, 0, true);
         return dapr_dispatch(ctx, name);
+    case ROUTE_SEMAPHORE:
+        if (!authorized(ctx, false))
+            return send_error(ctx, API_E_UNAUTHORIZED,
+                              "a valid Authorization: Bearer token is required", NULL);
+        return sem_dispatch(ctx, method, name);
+    case ROUTE_ELECTION:
+    case ROUTE_ELECTION_VALUE:
+        if (!authorized(ctx, false))
+            return send_error(ctx, API_E_UNAUTHORIZED,
+                              "a valid Authorization: Bearer token is required", NULL);
+        return election_dispatch(ctx, method, name);
     case ROUTE_NOT_FOUND:
         break;
     }
@@ -903,11 +1165,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
          * held stream's grant is the hold's to release. */
         bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
                                        !ctx->gone && !ctx->forced);
+        if (ctx->sem && !delivered && atomic_load(&ctx->result_ready) && !ctx->forced &&
+            ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK)
+            sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
         if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
             rl_finish(ctx->eng, ctx->h, delivered);
     }
     if (ctx->hold)
         hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
+    if (ctx->watch)
+        election_watch_close(ctx->watch);
     if (ctx->hold_reserved)
         hold_unreserve(s->holds);
     pthread_mutex_lock(&s->reg_lock);
@@ -1027,7 +1294,9 @@ static void *watch_main(void *arg)
         pthread_mutex_lock(&s->reg_lock);
         for (conn_info *ci = s->conns; ci; ci = ci->next) {
             req_ctx *ctx = ci->suspended;
-            if (ctx && ctx->hold && !ctx->gone && nleft < 64 && client_gone(ci->fd)) {
+            if (ctx && (ctx->hold || ctx->watch) && !ctx->gone && nleft < 64 &&
+                (client_gone(ci->fd) || (ctx->watch && client_done_sending(ci->fd)))) {
+                /* (a watch's client has nothing to say: its FIN ends it) */
                 /* A held stream's client left: resume it so that it
                  * closes (hold_reader), and on_completed releases. */
                 ctx->gone = true;
@@ -1340,8 +1609,10 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         free(s);
         return NULL;
     }
-    for (int k = 0; k < nloops; k++)
+    for (int k = 0; k < nloops; k++) {
+        election_watch_attach(s->shards[k].engine);
         run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
+    }
     s->watching = pthread_create(&s->watcher, NULL, watch_main, s) == 0;
     return s;
 }
@@ -1390,7 +1661,7 @@ int http_drain(http_server *s, long long timeout_ms)
         ctx->susp = false;
         ctx->ci->suspended = NULL;
         ctx->forced = true;
-        ctx->gone = ctx->hold != NULL;   /* a stream whose end never came: closed */
+        ctx->gone = ctx->hold || ctx->watch;   /* a stream whose end never came: closed */
         memset(&ctx->res, 0, sizeof ctx->res);
         ctx->res.outcome = RL_SHUTTING_DOWN;
         atomic_store(&ctx->result_ready, true);

@@ -15,6 +15,13 @@
  * nothing to say, until the hold wakes it (from the renewer's thread:
  * libmicrohttpd allows a resume from any thread).
  *
+ * The recipes ride on the same machinery: a campaign (POST /elections) is
+ * a hold without a grant yet (hold_campaign), answered at once; a watch
+ * (GET /elections?watch=true) streams from an election_watch the same way;
+ * an election's GET, DELETE and PUT are engine requests on its lock
+ * NAME#election; a semaphore request is a sem_submit task of several
+ * engine requests (semaphore.h), answered through sem_done.
+ *
  * Shared between loops, and who guards it: the registry of connections and
  * the count of open requests (reg_lock, also taken by the watcher thread,
  * which notices clients that left and slow requests), the hold set (its own

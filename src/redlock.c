@@ -26,7 +26,7 @@
 #include "quorum.h"
 #include "scripts.h"
 
-#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
+#define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_INTERNAL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
 _Static_assert(sizeof SCRIPT_OWNER_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "owner key fits RL_KEY_MAX");
 _Static_assert(MREPLY_STR_MAX >= TOKEN_MAX_LEN + 32 + RL_OWNER_MAX, "inspect's value and owner fit");
 #define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
@@ -81,6 +81,8 @@ struct rl_engine {
     pthread_cond_t sync_cond;
     unsigned sync_seen;
     log_limit quorum_log;        /* no_quorum lines: one a second */
+    rl_notice_hook hook;         /* told of every notice (rl_engine_set_notice_hook) */
+    void *hook_arg;
 };
 
 typedef struct rl_task {
@@ -441,7 +443,8 @@ static void wait_leave(rl_task *op)
 static void acquire_wake_now(rl_task *op)
 {
     sleepers_unlink(op);
-    set_active(op, true);   /* admitted once: a waiter's turn is not queued again */
+    if (op->req.queued)
+        set_active(op, true);   /* admitted once: a waiter's turn is not queued again */
     op->wn->trying++;
     op->seen_seq = op->wn->notice_seq;
     op->gen++;
@@ -580,7 +583,30 @@ static void on_released(rl_engine *e, const char *key, size_t len)
 
 static void on_notice(void *arg, const char *msg, size_t len)
 {
-    on_released(arg, msg, len);
+    rl_engine *e = arg;
+    on_released(e, msg, len);
+    if (e->hook)
+        e->hook(e->hook_arg, msg, len);
+}
+
+void rl_engine_set_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
+{
+    e->hook = hook;
+    e->hook_arg = arg;
+}
+
+void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s%s", e->key_prefix, name);
+}
+
+void rl_engine_notice_want(rl_engine *e, const char *name, bool on)
+{
+    if (!e->cfg.notify)
+        return;
+    char channel[RL_CHANNEL_MAX];
+    snprintf(channel, sizeof channel, "%s%s%s", SCRIPT_NOTICE_PREFIX, e->key_prefix, name);
+    mpool_notice_want(e->pool, channel, on);
 }
 
 static void acquire_after_release(void *arg, const master_reply *replies)
@@ -638,6 +664,7 @@ static void acquire_grant(rl_task *op)
     op->res.outcome = RL_OK;
     op->res.validity_ms = validity;
     op->res.ttl_ms = op->req.ttl_ms;
+    op->res.attempt_us = op->start_us;
     if (op->wn)   /* the other waiters' next holder is this one */
         op->wn->holder_until_us = op->start_us + (uint64_t)op->req.ttl_ms * 1000ULL;
     op_answer(op);
@@ -803,6 +830,72 @@ static void extend_voted(void *arg, const master_reply *replies)
         release_unwatched(op, all_mask(e), op->req.token);
         release_values_seen(op, replies, yes_mask, all_mask(e));
     }
+    op_answer(op);
+}
+
+/* ---- proclaim ---- */
+
+/* A leader's new value: stored where the token holds, on a majority. */
+static void proclaim_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int yes = 0, answered = 0;
+    bool other = false;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (!is_vote(r, 1))
+            continue;
+        answered++;
+        yes += r->ints[0] == 1;
+        other |= r->ints[0] == -1;
+    }
+    enum quorum_outcome q = quorum_decide(e->n, yes, answered);
+    if (q == QUORUM_NO_QUORUM) {
+        op_no_quorum(op, answered, replies);
+        return;
+    }
+    if (q == QUORUM_GRANTED) {
+        op->res.outcome = RL_OK;
+        if (e->cfg.notify) {   /* watches on every instance look at once */
+            const char *args[] = {op->key, op->channel};
+            size_t lens[] = {strlen(op->key), strlen(op->channel)};
+            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 2, args, lens, NULL, NULL);
+        }
+    } else {
+        op->res.outcome = RL_NOT_HELD;
+        op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
+    }
+    op_answer(op);
+}
+
+/* ---- a semaphore's limit ---- */
+
+/* Set (or read) where a majority answered; any answering master that holds
+ * another limit refuses the set (RL_LOCKED, with that limit): two callers
+ * who disagree on the limit must not both take permits. */
+static void sem_limit_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int answered = 0;
+    long long other = 0, seen = 0;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (!is_vote(r, 2))
+            continue;
+        answered++;
+        if (r->ints[0] == 0 && !other)
+            other = r->ints[1];
+        if (r->ints[1] > seen)
+            seen = r->ints[1];
+    }
+    if (answered < quorum_of(e->n)) {
+        op_no_quorum(op, answered, replies);
+        return;
+    }
+    op->res.outcome = other ? RL_LOCKED : RL_OK;
+    op->res.limit = other ? other : op->req.limit > 0 ? op->req.limit : seen;
     op_answer(op);
 }
 
@@ -991,7 +1084,7 @@ static void op_start(void *arg)
     op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
     /* New work waits its turn; extensions and releases never do: they keep
      * and end the locks already granted. */
-    bool gated = op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT;
+    bool gated = op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT);
     if (gated && e->cfg.max_active > 0 && (e->active >= e->cfg.max_active || e->queue_head)) {
         op->queued = true;
         op->queued_until_us = op->arrival_us + (uint64_t)e->cfg.queue_ms * 1000ULL;
@@ -1011,7 +1104,7 @@ static void op_run(rl_task *op)
 {
     rl_engine *e = op->e;
     op->start_us = mpool_now_us();
-    if (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT)
+    if (op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT))
         set_active(op, true);
 
     switch (op->req.op) {
@@ -1043,6 +1136,31 @@ static void op_run(rl_task *op)
          * that missed it matches only the exact value (scripts.h). */
         const char *args[] = {op->key, op->owner_key, op->req.token, "~", op->channel};
         eval(op, &script_release, all_mask(e), 2, 5, args, release_voted);
+        return;
+    }
+    case RL_SEM_LIMIT: {
+        char limit[24];
+        snprintf(limit, sizeof limit, "%lld", op->req.limit);
+        const char *args[] = {op->key, SCRIPT_MARKER_KEY, limit, op->ttl_str, guard_arg(e)};
+        eval(op, &script_sem_limit, all_mask(e), 2, 5, args, sem_limit_voted);
+        return;
+    }
+    case RL_PUBLISH: {
+        /* Answered at once: the notice goes out ahead of anything sent
+         * later, and a master that misses it misses it (watches re-read). */
+        if (e->cfg.notify) {
+            const char *args[] = {op->key, op->channel};
+            size_t lens[] = {strlen(op->key), strlen(op->channel)};
+            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 2, args, lens, NULL, NULL);
+        }
+        op->res.outcome = RL_OK;
+        op_answer(op);
+        return;
+    }
+    case RL_PROCLAIM: {
+        const char *args[] = {op->key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token, op->req.owner,
+                              guard_arg(e)};
+        eval(op, &script_proclaim, all_mask(e), 3, 6, args, proclaim_voted);
         return;
     }
     case RL_INSPECT: {
@@ -1240,6 +1358,11 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms)
     int left = e->inflight;
     pthread_mutex_unlock(&e->lock);
     return left;
+}
+
+bool rl_engine_draining(rl_engine *e)
+{
+    return atomic_load(&e->draining);
 }
 
 void rl_engine_close(rl_engine *e)

@@ -21,8 +21,20 @@
 
 #define RL_NAME_MAX RULES_NAME_MAX
 #define RL_OWNER_MAX RULES_OWNER_MAX   /* bytes of an acquire's "owner" */
+/* Room for an internal name: a user-visible name and a '#' suffix (an
+ * election's "#election", a semaphore's slot). No user-visible name holds
+ * '#', so none can address these. */
+#define RL_INTERNAL_NAME_MAX (RL_NAME_MAX + 16)
 
-enum rl_op { RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT };
+enum rl_op {
+    RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT,
+    RL_PROCLAIM,    /* an election's leader changes its value (owner), keeping its
+                       candidate and since: only where the token holds */
+    RL_PUBLISH,     /* publishes the name's notice on every master (fire and forget: an
+                       election's grant, so that watches on every instance look at once) */
+    RL_SEM_LIMIT,   /* a semaphore's limit: name is NAME#limit; limit 0 reads it, else
+                       sets it where absent (or keeps it alive for ttl_ms) */
+};
 
 enum rl_outcome {
     RL_OK,          /* granted / extended / released / inspected */
@@ -41,7 +53,7 @@ enum rl_reason { RL_REASON_NONE, RL_REASON_EXPIRED, RL_REASON_HELD_BY_OTHER };
 
 typedef struct rl_request {
     enum rl_op op;
-    char name[RL_NAME_MAX + 1];
+    char name[RL_INTERNAL_NAME_MAX + 1];
     char token[TOKEN_MAX_LEN + 1];  /* extend/release; acquire when token_given */
     bool token_given;               /* the caller's own token (a Dapr lockOwner): an acquire
                                        stores it with a fresh suffix, a release deletes
@@ -49,8 +61,14 @@ typedef struct rl_request {
     long long ttl_ms;               /* acquire/extend */
     long long wait_ms;              /* acquire */
     char owner[RL_OWNER_MAX + 1];   /* acquire: who holds it, for inspect ("" = none); stored
-                                       beside the lock, never in its value */
+                                       beside the lock, never in its value. proclaim: the
+                                       new value (what follows candidate and since) */
     bool hold;                      /* acquire: a held stream (the HTTP layer keeps it) */
+    long long limit;                /* sem_limit: the semaphore's limit (0: read it, -1: keep
+                                       it for at least ttl_ms) */
+    bool queued;                    /* acquire/inspect: waits for a place among
+                                       rl_config.max_active (the lock routes' requests; the
+                                       recipes and gRPC pace their own) */
     bool keep_on_fail;              /* extend: a failed extension leaves what the token still
                                        holds in place (a held stream releases it itself, once
                                        its client has been told) */
@@ -64,7 +82,12 @@ typedef struct rl_result {
                                          when it sent the request */
     long long ttl_ms;
     long long fence;
+    uint64_t attempt_us;              /* acquire: when the deciding attempt began (mpool_now_us
+                                         clock), from which validity_ms counts; after a wait
+                                         that is later than the request */
     long long retry_after_ms;         /* with RL_LOCKED, RL_TOO_MANY_WAITERS, RL_OVERLOADED */
+    long long limit;                  /* sem_limit: the limit stored (RL_LOCKED: another limit
+                                         is stored; read: 0 when none) */
     bool held;                        /* inspect */
     char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
     int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */
@@ -136,6 +159,23 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms);
  * timeout_ms. Returns the number still in flight (0 on a clean drain). New
  * requests are still taken, until rl_engine_close. */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);
+
+/* Notices (with --notify): hook(arg, key, len) is called on the engine's
+ * loop for every notice that arrives (a release, or an RL_PUBLISH), after
+ * the engine's own waiters saw it. Set once, before traffic. */
+typedef void (*rl_notice_hook)(void *arg, const char *key, size_t len);
+void rl_engine_set_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
+
+/* Loop thread: subscribes to (on) or lets go of (off) the notices of the
+ * lock name; refcounted. The key a notice carries is the prefixed key
+ * (rl_engine_key). No-op without --notify. */
+void rl_engine_notice_want(rl_engine *e, const char *name, bool on);
+/* The key of name (key_prefix + name) into out. */
+void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen);
+
+/* True once rl_engine_drain was called: waits end now (for callers that
+ * wait by retrying, such as semaphores). Any thread. */
+bool rl_engine_draining(rl_engine *e);
 
 /* From now on rl_submit refuses (the caller answers 503 shutting_down);
  * what is in flight still answers. */

@@ -37,7 +37,14 @@ mscript script_acquire = {"acquire",
     "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
     "  end\n"
     "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])\n"
-    "  if ARGV[4] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. '\\n' .. ARGV[4], 'PX', ARGV[2]) end\n"
+    "  if ARGV[4] ~= '' then\n"
+    "    local o = ARGV[4]\n"
+    "    if string.byte(o, 1) == 1 then   -- an election: stamp when its term began\n"
+    "      local t = redis.call('TIME')\n"
+    "      o = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) .. ' ' .. string.sub(o, 2)\n"
+    "    end\n"
+    "    redis.call('SET', KEYS[3], ARGV[1] .. '\\n' .. o, 'PX', ARGV[2])\n"
+    "  end\n"
     "  return {1, f}\n"
     "end\n"
     "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true};
@@ -74,6 +81,43 @@ mscript script_inspect = {"inspect",
     "local o, owner = redis.call('GET', KEYS[3]), ''\n"
     "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
     "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false};
+
+/* An election leader's new value: the owner key holds "<value>\n<candidate>
+ * <since> <proclaimed value>"; the first two words stay. Only where the
+ * token (ARGV[1]) is the stored value; the owner key keeps the lock's expiry. */
+mscript script_proclaim = {"proclaim",
+    GUARD
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v and v == ARGV[1] then\n"
+    "  local o = redis.call('GET', KEYS[2])\n"
+    "  local pttl = redis.call('PTTL', KEYS[1])\n"
+    "  if o and pttl > 0 and string.sub(o, 1, #v + 1) == v .. '\\n' then\n"
+    "    local head = string.match(string.sub(o, #v + 2), '^(%S+ %S+ )')\n"
+    "    if head then redis.call('SET', KEYS[2], v .. '\\n' .. head .. ARGV[2], 'PX', pttl) end\n"
+    "  end\n"
+    "  return {1}\n"
+    "end\n"
+    "if v then return {-1} end\n"
+    "return {0}\n", "", false, true, NULL, true};
+
+/* A notice of a change (scripts.h). */
+mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1])\nreturn 1\n", "", false, false,
+                          NULL, false};
+
+/* A semaphore's limit (scripts.h). */
+mscript script_sem_limit = {"sem_limit",
+    GUARD
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if ARGV[1] == '0' then return {1, tonumber(v or '0') or 0} end\n"
+    "if ARGV[1] == '-1' then\n"
+    "  if v and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "  return {1, tonumber(v or '0') or 0}\n"
+    "end\n"
+    "if v and v ~= ARGV[1] then return {0, tonumber(v) or 0} end\n"
+    "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "end\n"
+    "return {1, tonumber(ARGV[1])}\n", "", false, true, NULL, true};
 
 /* A release: match is the Lua test of the stored value v (scripts.h). */
 #define RELEASE_BODY(match) \
@@ -136,4 +180,7 @@ void scripts_init(void)
     mscript_init(&script_release);
     mscript_init(&script_release_replay);
     mscript_init(&script_marker);
+    mscript_init(&script_proclaim);
+    mscript_init(&script_sem_limit);
+    mscript_init(&script_publish);
 }

@@ -60,7 +60,9 @@
 
 /* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms
  * (ttl plus the fence keep), owner ("" for none), guard. {1, fence} when SET
- * NX took the key (and the owner key is set when an owner is given); {0, pttl}
+ * NX took the key (and the owner key is set when an owner is given; an owner
+ * starting with byte 1, which no caller's owner may hold, is an election's:
+ * that byte becomes the master's time in Unix ms and a space); {0, pttl}
  * when the key is held (pttl -1: no expiry). A counter that is not an integer
  * below 2^53 is an error, and the SET NX is undone in the same step. */
 extern mscript script_acquire;
@@ -85,6 +87,22 @@ extern mscript script_extend;
  * the owner only where the owner key belongs to the stored value), {-2}
  * when absent. */
 extern mscript script_inspect;
+
+/* KEYS key, key#owner, marker; ARGV token, value, guard. Where key holds
+ * exactly token: replaces what follows the first two words (an election's
+ * candidate and since) in the owner key of the token, keeping the lock's
+ * expiry, and answers {1}; {-1} another value holds key; {0} absent. */
+extern mscript script_proclaim;
+
+/* KEYS key; ARGV channel. Publishes key on channel (an election's grant
+ * or proclaim, so that watches on every instance look at once). */
+extern mscript script_publish;
+
+/* KEYS NAME#limit, marker; ARGV limit, px_ms, guard. limit "0" reads:
+ * {1, stored or 0}; "-1" keeps a stored one for at least px_ms. Else where no other limit is stored: stores it (or
+ * keeps it for at least px_ms) and answers {1, limit}; where another is
+ * stored: {0, that limit}, changing nothing. */
+extern mscript script_sem_limit;
 
 /* KEYS key, key#owner; ARGV value, mode, channel.
  * mode "=": deletes key (and its owner key) where it holds exactly value;

@@ -112,7 +112,7 @@ static const struct {
     const char *synopsis;
     const char *help;
 } cmds[] = {
-    {CLI_RUN, "run", "run [--ttl D] [--wait D|forever] [--owner ID] [--grace D] NAME [--] CMD [ARG...]",
+    {CLI_RUN, "run", "run [--ttl D] [--wait D|forever] [--owner ID] [--grace D] [--limit L] NAME [--] CMD [ARG...]",
      "Holds the lock NAME through a held stream while CMD runs, and releases it as\n"
      "soon as CMD exits. CMD runs in its own process group, with REDLOCK_NAME,\n"
      "REDLOCK_TOKEN and REDLOCK_FENCE in its environment; SIGINT, SIGTERM and\n"
@@ -129,10 +129,32 @@ static const struct {
      "  --owner ID       who holds it, shown by `redlock status` (1 to 128 printable\n"
      "                   ASCII bytes; default HOST:PID of this redlock)\n"
      "  --grace D        time between SIGTERM and SIGKILL after a loss (default 10s)\n"
+     "  --limit L        NAME is a counting semaphore of L permits: run CMD with one\n"
+     "                   of them (at most L such commands run at once; redlock renews\n"
+     "                   the permit every third of the ttl)\n"
      "\n"
      "Exits with CMD's status (128+N when a signal N ended it), or 3 when the lock was\n"
      "lost, 75 when it was not acquired within --wait, 69 when the service cannot\n"
      "be reached or has no quorum."},
+    {CLI_ELECT, "elect",
+     "elect [--ttl D] [--candidate C] [--value V] [--grace D] NAME [--] CMD [ARG...] | elect --observe NAME",
+     "Campaigns in the election NAME and, once elected leader, runs CMD as `run`\n"
+     "does, with REDLOCK_TERM (the term: it strictly increases from leader to\n"
+     "leader; send it with every write the leader makes) added to its environment.\n"
+     "The campaign waits as long as it takes. When leadership is lost, CMD's\n"
+     "process group gets SIGTERM, then SIGKILL after --grace, and redlock exits 3;\n"
+     "when CMD exits, redlock resigns.\n"
+     "With --observe, prints one line per change of the leader, and runs nothing.\n"
+     "\n"
+     "  --ttl D          the leader's lock's time to live, renewed every third of it\n"
+     "  --candidate C    who campaigns (1 to 48 bytes of A-Z a-z 0-9 . _ : -;\n"
+     "                   default HOST-PID of this redlock)\n"
+     "  --value V        what the leader proclaims, e.g. its address (0 to 64 bytes)\n"
+     "  --grace D        time between SIGTERM and SIGKILL after a loss (default 10s)\n"
+     "  --observe        print the leader's changes instead of campaigning\n"
+     "\n"
+     "Exits with CMD's status, 3 when leadership was lost, 69 when the service\n"
+     "cannot be reached."},
     {CLI_ACQUIRE, "acquire", "acquire [--ttl D] [--wait D|forever] [--owner ID] [--json] NAME",
      "Takes the lock NAME and prints its token (with --json the whole answer:\n"
      "name, token, validity_ms, ttl_ms, fence). The lock lasts --ttl unless it is\n"
@@ -229,16 +251,18 @@ void cli_usage(FILE *out, enum cli_cmd cmd)
             "%s\n%s", common_help, exit_help);
 }
 
-enum { OPT_TTL = 1, OPT_WAIT = 2, OPT_OWNER = 4, OPT_GRACE = 8, OPT_JSON = 16 };
+enum { OPT_TTL = 1, OPT_WAIT = 2, OPT_OWNER = 4, OPT_GRACE = 8, OPT_JSON = 16, OPT_CANDIDATE = 32,
+       OPT_VALUE = 64, OPT_OBSERVE = 128, OPT_LIMIT = 256 };
 
 static unsigned allowed_opts(enum cli_cmd c)
 {
     switch (c) {
-    case CLI_RUN: return OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_GRACE;
+    case CLI_RUN: return OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_GRACE | OPT_LIMIT;
     case CLI_ACQUIRE: return OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_JSON;
     case CLI_EXTEND: return OPT_TTL | OPT_JSON;
     case CLI_STATUS: return OPT_JSON;
     case CLI_READY: return OPT_JSON;
+    case CLI_ELECT: return OPT_TTL | OPT_GRACE | OPT_CANDIDATE | OPT_VALUE | OPT_OBSERVE;
     default: return 0;
     }
 }
@@ -254,7 +278,8 @@ static enum cli_cmd cmd_of(const char *s)
 static const struct { const char *name; unsigned bit; bool value; } known[] = {
     {"url", 0, true}, {"auth-token-file", 0, true}, {"ttl", OPT_TTL, true},
     {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
-    {"json", OPT_JSON, false},
+    {"json", OPT_JSON, false}, {"candidate", OPT_CANDIDATE, true}, {"value", OPT_VALUE, true},
+    {"observe", OPT_OBSERVE, false}, {"limit", OPT_LIMIT, true},
 };
 
 /* Is arg one of redlock's options ("-h", "--help", "--version", "--NAME" or
@@ -356,6 +381,38 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
         case OPT_JSON:
             a->json = true;
             break;
+        case OPT_CANDIDATE:
+            if (strlen(v) > CLI_CANDIDATE_MAX || !rules_name_valid(v, strlen(v))) {
+                snprintf(err, errlen, "%s--candidate: 1 to %d bytes of A-Z a-z 0-9 . _ : -", where,
+                         CLI_CANDIDATE_MAX);
+                return -1;
+            }
+            a->candidate = v;
+            break;
+        case OPT_VALUE: {
+            bool ok = strlen(v) <= CLI_VALUE_MAX;
+            for (const char *c = v; ok && *c; c++)
+                ok = *c >= 0x20 && *c <= 0x7e;
+            if (!ok) {
+                snprintf(err, errlen, "%s--value: 0 to %d bytes of printable ASCII", where, CLI_VALUE_MAX);
+                return -1;
+            }
+            a->value = v;
+            break;
+        }
+        case OPT_OBSERVE:
+            a->observe = true;
+            break;
+        case OPT_LIMIT: {
+            char *end = NULL;
+            long l = strtol(v, &end, 10);
+            if (!*v || *end || l < 1 || l > CLI_LIMIT_MAX) {
+                snprintf(err, errlen, "%s--limit: a whole number of permits from 1 to %d", where, CLI_LIMIT_MAX);
+                return -1;
+            }
+            a->limit = (int)l;
+            break;
+        }
         }
         return 0;
     }
@@ -377,7 +434,7 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     if (i >= argc) {
         if (a->help || a->version)
             return 0;
-        snprintf(err, errlen, "a command is needed (run, acquire, extend, release, status, ready)");
+        snprintf(err, errlen, "a command is needed (run, elect, acquire, extend, release, status, ready)");
         return -1;
     }
     if (!strcmp(argv[i], "help")) {
@@ -390,7 +447,7 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     if (a->cmd == CLI_NONE) {
         if (a->help || a->version)
             return 0;
-        snprintf(err, errlen, "unknown command %s (run, acquire, extend, release, status, ready)",
+        snprintf(err, errlen, "unknown command %s (run, elect, acquire, extend, release, status, ready)",
                  argv[i]);
         return -1;
     }
@@ -421,14 +478,14 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
             return -1;
         }
         pos[npos++] = arg;
-        if (a->cmd == CLI_RUN) {
+        if (a->cmd == CLI_RUN || (a->cmd == CLI_ELECT && !a->observe)) {
             i++;
             if (i < argc && !strcmp(argv[i], "--")) {
                 i++;
             } else if (i < argc && !strncmp(argv[i], "--", 2) && !a->help) {
                 /* Surely an option meant for redlock, not a command. */
-                snprintf(err, errlen, "run: %s: options go before NAME (a CMD that starts with "
-                         "-- follows a -- of its own)", argv[i]);
+                snprintf(err, errlen, "%s: %s: options go before NAME (a CMD that starts with "
+                         "-- follows a -- of its own)", where, argv[i]);
                 return -1;
             }
             break;
@@ -458,14 +515,15 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
             return -1;
         }
     }
-    if (a->cmd == CLI_RUN) {
+    if (a->cmd == CLI_RUN || (a->cmd == CLI_ELECT && !a->observe)) {
         if (i >= argc) {
-            snprintf(err, errlen, "run: needs a command to run after NAME (redlock run NAME -- CMD [ARG...])");
+            snprintf(err, errlen, "%s: needs a command to run after NAME (redlock %s NAME -- CMD [ARG...])",
+                     where, where);
             return -1;
         }
         a->cmd_argv = argv + i;
         if (a->ttl_ms >= 0 && a->ttl_ms < CLI_HOLD_MIN_TTL_MS) {
-            snprintf(err, errlen, "run: --ttl must be at least 1s (the service renews it every third)");
+            snprintf(err, errlen, "%s: --ttl must be at least 1s (the service renews it every third)", where);
             return -1;
         }
     }
@@ -645,10 +703,12 @@ int cli_parse_event(const char *line, cli_event *ev)
         cJSON_Delete(o);
         return -1;
     }
-    ev->kind = !strcmp(kind, "acquired") ? CLI_EV_ACQUIRED
+    /* An election's campaign says "elected" (with its term, the fence) and
+     * "resigned" where a held stream says "acquired" and "released". */
+    ev->kind = !strcmp(kind, "acquired") || !strcmp(kind, "elected") ? CLI_EV_ACQUIRED
              : !strcmp(kind, "renewed")  ? CLI_EV_RENEWED
              : !strcmp(kind, "lost")     ? CLI_EV_LOST
-             : !strcmp(kind, "released") ? CLI_EV_RELEASED
+             : !strcmp(kind, "released") || !strcmp(kind, "resigned") ? CLI_EV_RELEASED
                                          : CLI_EV_OTHER;
     const char *token = str_item(o, "token");
     if (token)
@@ -656,7 +716,7 @@ int cli_parse_event(const char *line, cli_event *ev)
     const char *reason = str_item(o, "reason");
     if (reason)
         snprintf(ev->reason, sizeof ev->reason, "%s", reason);
-    ev->fence = int_item(o, "fence", -1);
+    ev->fence = int_item(o, "fence", int_item(o, "term", -1));
     ev->validity_ms = int_item(o, "validity_ms", -1);
     ev->ttl_ms = int_item(o, "ttl_ms", -1);
     cJSON_Delete(o);
@@ -664,6 +724,25 @@ int cli_parse_event(const char *line, cli_event *ev)
         return -1;
     if (ev->kind == CLI_EV_RENEWED && ev->validity_ms < 0)
         return -1;
+    return 0;
+}
+
+int cli_format_election_event(const char *line, char *out, size_t outlen)
+{
+    cJSON *o = cJSON_Parse(line);
+    const char *kind = o && cJSON_IsObject(o) ? str_item(o, "event") : NULL;
+    if (!kind) {
+        cJSON_Delete(o);
+        return -1;
+    }
+    const char *leader = str_item(o, "leader"), *value = str_item(o, "value");
+    long long term = int_item(o, "term", -1);
+    if (leader)
+        snprintf(out, outlen, "%s: %s, term %lld%s%s", kind, leader, term, value && value[0] ? ", value " : "",
+                 value && value[0] ? value : "");
+    else
+        snprintf(out, outlen, "%s: no leader", kind);
+    cJSON_Delete(o);
     return 0;
 }
 

@@ -40,7 +40,8 @@ enum {
 #define CLI_MAX_DURATION_MS 2147483647LL
 #define CLI_LINE_MAX 65536             /* longest line accepted on a held stream */
 
-enum cli_cmd { CLI_NONE, CLI_RUN, CLI_ACQUIRE, CLI_EXTEND, CLI_RELEASE, CLI_STATUS, CLI_READY };
+enum cli_cmd { CLI_NONE, CLI_RUN, CLI_ACQUIRE, CLI_EXTEND, CLI_RELEASE, CLI_STATUS, CLI_READY,
+               CLI_ELECT };
 
 typedef struct cli_args {
     enum cli_cmd cmd;
@@ -55,7 +56,11 @@ typedef struct cli_args {
     const char *owner;            /* --owner; NULL: none given */
     const char *name;
     const char *token;            /* extend, release */
-    char **cmd_argv;              /* run: CMD and its ARGs, NULL-terminated, inside argv */
+    char **cmd_argv;              /* run, elect: CMD and its ARGs, NULL-terminated, inside argv */
+    const char *candidate;        /* elect --candidate; NULL: HOST-PID of this redlock */
+    const char *value;            /* elect --value; NULL: "" */
+    bool observe;                 /* elect --observe: print the leader's changes, run nothing */
+    int limit;                    /* run --limit L: a permit of the semaphore NAME of L (0: a lock) */
 } cli_args;
 
 /* Parses a duration: a decimal number and a unit, ms, s, m or h, repeated
@@ -133,6 +138,15 @@ typedef struct cli_event {
  * a JSON object with a string "event" (unknown events are CLI_EV_OTHER),
  * or an acquired/renewed event lacks what it must carry. */
 int cli_parse_event(const char *line, cli_event *ev);
+
+/* One line for an event of an election's watch stream ("elected: pg-2, term
+ * 17, value 10.0.0.9:5432", "vacant (after term 17)"). Returns 0, or -1
+ * when the line is not such an event. */
+int cli_format_election_event(const char *line, char *out, size_t outlen);
+
+#define CLI_CANDIDATE_MAX 48   /* an election's candidate: the lock-name alphabet */
+#define CLI_VALUE_MAX 64       /* an election's value: printable ASCII */
+#define CLI_LIMIT_MAX 64       /* permits of a semaphore (redlockd's SEM_LIMIT_MAX) */
 
 /* Splits a byte stream into lines. */
 typedef struct cli_lines {

@@ -22,6 +22,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -611,11 +612,33 @@ static void drop_request(run *r)
     r->hdrs = NULL;
 }
 
+/* An election's campaign body: candidate, value, ttl_ms. The candidate
+ * and value passed the client's own checks: no quoting is needed but for
+ * the value's quotes and backslashes. */
+static int campaign_body(const run *r, char *out, size_t outlen)
+{
+    char value[2 * CLI_VALUE_MAX + 1];
+    size_t k = 0;
+    for (const char *c = r->a->value ? r->a->value : ""; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            value[k++] = '\\';
+        value[k++] = *c;
+    }
+    value[k] = '\0';
+    int n = r->a->ttl_ms >= 0
+                ? snprintf(out, outlen, "{\"candidate\":\"%s\",\"value\":\"%s\",\"ttl_ms\":%lld}", r->owner,
+                           value, r->a->ttl_ms)
+                : snprintf(out, outlen, "{\"candidate\":\"%s\",\"value\":\"%s\"}", r->owner, value);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
 static int start_try(run *r)
 {
     char body[512];
     r->asked_ms = next_wait(r->a->wait_ms, r->deadline_us, r->cap);
-    if (cli_acquire_body(r->a->ttl_ms, r->asked_ms, true, r->owner, body, sizeof body) < 0)
+    if (r->a->cmd == CLI_ELECT ? campaign_body(r, body, sizeof body) < 0
+                               : cli_acquire_body(r->a->ttl_ms, r->asked_ms, true, r->owner, body,
+                                                  sizeof body) < 0)
         return -1;
     answer_reset(&r->ans);
     cli_lines_free(&r->lines);
@@ -720,25 +743,32 @@ static void close_own_fds_on_exec(void)
     }
 }
 
-/* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE. */
+static bool own_var(const char *v)
+{
+    return !strncmp(v, "REDLOCK_NAME=", 13) || !strncmp(v, "REDLOCK_TOKEN=", 14) ||
+           !strncmp(v, "REDLOCK_FENCE=", 14) || !strncmp(v, "REDLOCK_TERM=", 13);
+}
+
+/* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE
+ * (and for elect REDLOCK_TERM, the same number). */
 static char **child_env(const run *r)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + 5, sizeof *env);
     if (!env)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "REDLOCK_NAME=", 13) && strncmp(environ[i], "REDLOCK_TOKEN=", 14) &&
-            strncmp(environ[i], "REDLOCK_FENCE=", 14))
+        if (!own_var(environ[i]))
             env[k++] = environ[i];
     char fence[32];
     snprintf(fence, sizeof fence, "%lld", r->fence);
     if (asprintf(&env[k++], "REDLOCK_NAME=%s", r->a->name) < 0 ||
         asprintf(&env[k++], "REDLOCK_TOKEN=%s", r->token) < 0 ||
-        asprintf(&env[k++], "REDLOCK_FENCE=%s", fence) < 0)
+        asprintf(&env[k++], "REDLOCK_FENCE=%s", fence) < 0 ||
+        (r->a->cmd == CLI_ELECT && asprintf(&env[k++], "REDLOCK_TERM=%s", fence) < 0))
         return NULL;   /* a failed asprintf leaves its pointer undefined: exit follows */
     env[k] = NULL;
     return env;
@@ -804,8 +834,7 @@ static int spawn(run *r)
         tcsetpgrp(STDIN_FILENO, pid);
     r->child = pid;
     for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], "REDLOCK_NAME=", 13) || !strncmp(env[i], "REDLOCK_TOKEN=", 14) ||
-            !strncmp(env[i], "REDLOCK_FENCE=", 14))
+        if (own_var(env[i]))
             free(env[i]);
     free(env);
     return 0;
@@ -938,6 +967,251 @@ static void default_owner(char *out, size_t outlen)
     snprintf(out, outlen, "%s%s", host[0] ? host : "redlock", pid);
 }
 
+/* HOST-PID in the candidate alphabet (A-Z a-z 0-9 . _ : -), at most
+ * CLI_CANDIDATE_MAX bytes. */
+static void default_candidate(char *out, size_t outlen)
+{
+    default_owner(out, outlen);
+    for (char *p = out; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '_' || *p == '-'))
+            *p = '-';
+    size_t len = strlen(out);
+    if (len > CLI_CANDIDATE_MAX)
+        memmove(out, out + len - CLI_CANDIDATE_MAX, CLI_CANDIDATE_MAX + 1);   /* keep the PID */
+}
+
+/* ---- elect --observe ---- */
+
+static int on_watch_line(const char *line, void *arg)
+{
+    (void)arg;
+    char out[400];
+    if (cli_format_election_event(line, out, sizeof out) == 0) {
+        printf("%s\n", out);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+typedef struct watch {
+    CURL *h;
+    int kind;           /* 0 unknown yet, 1 the stream, 2 an error answer (into ans) */
+    cli_lines lines;
+    answer ans;
+} watch;
+
+static size_t on_watch(char *p, size_t size, size_t n, void *arg)
+{
+    watch *w = arg;
+    if (w->kind == 0) {
+        long status = 0;
+        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &status);
+        w->kind = status == 200 ? 1 : 2;
+    }
+    if (w->kind == 2)
+        return on_body(p, size, n, &w->ans);
+    return cli_lines_feed(&w->lines, p, size * n, on_watch_line, NULL) < 0 ? 0 : size * n;
+}
+
+/* Prints the election's changes until the stream ends (the service
+ * stopped or cannot be reached: 69) or a signal ends redlock. */
+static int cmd_observe(const cli_args *a)
+{
+    char path[300], seg[220];
+    if (rules_name_path(a->name, seg, sizeof seg) < 0)
+        return CLI_EXIT_USAGE;
+    snprintf(path, sizeof path, "/elections/%s?watch=true", seg);
+    watch w;
+    memset(&w, 0, sizeof w);
+    struct curl_slist *hdrs = NULL;
+    w.h = new_request("GET", path, NULL, NULL, 0, &hdrs, &w.ans);
+    if (!w.h) {
+        say("out of memory");
+        return CLI_EXIT_SOFTWARE;
+    }
+    curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch);
+    curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
+    CURLcode rc = curl_easy_perform(w.h);
+    long status = 0;
+    curl_easy_getinfo(w.h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(w.h);
+    curl_slist_free_all(hdrs);
+    int code = CLI_EXIT_UNAVAILABLE;
+    if (w.kind == 2) {
+        w.ans.status = status;
+        code = refused(&w.ans);
+    } else if (rc != CURLE_OK && !w.kind) {
+        if (!w.ans.errbuf[0])
+            snprintf(w.ans.errbuf, sizeof w.ans.errbuf, "%s", curl_easy_strerror(rc));
+        code = unreachable(&w.ans);
+    } else {
+        say("the watch ended: %s", rc == CURLE_OK ? "the service closed it" : curl_easy_strerror(rc));
+    }
+    cli_lines_free(&w.lines);
+    answer_reset(&w.ans);
+    return code;
+}
+
+static long until_ms(uint64_t t, uint64_t now, long cap);
+
+/* ---- run --limit: a semaphore's permit ---- */
+
+/* Takes one permit of the semaphore a->name of a->limit within --wait:
+ * 0 with *r's token, fence and validity, else the exit code. */
+static int permit_take(const cli_args *a, run *r)
+{
+    char body[600], owner[RULES_OWNER_MAX + 40] = "";
+    uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
+    answer ans = {0};
+    if (r->owner[0])
+        snprintf(owner, sizeof owner, ",\"owner\":\"%s\"", r->owner);   /* printable, no quotes */
+    for (;;) {
+        long long w = next_wait(a->wait_ms, deadline, CLI_SERVER_MAX_WAIT_MS);
+        int n = a->ttl_ms >= 0 ? snprintf(body, sizeof body, "{\"limit\":%d,\"wait_ms\":%lld,\"ttl_ms\":%lld%s}",
+                                          a->limit, w, a->ttl_ms, owner)
+                               : snprintf(body, sizeof body, "{\"limit\":%d,\"wait_ms\":%lld%s}", a->limit, w,
+                                          owner);
+        if (n < 0 || (size_t)n >= sizeof body)
+            return CLI_EXIT_SOFTWARE;
+        uint64_t t0 = now_us();
+        if (call("POST", r->path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
+            int code = unreachable(&ans);
+            answer_reset(&ans);
+            return code;
+        }
+        if (ans.status == 201) {
+            cJSON *o = cJSON_Parse(ans.body);
+            const cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "permits"), 0);
+            const char *tok = cJSON_GetStringValue(cJSON_GetObjectItem(p, "token"));
+            bool ok = tok && strlen(tok) < sizeof r->token;
+            if (ok) {
+                snprintf(r->token, sizeof r->token, "%s", tok);
+                r->fence = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "fence"));
+                r->valid_until_us = t0 + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "validity_ms")) * 1000u;
+            }
+            cJSON_Delete(o);
+            answer_reset(&ans);
+            if (!ok) {
+                say("the service granted a permit but sent no token");
+                return CLI_EXIT_PROTOCOL;
+            }
+            return 0;
+        }
+        int code = cli_answer_exit(ans.status, ans.body);
+        if (code == CLI_EXIT_NOT_ACQUIRED && wait_left(a->wait_ms, deadline)) {
+            if ((long long)((now_us() - t0) / 1000) + 50 < w || w == 0)
+                back_off(&ans, a->wait_ms, deadline);
+            continue;
+        }
+        code = refused(&ans);
+        answer_reset(&ans);
+        return code;
+    }
+}
+
+/* Extends the permit; false when it is lost (r->why says how). No quorum
+ * is tried again while the validity lasts. */
+static bool permit_renew(const cli_args *a, run *r, bool first)
+{
+    char body[64] = "{}";
+    if (a->ttl_ms >= 0)
+        snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", a->ttl_ms);
+    answer ans = {0};
+    uint64_t t0 = now_us();
+    long budget = first ? CALL_TIMEOUT_MS : (long)((r->valid_until_us > t0 ? r->valid_until_us - t0 : 0) / 1000);
+    bool ok = false;
+    if (budget > 0 && call("PATCH", r->path, body, r->token, budget, &ans) == 0 && ans.status == 200) {
+        long long v = json_int(ans.body, "validity_ms");
+        r->valid_until_us = t0 + (uint64_t)(v > 0 ? v : 0) * 1000u;
+        ok = v > 0;
+    } else if (ans.status == 409) {
+        char line[600];
+        cli_format_error(ans.status, ans.body, line, sizeof line);
+        lose(r, "lost: the permit is no longer held: %s", line);
+    }
+    answer_reset(&ans);
+    return ok;
+}
+
+/* run --limit: CMD with one permit of a semaphore, renewed by redlock. */
+static int cmd_run_permit(const cli_args *a)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    char seg[220];
+    rules_name_path(a->name, seg, sizeof seg);
+    snprintf(r.path, sizeof r.path, "/semaphores/%s", seg);
+    if (a->owner)
+        snprintf(r.owner, sizeof r.owner, "%s", a->owner);
+    else
+        default_owner(r.owner, sizeof r.owner);
+    for (char *p = r.owner; *p; p++)
+        if (*p == '"' || *p == '\\')
+            *p = '_';
+    note_inherited_fds();
+    if (setup_signals() < 0) {
+        say("cannot start: %s", strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    int code = permit_take(a, &r);
+    if (code)
+        return code;
+    /* The answer's validity counts from when the acquire was sent, long ago
+     * after a wait: a renewal first, whose validity counts from now. */
+    if (!permit_renew(a, &r, true)) {
+        say("%s", r.lost ? r.why : "lost: the permit could not be renewed after the wait");
+        return CLI_EXIT_LOST;
+    }
+    long long ttl = a->ttl_ms >= 0 ? a->ttl_ms : (long long)((r.valid_until_us - now_us()) / 1000);
+    uint64_t next_renew = now_us() + (uint64_t)(ttl / 3) * 1000u;
+    if (spawn(&r) < 0)
+        return CLI_EXIT_SOFTWARE;
+    for (;;) {
+        uint64_t now = now_us();
+        if (!r.lost && now >= r.valid_until_us)
+            lose(&r, "lost: the permit's validity ran out before a renewal succeeded");
+        if (!r.lost && now >= next_renew) {
+            if (permit_renew(a, &r, false))
+                next_renew = now_us() + (uint64_t)(ttl / 3) * 1000u;
+            else
+                next_renew = now_us() + 200000u;   /* again soon, while validity lasts */
+        }
+        if (r.lost && !r.term_sent) {
+            char grace[32];
+            cli_format_ms(a->grace_ms, grace, sizeof grace);
+            say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r.why, grace);
+            kill(-r.child, SIGTERM);
+            r.term_sent = true;
+            r.kill_at_us = now + (uint64_t)a->grace_ms * 1000u;
+        }
+        if (r.term_sent && !r.kill_sent && now >= r.kill_at_us) {
+            kill(-r.child, SIGKILL);
+            r.kill_sent = true;
+        }
+        if (r.reaped && (!r.lost || r.kill_sent || !group_alive(&r)))
+            break;
+        long timeout = r.lost ? 50 : until_ms(next_renew < r.valid_until_us ? next_renew : r.valid_until_us,
+                                              now_us(), 1000);
+        struct pollfd pfd = {sig_pipe[0], POLLIN, 0};
+        poll(&pfd, 1, (int)timeout);
+        on_signals(&r);
+    }
+    if (r.lost)
+        return CLI_EXIT_LOST;
+    code = child_exit_code(r.status);
+    answer rel = {0};
+    if (call("DELETE", r.path, NULL, r.token, RELEASE_TIMEOUT_MS, &rel) < 0)
+        say("release: unreachable (%s); the permit expires with its ttl", rel.errbuf);
+    else if (rel.status == 409) {
+        say("lost: the permit was no longer held when the command exited");
+        code = CLI_EXIT_LOST;
+    }
+    answer_reset(&rel);
+    return code;
+}
+
 /* Milliseconds until t (0 if past), at most cap. */
 static long until_ms(uint64_t t, uint64_t now, long cap)
 {
@@ -960,6 +1234,16 @@ static int cmd_run(const cli_args *a)
         snprintf(r.owner, sizeof r.owner, "%s", a->owner);
     else
         default_owner(r.owner, sizeof r.owner);
+    if (a->cmd == CLI_ELECT) {
+        /* The owner slot carries the candidate: a campaign waits forever. */
+        char seg[220];
+        rules_name_path(a->name, seg, sizeof seg);   /* valid: cli_parse_args checked it */
+        snprintf(r.path, sizeof r.path, "/elections/%s", seg);
+        if (a->candidate)
+            snprintf(r.owner, sizeof r.owner, "%s", a->candidate);
+        else
+            default_candidate(r.owner, sizeof r.owner);
+    }
     if (a->wait_ms > 0)
         r.deadline_us = now_us() + (uint64_t)a->wait_ms * 1000u;
     note_inherited_fds();
@@ -982,7 +1266,8 @@ static int cmd_run(const cli_args *a)
                 timeout = until_ms(r.retry_at_us, now, timeout);
             }
         }
-        if (r.h && !r.acquired) {
+        if (r.h && !r.acquired && !(a->cmd == CLI_ELECT && r.kind == 1)) {
+            /* (a campaign's stream, once it began, waits for as long as it takes) */
             /* The answer (and with a held stream, its first event) is due
              * by the end of the wait asked for, give or take a call's time. */
             uint64_t due = r.sent_us + (uint64_t)(r.asked_ms + CALL_TIMEOUT_MS) * 1000u;
@@ -1094,7 +1379,8 @@ int main(int argc, char **argv)
     }
     int code;
     switch (a.cmd) {
-    case CLI_RUN: code = cmd_run(&a); break;
+    case CLI_RUN: code = a.limit ? cmd_run_permit(&a) : cmd_run(&a); break;
+    case CLI_ELECT: code = a.observe ? cmd_observe(&a) : cmd_run(&a); break;
     case CLI_ACQUIRE: code = cmd_acquire(&a); break;
     case CLI_EXTEND: code = cmd_extend(&a); break;
     case CLI_RELEASE: code = cmd_release(&a); break;

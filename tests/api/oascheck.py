@@ -32,6 +32,8 @@ OTHER_CATEGORIES = ["anyRequest", "unknownPath", "otherMethod"]
 # Body fields whose documented values (enum, const) each answer must reach
 # too: the error codes of every status, and the reasons of not_held.
 CODE_FIELDS = ["error", "errorCode", "reason"]
+# The schemas of streams' lines whose every event (and reason) must be reached.
+STREAM_SCHEMAS = ["HoldEvent", "ElectionEvent", "ElectionWatchEvent"]
 
 # JSON Schema 2020-12 keywords, and those OpenAPI 3.1 adds to Schema Objects.
 SCHEMA_KEYWORDS = {
@@ -110,6 +112,9 @@ class Spec:
                 else:
                     rx += re.escape(p)
             self.templates.append((tpl, re.compile("^" + rx + "$"), item))
+        # The most literal template first, as the service routes:
+        # /elections/x/value is the value route, not an election named "x/value".
+        self.templates.sort(key=lambda t: -len(re.sub(r"\{[^}]+\}", "", t[0])))
         self.reached = {}     # coverage key -> count
         self.codes = {}       # (coverage key, field, value) -> count
         self.events = {}      # held-stream event variant -> count
@@ -200,21 +205,25 @@ class Spec:
                 for f, vals in sorted(self.documented_codes(k).items()) for v in sorted(vals)]
 
     def event_keys(self):
-        """Every variant of the held-stream event: (event, reason) pairs,
-        reason None where the variant may omit it."""
+        """Every variant of a stream's event (held streams, campaigns,
+        watches): (event, reason) pairs, reason None where the variant may
+        omit it."""
         keys = []
-        ev = self.resolve(self.doc["components"]["schemas"].get("HoldEvent", {"oneOf": []}))
-        for alt in ev.get("oneOf", []):
-            alt = self.resolve(alt)
-            name = alt["properties"]["event"]["const"]
-            reason = self.resolve(alt["properties"].get("reason", {}))
-            if "reason" in alt.get("required", []):
-                keys += [(name, r) for r in reason["enum"]]
-            elif reason:
-                keys += [(name, None)] + [(name, r) for r in reason["enum"]]
-            else:
-                keys.append((name, None))
-        return keys
+        for stream in STREAM_SCHEMAS:
+            ev = self.resolve(self.doc["components"]["schemas"].get(stream, {"oneOf": []}))
+            for alt in ev.get("oneOf", [ev] if "properties" in ev else []):
+                alt = self.resolve(alt)
+                event = alt["properties"]["event"]
+                names = [event["const"]] if "const" in event else event["enum"]
+                reason = self.resolve(alt["properties"].get("reason", {}))
+                for name in names:
+                    if "reason" in alt.get("required", []):
+                        keys += [(name, r) for r in reason["enum"]]
+                    elif reason:
+                        keys += [(name, None)] + [(name, r) for r in reason["enum"]]
+                    else:
+                        keys.append((name, None))
+        return list(dict.fromkeys(keys))
 
     def match(self, raw_path):
         path = raw_path.split("?", 1)[0]

@@ -330,6 +330,48 @@ class Held:
         self.s.close()
 
 
+class Streamed(Held):
+    """Any request that may answer with a stream: a campaign, a watch."""
+
+    def __init__(self, d, method, path, body=None, auth=True, timeout=10.0):
+        self.d, self.path, self.method = d, path, method
+        h = d.headers(auth, [("Content-Type", "application/json")] if body is not None else [])
+        self.s = httpraw.Stream(d.port, method, path, h, None if body is None else json.dumps(body), timeout)
+        self.a = self.s.answer
+        self.events, self.times = [], []
+        self.ended = self.checked = False
+        if not self.s.chunked:
+            self.finish()
+
+    def finish(self):
+        if not self.checked:
+            self.checked = True
+            conform(self.method, self.path, self.a, f"{self.method} {self.path} (stream)")
+        self.s.close()
+
+
+def campaign(d, name, candidate, what, ttl_ms=1000, retry_s=5.0):
+    """A campaign's stream that said campaigning (retried while --max-holds
+    streams are still open)."""
+    secrets.add(name)
+    deadline = time.monotonic() + retry_s
+    while True:
+        c = Streamed(d, "POST", f"/elections/{name}", {"candidate": candidate, "value": "v1", "ttl_ms": ttl_ms})
+        if c.a.status == 429 and time.monotonic() < deadline:
+            c.finish()
+            time.sleep(0.1)
+            continue
+        break
+    if c.a.status != 201:
+        fail(f"{what}: a campaign answered {c.a.status} {c.a.body[:300]!r}")
+        c.finish()
+        return None
+    ev = c.until(lambda e: True, 5, what)
+    if not ev or ev.get("event") != "campaigning":
+        fail(f"{what}: the first event is {ev}, not campaigning")
+    return c
+
+
 def hold(d, name, body, what, retry_s=5.0):
     """A held stream that began with acquired; retries while --max-holds
     streams are still open (a closed one takes a moment to be noticed)."""
@@ -795,12 +837,25 @@ def shutting_down(tmp, masters):
     t, out = in_thread(lambda: C.req("POST", "/locks/sd-1", {"wait_ms": 30000}, timeout=40,
                                      what="a waiter when the service stops"))
     h = hold(C, "sd-2", {"hold": True, "ttl_ms": 3000}, "sd-2 on C")
+    ce = campaign(C, "sd-e", "a", "sd-e on C", ttl_ms=3000)
+    if ce:
+        ev = ce.until(lambda e: True, 5, "sd-e elected")
+        if not ev or ev.get("event") != "elected":
+            fail(f"sd-e: {ev}, not elected")
     # Requests whose headers arrive before the stop and whose bodies after it.
     late = []
     for m, p, hd, body in [("POST", "/locks/sd-3", {}, b'{"ttl_ms": 1000}'),
                           ("PATCH", "/locks/sd-3", {"Lock-Token": "t"}, b'{"ttl_ms": 1000}'),
                           ("DELETE", "/locks/sd-3", {"Lock-Token": "t"}, b'{}'),
                           ("GET", "/locks/sd-3", {}, b'{}'),
+                          ("POST", "/elections/sd-f", {}, b'{"candidate":"a"}'),
+                          ("POST", "/semaphores/sd-s", {}, b'{"limit":2}'),
+                          ("PATCH", "/semaphores/sd-s", {"Lock-Token": "0:t"}, b'{}'),
+                          ("DELETE", "/semaphores/sd-s", {"Lock-Token": "0:t"}, b'{}'),
+                          ("GET", "/semaphores/sd-s", {}, b'{}'),
+                          ("GET", "/elections/sd-f", {}, b'{}'),
+                          ("DELETE", "/elections/sd-f", {"Lock-Token": "t"}, b'{}'),
+                          ("PUT", "/elections/sd-f/value", {"Lock-Token": "t"}, b'{"value":"x"}'),
                           ("POST", "/v1.0-alpha1/lock/lockstore", {},
                            b'{"resourceId":"sd-4","lockOwner":"o","expiryInSeconds":1}'),
                           ("POST", "/v1.0-alpha1/unlock/lockstore", {}, b'{"resourceId":"sd-4","lockOwner":"o"}')]:
@@ -822,6 +877,12 @@ def shutting_down(tmp, masters):
             fail(f"sd-2 when the service stops: {ev}, not released shutting_down")
         h.expect_end(5, "sd-2 after released")
         h.finish()
+    if ce:
+        ev = ce.until(lambda e: e.get("event") != "renewed", 10, "sd-e when the service stops")
+        if ev and ev != {"event": "resigned", "reason": "shutting_down"}:
+            fail(f"sd-e when the service stops: {ev}, not resigned shutting_down")
+        ce.expect_end(5, "sd-e after resigned")
+        ce.finish()
     time.sleep(0.3)   # the engine has stopped taking work; the HTTP side waits for these requests
     for m, p, c, body in late:
         what = f"{m} {p} completed while the service stops"
@@ -829,7 +890,7 @@ def shutting_down(tmp, masters):
             c.send(body)
             a = c.read_body(c.read_head(), m)
             conform(m, p, a, what)
-            if p.startswith("/locks/"):
+            if p.startswith("/locks/") or p.startswith("/elections/") or p.startswith("/semaphores/"):
                 expect(a, 503, "shutting_down", what)
             else:
                 expect(a, 500, "ERR_UNLOCK" if "unlock" in p else "ERR_TRY_LOCK", what)
@@ -842,6 +903,144 @@ def shutting_down(tmp, masters):
         if redis(m.port, "GET", PREFIX + "sd-2") is not None:
             fail(f"sd-2 is still set on master {m.port} after C released it on stopping")
             break
+
+
+def elections(A, B):
+    """Every election route and event: A serves masters with auth and
+    --max-holds 1, B has no masters (503)."""
+    n = "el-1"
+    c = campaign(A, n, "a", "el-1 campaign")
+    if not c:
+        return
+    ev = c.until(lambda e: True, 5, "el-1 elected")
+    if not ev or ev.get("event") != "elected":
+        fail(f"el-1: {ev}, not elected")
+        c.finish()
+        return
+    tok, term = ev["token"], ev["term"]
+    w = Streamed(A, "GET", f"/elections/{n}?watch=true")
+    first = w.until(lambda e: True, 5, "el-1 watch")
+    if not first or first.get("event") != "state" or first.get("leader") != "a":
+        fail(f"el-1 watch: {first}")
+    over = Streamed(A, "POST", f"/elections/{n}", {"candidate": "b"})
+    expect(over.a, 429, "too_many_holds", "a second campaign over --max-holds 1")
+    over.finish()
+    g = A.req("GET", f"/elections/{n}?candidate=a")
+    if expect(g, 200, what="GET an election") and (g.json().get("term") != term or g.json().get("is_leader") is not True):
+        fail(f"GET el-1: {g.body!r}")
+    expect(A.req("PUT", f"/elections/{n}/value", {"value": "v2"}, headers={"Lock-Token": tok}), 204,
+           what="proclaim")
+    pe = w.until(lambda e: True, 5, "el-1 watch after proclaim")
+    if not pe or pe.get("event") != "proclaimed" or pe.get("value") != "v2":
+        fail(f"el-1 watch after proclaim: {pe}")
+    expect(A.req("PUT", f"/elections/{n}/value", {"value": "v3", "token": "someone-else"}), 409, "not_held",
+           "proclaim with another token")
+    expect(A.req("DELETE", f"/elections/{n}", headers={"Lock-Token": "someone-else"}), 409, "not_held",
+           "resign with another token")
+    renewed = c.until(lambda e: True, 3, "el-1 renewed")
+    if not renewed or renewed.get("event") != "renewed":
+        fail(f"el-1: {renewed}, not renewed")
+    expect(A.req("DELETE", f"/elections/{n}", {"token": tok}), 204, what="resign")
+    ev = c.until(lambda e: e.get("event") != "renewed", 3, "el-1 resigned")
+    if ev != {"event": "resigned"}:
+        fail(f"el-1 after DELETE: {ev}, not resigned")
+    c.expect_end(3, "el-1 after resigned")
+    c.finish()
+    va = w.until(lambda e: True, 5, "el-1 watch after resign")
+    if not va or va.get("event") != "vacant":
+        fail(f"el-1 watch after resign: {va}")
+    expect(A.req("PUT", f"/elections/{n}/value", {"value": "v3", "token": tok}), 409, "not_held",
+           "proclaim after resigning")
+    expect(A.req("DELETE", f"/elections/{n}?token={tok}"), 409, "not_held", "resign twice")
+    g = A.req("GET", f"/elections/{n}")
+    if expect(g, 200, what="GET a vacant election") and g.json().get("leader") is not None:
+        fail(f"GET el-1 after resign: {g.body!r}")
+    # A second term, seen by the watch; then the leader is lost: its key is
+    # deleted on every master, so the next renewal finds it gone.
+    c2 = campaign(A, n, "b", "el-1 second campaign")
+    if c2:
+        ev = c2.until(lambda e: True, 5, "el-1 second elected")
+        if not ev or ev.get("event") != "elected" or ev.get("term", 0) <= term:
+            fail(f"el-1 second term: {ev} (first term {term})")
+        el = w.until(lambda e: True, 5, "el-1 watch of the second term")
+        if not el or el.get("event") != "elected" or el.get("leader") != "b":
+            fail(f"el-1 watch of the second term: {el}")
+        c2.finish()
+    w.finish()
+    # Requests refused.
+    for m, p, body, hd, auth, st, err in [
+            ("POST", "/elections/a%23b", {"candidate": "a"}, None, True, 400, "bad_name"),
+            ("POST", f"/elections/{n}", {"candidate": "a b"}, None, True, 400, "bad_request"),
+            ("POST", f"/elections/{n}", {"candidate": "a"}, None, None, 401, "unauthorized"),
+            ("GET", "/elections/a%23b", None, None, True, 400, "bad_name"),
+            ("GET", f"/elections/{n}?watch=yes", None, None, True, 400, "bad_request"),
+            ("GET", f"/elections/{n}", None, None, None, 401, "unauthorized"),
+            ("DELETE", "/elections/a%23b", None, {"Lock-Token": "t"}, True, 400, "bad_name"),
+            ("DELETE", f"/elections/{n}", None, None, True, 400, "bad_request"),
+            ("DELETE", f"/elections/{n}", None, {"Lock-Token": "t"}, None, 401, "unauthorized"),
+            ("PUT", "/elections/a%23b/value", {"value": "x"}, {"Lock-Token": "t"}, True, 400, "bad_name"),
+            ("PUT", f"/elections/{n}/value", {"value": 7}, {"Lock-Token": "t"}, True, 400, "bad_request"),
+            ("PUT", f"/elections/{n}/value", {"value": "x"}, {"Lock-Token": "t"}, None, 401, "unauthorized"),
+            ("PATCH", f"/elections/{n}", {}, None, True, 405, "method_not_allowed"),
+            ("GET", f"/elections/{n}/value", None, None, True, 405, "method_not_allowed")]:
+        expect(A.req(m, p, body, headers=hd, auth=auth), st, err, f"{m} {p}")
+    # No masters: 503.
+    expect(B.req("GET", "/elections/el-2"), 503, "no_quorum", "GET an election without masters")
+    expect(B.req("DELETE", "/elections/el-2", headers={"Lock-Token": "t"}), 503, "no_quorum",
+           "resign without masters")
+    expect(B.req("PUT", "/elections/el-2/value", {"value": "x"}, headers={"Lock-Token": "t"}), 503, "no_quorum",
+           "proclaim without masters")
+
+
+def semaphores(A, B):
+    """Every semaphore route, status and error code: A serves masters with
+    auth, B has no masters (503)."""
+    n = "sem-1"
+    secrets.add(n)
+    a1 = A.req("POST", f"/semaphores/{n}", {"limit": 2, "ttl_ms": 10000, "owner": "w1"})
+    a2 = A.req("POST", f"/semaphores/{n}", {"limit": 2, "permits": 1})
+    if not (expect(a1, 201, what="semaphore permit 1") and expect(a2, 201, what="semaphore permit 2")):
+        return
+    t1, t2 = a1.json()["permits"][0]["token"], a2.json()["permits"][0]["token"]
+    secrets.update([t1, t2])
+    expect(A.req("POST", f"/semaphores/{n}", {"limit": 2, "wait_ms": 100}), 409, "locked", "a third permit of 2")
+    expect(A.req("POST", f"/semaphores/{n}", {"limit": 3}), 409, "limit_mismatch", "another limit")
+    g = A.req("GET", f"/semaphores/{n}")
+    if expect(g, 200, what="GET a semaphore") and len(g.json().get("holders", [])) != 2:
+        fail(f"GET sem-1: {g.body!r}")
+    expect(A.req("GET", f"/semaphores/{n}?limit=4"), 200, what="GET a semaphore with a limit")
+    expect(A.req("PATCH", f"/semaphores/{n}", {"ttl_ms": 5000}, headers={"Lock-Token": t1}), 200,
+           what="extend a permit")
+    slot = t1.split(":")[0]
+    other = f"{slot}:someone-else"
+    free_slot = "5:gone"
+    expect(A.req("PATCH", f"/semaphores/{n}", {"tokens": [other]}), 409, "not_held", "extend another's permit")
+    expect(A.req("PATCH", f"/semaphores/{n}?token={free_slot}"), 409, "not_held", "extend a free slot")
+    expect(A.req("DELETE", f"/semaphores/{n}", headers={"Lock-Token": other}), 409, "not_held",
+           "release another's permit")
+    expect(A.req("DELETE", f"/semaphores/{n}", {"token": free_slot}), 409, "not_held", "release a free slot")
+    expect(A.req("DELETE", f"/semaphores/{n}", headers={"Lock-Token": f"{t1},{t2}"}), 204, what="release both")
+    for m, p, body, hd, auth, st, err in [
+            ("POST", "/semaphores/a%230", {"limit": 2}, None, True, 400, "bad_name"),
+            ("POST", f"/semaphores/{n}", {"limit": 0}, None, True, 400, "bad_request"),
+            ("POST", f"/semaphores/{n}", {"limit": 2}, None, None, 401, "unauthorized"),
+            ("PATCH", "/semaphores/a%230", None, {"Lock-Token": "0:t"}, True, 400, "bad_name"),
+            ("PATCH", f"/semaphores/{n}", None, None, True, 400, "bad_request"),
+            ("PATCH", f"/semaphores/{n}", None, {"Lock-Token": "0:t"}, None, 401, "unauthorized"),
+            ("DELETE", "/semaphores/a%230", None, {"Lock-Token": "0:t"}, True, 400, "bad_name"),
+            ("DELETE", f"/semaphores/{n}", None, {"Lock-Token": "no-slot"}, True, 400, "bad_request"),
+            ("DELETE", f"/semaphores/{n}", None, {"Lock-Token": "0:t"}, None, 401, "unauthorized"),
+            ("GET", "/semaphores/a%230", None, None, True, 400, "bad_name"),
+            ("GET", f"/semaphores/{n}?limit=99", None, None, True, 400, "bad_request"),
+            ("GET", f"/semaphores/{n}", None, None, None, 401, "unauthorized"),
+            ("PUT", f"/semaphores/{n}", {}, None, True, 405, "method_not_allowed")]:
+        expect(A.req(m, p, body, headers=hd, auth=auth), st, err, f"{m} {p}")
+    expect(B.req("POST", "/semaphores/sem-2", {"limit": 2}), 503, "no_quorum", "take a permit without masters")
+    expect(B.req("PATCH", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
+           "extend without masters")
+    expect(B.req("DELETE", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
+           "release without masters")
+    expect(B.req("GET", "/semaphores/sem-2"), 503, "no_quorum", "GET a semaphore without masters")
 
 
 def metrics_text(A):
@@ -878,7 +1077,29 @@ def negative_controls(doc, oas):
             ("a valid stream", "POST", "/locks/x", 201, [("Content-Type", "application/x-ndjson")],
              body(dict(grant, event="acquired")) + b"\n" + body({"event": "renewed", "validity_ms": 5})
              + b"\n" + body({"event": "released"}) + b"\n")]
-    bad = [("an undocumented field", "POST", "/locks/x", 201, J, body(dict(grant, extra=1))),
+    elected = {"event": "elected", "name": "x", "candidate": "a", "term": 3, "token": "A" * 22,
+               "validity_ms": 900, "ttl_ms": 1000}
+    watched = {"event": "state", "name": "x", "leader": None, "value": None, "term": None, "since": None,
+               "validity_ms": 0}
+    nd = [("Content-Type", "application/x-ndjson")]
+    good += [("a valid campaign", "POST", "/elections/x", 201, nd,
+              body({"event": "campaigning", "name": "x", "candidate": "a"}) + b"\n" + body(elected) + b"\n"
+              + body({"event": "resigned"}) + b"\n"),
+             ("a valid watch", "GET", "/elections/x?watch=true", 200, nd, body(watched) + b"\n")]
+    bad = [("an elected event without its term", "POST", "/elections/x", 201, nd,
+            body({k: v for k, v in elected.items() if k != "term"}) + b"\n"),
+           ("a campaign that says acquired", "POST", "/elections/x", 201, nd,
+            body(dict(grant, event="acquired")) + b"\n"),
+           ("a watch event of no documented kind", "GET", "/elections/x?watch=true", 200, nd,
+            body(dict(watched, event="paused")) + b"\n"),
+           ("a leader that is no candidate", "GET", "/elections/x", 200, J,
+            body({k: v for k, v in dict(watched, leader="a b").items() if k != "event"})),
+           ("a permit token without its slot", "POST", "/semaphores/x", 201, J,
+            body({"name": "x", "limit": 2, "permits": [{"slot": 0, "token": "A" * 22, "fence": 3, "validity_ms": 9}],
+                  "validity_ms": 9, "ttl_ms": 10})),
+           ("a limit_mismatch without the limit", "POST", "/semaphores/x", 409, J,
+            body({"error": "limit_mismatch", "message": "m"})),
+           ("an undocumented field", "POST", "/locks/x", 201, J, body(dict(grant, extra=1))),
            ("a field missing", "POST", "/locks/x", 201, J, body({k: v for k, v in grant.items() if k != "fence"})),
            ("an undocumented status", "POST", "/locks/x", 418, J, body({"error": "teapot", "message": "m"})),
            ("an undocumented content type", "POST", "/locks/x", 201, [("Content-Type", "text/html")], b"<p>"),
@@ -969,6 +1190,8 @@ def main():
                          ("Dapr routes", lambda: dapr(A)),
                          ("request limits", lambda: boundaries(A)),
                          ("held streams", lambda: held_streams(A, masters)),
+                         ("elections", lambda: elections(A, B)),
+                         ("semaphores", lambda: semaphores(A, B)),
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("overloaded", lambda: overloaded(tmp, masters)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),

@@ -265,3 +265,102 @@ long fl_accepted_for(const fl_record *recs, size_t n, int name)
         k += recs[i].name == name && recs[i].write == FL_WRITE_ACCEPTED;
     return k;
 }
+
+/* ---- elections ---- */
+
+static int by_from(const void *a, const void *b)
+{
+    const fl_term *x = a, *y = b;
+    return x->from_us < y->from_us ? -1 : x->from_us > y->from_us;
+}
+
+void fl_check_election(fl_term *terms, size_t n, const fl_watch_event *evs, size_t m, int nwatchers,
+                       uint64_t watch_from_us, uint64_t watch_until_us, long long long_term_ms,
+                       const fl_period *down, int ndown, fl_election_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    qsort(terms, n, sizeof *terms, by_from);
+    rep->terms = (long)n;
+    long long highest = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* At most one leader at a time: no later leadership begins before
+         * an earlier one ended. */
+        for (size_t j = i + 1; j < n && terms[j].from_us < terms[i].until_us; j++)
+            rep->overlaps++;
+        for (size_t j = 0; j < i; j++)
+            rep->duplicate_terms += terms[j].term == terms[i].term;
+        if (i > 0 && terms[i].term <= highest)
+            rep->term_order_violations++;
+        if (terms[i].term > highest)
+            highest = terms[i].term;
+    }
+    rep->watch_events = (long)m;
+    for (int w = 0; w < nwatchers; w++) {
+        long long last = 0;
+        for (size_t k = 0; k < m; k++) {
+            const fl_watch_event *e = &evs[k];
+            if (e->watcher != w || e->term == 0)
+                continue;
+            if (e->term < last || (e->elected && e->term == last))
+                rep->watch_order_violations++;
+            if (e->term > last)
+                last = e->term;
+            bool known = false;
+            for (size_t i = 0; i < n && !known; i++)
+                known = terms[i].term == e->term;
+            rep->watch_unknown_terms += !known;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (terms[i].until_us < terms[i].from_us + (uint64_t)long_term_ms * 1000ULL ||
+            terms[i].from_us < watch_from_us || terms[i].until_us > watch_until_us)
+            continue;
+        bool in_down = false;
+        for (int d = 0; d < ndown && !in_down; d++)
+            in_down = terms[i].from_us < down[d].end_us && terms[i].until_us > down[d].begin_us;
+        if (in_down)
+            continue;
+        rep->long_terms++;
+        for (int w = 0; w < nwatchers; w++) {
+            bool told = false;
+            for (size_t k = 0; k < m && !told; k++)
+                told = evs[k].watcher == w && evs[k].term == terms[i].term;
+            rep->watch_missed += !told;
+        }
+    }
+}
+
+/* ---- semaphores ---- */
+
+static int permit_by_from(const void *a, const void *b)
+{
+    const fl_permit *x = a, *y = b;
+    return x->from_us < y->from_us ? -1 : x->from_us > y->from_us;
+}
+
+void fl_check_semaphore(fl_permit *p, size_t n, int limit, fl_semaphore_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    qsort(p, n, sizeof *p, permit_by_from);
+    rep->permits = (long)n;
+    for (size_t i = 0; i < n; i++) {
+        /* holders at the moment permit i began: itself and every earlier
+         * one that had not ended (a permit's interval is [from, until)) */
+        int at_once = 1;
+        for (size_t j = 0; j < i; j++) {
+            if (p[j].until_us <= p[i].from_us)
+                continue;
+            at_once++;
+            if (p[j].slot == p[i].slot)
+                rep->slot_overlaps++;
+        }
+        if (at_once > rep->most_at_once)
+            rep->most_at_once = at_once;
+        rep->over_limit += at_once > limit;
+        for (size_t j = 0; j < i; j++)
+            if (p[j].slot == p[i].slot && p[j].fence >= p[i].fence) {
+                rep->fence_violations++;
+                break;
+            }
+    }
+}

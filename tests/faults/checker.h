@@ -71,4 +71,69 @@ void fl_check(fl_record *recs, size_t n, int nnames, const fl_expect *ex, fl_rep
 /* Accepted writes per name, for the resource comparison. */
 long fl_accepted_for(const fl_record *recs, size_t n, int name);
 
+
+
+/* ---- elections (docs/elections.md) ---- */
+
+/* One leadership as its campaigner lived it: from reading "elected" to
+ * the moment it stopped relying on it (it chose to step down, read "lost",
+ * or the validity last announced ran out), on the shared monotonic clock. */
+typedef struct fl_term {
+    int client;
+    long long term;
+    uint64_t from_us, until_us;
+} fl_term;
+
+/* One line of a watch stream: term 0 for "vacant". */
+typedef struct fl_watch_event {
+    int watcher;
+    bool elected;               /* "elected" (else "state", "proclaimed" or "vacant") */
+    long long term;
+    uint64_t at_us;
+} fl_watch_event;
+
+typedef struct fl_election_report {
+    long terms;
+    long overlaps;              /* pairs of leaderships that overlap in time */
+    long duplicate_terms;       /* a term given to two leaderships */
+    long term_order_violations; /* a leadership whose term is not above every earlier one */
+    long watch_events;
+    long watch_order_violations; /* per watcher: "elected" not above the last term it told,
+                                    or any term below it */
+    long watch_unknown_terms;   /* terms a watch told that no campaigner read (a grant
+                                   released at once: reported, not a violation) */
+    long long_terms;            /* leaderships of at least long_term_ms within the watch */
+    long watch_missed;          /* (watcher, long term) pairs the watcher never told */
+} fl_election_report;
+
+/* Judges leaderships (reordered in place) and the watchers' events (each
+ * watcher's in the order read). Watches ran from watch_from_us to
+ * watch_until_us; every leadership of at least long_term_ms inside that
+ * time, and outside the down periods (a majority could not answer: a watch
+ * reads what a majority shows), must be told by every watcher. */
+void fl_check_election(fl_term *terms, size_t n, const fl_watch_event *evs, size_t m, int nwatchers,
+                       uint64_t watch_from_us, uint64_t watch_until_us, long long long_term_ms,
+                       const fl_period *down, int ndown, fl_election_report *rep);
+/* ---- semaphores (docs/semaphores.md) ---- */
+
+/* One permit as its holder lived it: from the grant's answer to the moment
+ * it stopped relying on it (it released it, or the validity counted from
+ * when it sent the acquire ran out). */
+typedef struct fl_permit {
+    int client, slot;
+    long long fence;
+    uint64_t from_us, until_us;
+} fl_permit;
+
+typedef struct fl_semaphore_report {
+    long permits;
+    int most_at_once;           /* holders at the same moment, at most */
+    long over_limit;            /* permits that began while limit others were held */
+    long slot_overlaps;         /* two holders of one slot at once */
+    long fence_violations;      /* per slot, fences not increasing in grant order */
+} fl_semaphore_report;
+
+/* Judges permits (reordered in place) against limit. */
+void fl_check_semaphore(fl_permit *p, size_t n, int limit, fl_semaphore_report *rep);
+
 #endif

@@ -594,9 +594,25 @@ h_stream *h_stream_open(h_cluster *c, const char *path, const char *body, int ti
     return h_stream_open_at(c->http_port, path, body, timeout_ms);
 }
 
+static h_stream *stream_open(int port, const char *method, const char *path, const char *body,
+                             int timeout_ms);
+
 h_stream *h_stream_open_at(int port, const char *path, const char *body, int timeout_ms)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    return stream_open(port, "POST", path, body, timeout_ms);
+}
+
+h_stream *h_stream_get(h_cluster *c, const char *path, int timeout_ms)
+{
+    return stream_open(c->http_port, "GET", path, "", timeout_ms);
+}
+
+static h_stream *stream_open(int port, const char *method, const char *path, const char *body,
+                             int timeout_ms)
+{
+    /* Close-on-exec: a master restarted meanwhile (a fork and exec) must not
+     * keep the stream open after the test closes it. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
@@ -606,8 +622,8 @@ h_stream *h_stream_open_at(int port, const char *path, const char *body, int tim
     }
     char req[4096];
     int n = snprintf(req, sizeof req,
-                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n%s", path, strlen(body), body);
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", method, path, strlen(body), body);
     if (write(fd, req, (size_t)n) != n) {
         close(fd);
         return NULL;

@@ -116,6 +116,8 @@ h_stream *h_stream_open(h_cluster *c, const char *path, const char *body, int ti
 /* The same through whatever listens on 127.0.0.1:port (a proxy in front
  * of the daemon). */
 h_stream *h_stream_open_at(int port, const char *path, const char *body, int timeout_ms);
+/* The same with GET (no body): a watch stream (GET /elections/{name}?watch=true). */
+h_stream *h_stream_get(h_cluster *c, const char *path, int timeout_ms);
 /* The next event, waiting up to timeout_ms: 1 with *ev (free with
  * cJSON_Delete) and *recv_us (h_now_us when its line arrived), 0 on
  * timeout, -1 at the stream's end or on error. */

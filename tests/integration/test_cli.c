@@ -851,6 +851,7 @@ Test(cli, readme_examples_run_as_printed)
         {"redlock release", "", 0},
         {"redlock status --json orders", "\"held\":false", 1},
         {"redlock ready", "ready: 5 of 5 masters can vote", 0},
+        {"redlock elect", "leading with term ", 0},
     };
     for (int i = 0; i < n; i++) {
         char mark[16], next[16];

@@ -129,3 +129,94 @@ Test(checker, recovery_cut_short_by_the_next_fault_is_not_judged)
     cr_assert_eq(p.recoveries_judged, 2, "the one at 5000 ms is cut short");
     cr_assert_eq(p.recoveries_missed, 1, "no grant after 7000 ms");
 }
+
+/* ---- elections ---- */
+
+static fl_term leadership(int client, long long term, uint64_t from_ms, uint64_t until_ms)
+{
+    return (fl_term){client, term, from_ms * 1000, until_ms * 1000};
+}
+
+static fl_watch_event told(int watcher, bool elected, long long term, uint64_t at_ms)
+{
+    return (fl_watch_event){watcher, elected, term, at_ms * 1000};
+}
+
+Test(checker, elections_clean_handoffs)
+{
+    fl_term t[] = {leadership(0, 10, 0, 900), leadership(1, 11, 950, 2000), leadership(2, 12, 2100, 2500)};
+    fl_watch_event e[] = {told(0, false, 10, 10), told(0, true, 11, 1000), told(0, false, 0, 2050),
+                          told(0, true, 12, 2200), told(1, true, 11, 990), told(1, true, 12, 2300)};
+    fl_election_report rep;
+    fl_check_election(t, 3, e, 6, 2, 0, 3000000, 800, NULL, 0, &rep);
+    cr_assert_eq(rep.overlaps + rep.duplicate_terms + rep.term_order_violations, 0);
+    cr_assert_eq(rep.watch_order_violations + rep.watch_unknown_terms, 0);
+    cr_assert_eq(rep.long_terms, 2, "terms 10 and 11 last at least 800 ms: %ld", rep.long_terms);
+    cr_assert_eq(rep.watch_missed, 1, "watcher 1 never told term 10");
+    fl_period down = {100000, 200000};   /* term 10 overlaps a majority's absence: not judged */
+    fl_check_election(t, 3, e, 6, 2, 0, 3000000, 800, &down, 1, &rep);
+    cr_assert_eq(rep.long_terms, 1);
+    cr_assert_eq(rep.watch_missed, 0);
+}
+
+/* Negative controls: each property's checker fails on records that break it. */
+Test(checker, elections_two_leaders_at_once_are_found)
+{
+    fl_term t[] = {leadership(0, 10, 0, 1000), leadership(1, 11, 999, 2000)};
+    fl_election_report rep;
+    fl_check_election(t, 2, NULL, 0, 0, 0, 0, 800, NULL, 0, &rep);
+    cr_assert_eq(rep.overlaps, 1);
+}
+
+Test(checker, elections_terms_must_increase_and_be_unique)
+{
+    fl_term t[] = {leadership(0, 10, 0, 100), leadership(1, 10, 200, 300), leadership(2, 9, 400, 500)};
+    fl_election_report rep;
+    fl_check_election(t, 3, NULL, 0, 0, 0, 0, 800, NULL, 0, &rep);
+    cr_assert_eq(rep.duplicate_terms, 1);
+    cr_assert_eq(rep.term_order_violations, 2);
+    cr_assert_eq(rep.overlaps, 0);
+}
+
+Test(checker, elections_watch_out_of_order_is_found)
+{
+    fl_term t[] = {leadership(0, 10, 0, 100), leadership(1, 11, 200, 300)};
+    fl_watch_event e[] = {told(0, true, 11, 250), told(0, true, 10, 260), told(0, true, 11, 270),
+                          told(1, true, 12, 280)};
+    fl_election_report rep;
+    fl_check_election(t, 2, e, 4, 2, 0, 1000000, 800, NULL, 0, &rep);
+    cr_assert_eq(rep.watch_order_violations, 2, "10 after 11, and 11 elected twice");
+    cr_assert_eq(rep.watch_unknown_terms, 1, "term 12 was never read by a campaigner");
+}
+
+/* ---- semaphores ---- */
+
+static fl_permit permit(int client, int slot, long long fence, uint64_t from_ms, uint64_t until_ms)
+{
+    return (fl_permit){client, slot, fence, from_ms * 1000, until_ms * 1000};
+}
+
+Test(checker, semaphore_within_its_limit)
+{
+    fl_permit p[] = {permit(0, 0, 1, 0, 100), permit(1, 1, 5, 50, 150), permit(2, 0, 2, 100, 200),
+                     permit(3, 1, 6, 150, 250)};
+    fl_semaphore_report rep;
+    fl_check_semaphore(p, 4, 2, &rep);
+    cr_assert_eq(rep.most_at_once, 2);
+    cr_assert_eq(rep.over_limit + rep.slot_overlaps + rep.fence_violations, 0);
+}
+
+/* Negative controls: each property's checker fails on records that break it. */
+Test(checker, semaphore_over_its_limit_is_found)
+{
+    /* with five masters and L = 2, a per-master counter admits three */
+    fl_permit p[] = {permit(0, 0, 1, 0, 100), permit(1, 1, 5, 10, 100), permit(2, 0, 2, 20, 100)};
+    fl_semaphore_report rep;
+    fl_check_semaphore(p, 3, 2, &rep);
+    cr_assert_eq(rep.most_at_once, 3);
+    cr_assert_eq(rep.over_limit, 1);
+    cr_assert_eq(rep.slot_overlaps, 1);
+    fl_permit q[] = {permit(0, 0, 7, 0, 10), permit(1, 0, 7, 20, 30)};
+    fl_check_semaphore(q, 2, 2, &rep);
+    cr_assert_eq(rep.fence_violations, 1);
+}

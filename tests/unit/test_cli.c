@@ -262,13 +262,14 @@ Test(cli_args, help_and_version)
 Test(cli_args, help_is_complete)
 {
     static const struct { enum cli_cmd cmd; const char *opts[6]; } want[] = {
-        {CLI_RUN, {"--ttl", "--wait", "--owner", "--grace", "REDLOCK_TOKEN", "REDLOCK_FENCE"}},
+        {CLI_RUN, {"--ttl", "--wait", "--owner", "--grace", "--limit", "REDLOCK_FENCE"}},
         {CLI_ACQUIRE, {"--ttl", "--wait", "--owner", "--json", NULL}},
         {CLI_EXTEND, {"--ttl", "--json", NULL}},
         {CLI_RELEASE, {"TOKEN", NULL}},
         {CLI_STATUS, {"--json", NULL}},
         {CLI_READY, {"--json", NULL}},
-        {CLI_NONE, {"run", "acquire", "extend", "release", "status", "ready"}},
+        {CLI_ELECT, {"--ttl", "--candidate", "--value", "--grace", "--observe", "REDLOCK_TERM"}},
+        {CLI_NONE, {"run", "elect", "acquire", "extend", "release", "status"}},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char *text = NULL;
@@ -285,6 +286,39 @@ Test(cli_args, help_is_complete)
                       strstr(text, "75") && strstr(text, "69") && strstr(text, "64"));
         free(text);
     }
+}
+
+Test(cli_args, elect)
+{
+    cli_args a = ok("elect --ttl 5s --candidate pg-1 --value 10.0.0.7:5432 --grace 1s db -- ./serve --port 1");
+    cr_assert_eq(a.cmd, CLI_ELECT);
+    cr_assert_eq(a.ttl_ms, 5000);
+    cr_assert_str_eq(a.candidate, "pg-1");
+    cr_assert_str_eq(a.value, "10.0.0.7:5432");
+    cr_assert_str_eq(a.name, "db");
+    cr_assert_str_eq(a.cmd_argv[0], "./serve");
+    cr_assert_str_eq(a.cmd_argv[1], "--port");
+    cr_assert_not(a.observe);
+    a = ok("elect --observe db");
+    cr_assert(a.observe);
+    cr_assert_str_eq(a.name, "db");
+    cr_assert_null(a.cmd_argv);
+    usage_error("elect db", "needs a command");
+    usage_error("elect --candidate a#b db -- true", "--candidate");
+    usage_error("elect --wait 1s db -- true", "unknown option --wait");
+    usage_error("elect --observe", "needs NAME");
+    usage_error("elect --ttl 500ms db -- true", "at least 1s");
+}
+
+Test(cli_args, run_limit)
+{
+    cli_args a = ok("run --limit 3 --wait 1m jobs -- ./work");
+    cr_assert_eq(a.limit, 3);
+    cr_assert_str_eq(a.cmd_argv[0], "./work");
+    cr_assert_eq(ok("run jobs -- ./work").limit, 0);
+    usage_error("run --limit 0 jobs -- ./work", "--limit");
+    usage_error("run --limit 65 jobs -- ./work", "--limit");
+    usage_error("acquire --limit 2 jobs", "unknown option --limit");
 }
 
 /* ---- answers ---- */
@@ -397,6 +431,22 @@ Test(cli_stream, events)
     cr_assert_str_eq(ev.reason, "");
     cr_assert_eq(cli_parse_event("{\"event\":\"released\",\"reason\":\"shutting_down\"}", &ev), 0);
     cr_assert_str_eq(ev.reason, "shutting_down");
+    /* A campaign's stream: elected (with its term as the fence), resigned. */
+    cr_assert_eq(cli_parse_event("{\"event\":\"elected\",\"name\":\"x\",\"candidate\":\"a\",\"term\":42,"
+                                 "\"token\":\"T\",\"validity_ms\":900,\"ttl_ms\":1000}", &ev), 0);
+    cr_assert_eq(ev.kind, CLI_EV_ACQUIRED);
+    cr_assert_eq(ev.fence, 42);
+    cr_assert_eq(cli_parse_event("{\"event\":\"resigned\"}", &ev), 0);
+    cr_assert_eq(ev.kind, CLI_EV_RELEASED);
+    cr_assert_eq(cli_parse_event("{\"event\":\"campaigning\",\"name\":\"x\",\"candidate\":\"a\"}", &ev), 0);
+    cr_assert_eq(ev.kind, CLI_EV_OTHER);
+    char line[200];
+    cr_assert_eq(cli_format_election_event("{\"event\":\"elected\",\"leader\":\"b\",\"term\":7,\"value\":\"v\"}",
+                                           line, sizeof line), 0);
+    cr_assert_str_eq(line, "elected: b, term 7, value v");
+    cr_assert_eq(cli_format_election_event("{\"event\":\"vacant\",\"leader\":null}", line, sizeof line), 0);
+    cr_assert_str_eq(line, "vacant: no leader");
+    cr_assert_eq(cli_format_election_event("nope", line, sizeof line), -1);
     cr_assert_eq(cli_parse_event("{\"event\":\"hello\",\"x\":1}", &ev), 0);
     cr_assert_eq(ev.kind, CLI_EV_OTHER, "events of later versions are passed over");
 }

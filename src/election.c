@@ -1,0 +1,254 @@
+/* election.c - see election.h. */
+#include "election.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "rules.h"
+
+void election_lock_name(const char *name, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s%s", name, ELECTION_SUFFIX);
+}
+
+bool election_candidate_valid(const char *s)
+{
+    size_t len = s ? strlen(s) : 0;
+    return len <= ELECTION_CANDIDATE_MAX && rules_name_valid(s, len);
+}
+
+bool election_value_valid(const char *s)
+{
+    size_t len = strlen(s);
+    if (len > ELECTION_VALUE_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return false;
+    return true;
+}
+
+static bool all_space(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!isspace((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+/* The body as a JSON object, or NULL with msg. A NUL escaped in a string
+ * (\u0000) would cut it short: refused, as on the lock routes. */
+static cJSON *parse_object(const char *body, size_t len, char *msg, size_t msglen)
+{
+    const char *end = NULL;
+    cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+    if (root && !all_space(end, len - (size_t)(end - body))) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (!root) {
+        snprintf(msg, msglen, "the body is not valid JSON");
+        return NULL;
+    }
+    if (!cJSON_IsObject(root) || memmem(body, len, "\\u0000", 6)) {
+        snprintf(msg, msglen, "the body must be a JSON object without NUL characters");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int value_field(const cJSON *root, bool required, char *value, char *msg, size_t msglen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "value");
+    value[0] = '\0';
+    if (!v && !required)
+        return 0;
+    if (!cJSON_IsString(v) || !election_value_valid(v->valuestring)) {
+        snprintf(msg, msglen, "value must be a string of 0 to %d printable ASCII bytes",
+                 ELECTION_VALUE_MAX);
+        return -1;
+    }
+    memcpy(value, v->valuestring, strlen(v->valuestring) + 1);
+    return 0;
+}
+
+int election_parse_campaign(const char *body, size_t len, long long default_ttl_ms,
+                            long long max_ttl_ms, rl_request *req, char *candidate, char *value,
+                            char *msg, size_t msglen)
+{
+    memset(req, 0, sizeof *req);
+    req->op = RL_ACQUIRE;
+    req->hold = true;
+    req->ttl_ms = default_ttl_ms;
+    req->wait_ms = ELECTION_WAIT_ROUND_MS;
+    cJSON *root = parse_object(body, len, msg, msglen);
+    if (!root)
+        return -1;
+    int rc = -1;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "candidate");
+    if (!cJSON_IsString(c) || !election_candidate_valid(c->valuestring)) {
+        snprintf(msg, msglen, "candidate must be a string of 1 to %d bytes of A-Z a-z 0-9 . _ : -",
+                 ELECTION_CANDIDATE_MAX);
+        goto out;
+    }
+    memcpy(candidate, c->valuestring, strlen(c->valuestring) + 1);
+    if (value_field(root, false, value, msg, msglen) < 0)
+        goto out;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "ttl_ms");
+    if (t) {
+        double d = cJSON_IsNumber(t) ? t->valuedouble : -1;
+        if (!cJSON_IsNumber(t) || !isfinite(d) || floor(d) != d || d < API_HOLD_MIN_TTL_MS ||
+            d > (double)max_ttl_ms) {
+            snprintf(msg, msglen, "ttl_ms must be a whole number from %d to %lld",
+                     API_HOLD_MIN_TTL_MS, max_ttl_ms);
+            goto out;
+        }
+        req->ttl_ms = (long long)d;
+    }
+    if (req->ttl_ms < API_HOLD_MIN_TTL_MS)
+        req->ttl_ms = API_HOLD_MIN_TTL_MS;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int election_parse_value(const char *body, size_t len, char *value, char *token, char *msg,
+                         size_t msglen)
+{
+    token[0] = '\0';
+    cJSON *root = parse_object(body, len, msg, msglen);
+    if (!root)
+        return -1;
+    int rc = -1;
+    if (value_field(root, true, value, msg, msglen) < 0)
+        goto out;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "token");
+    if (t) {
+        if (!cJSON_IsString(t) || !rules_token_valid(t->valuestring, strlen(t->valuestring)) ||
+            strlen(t->valuestring) > TOKEN_MAX_LEN) {
+            snprintf(msg, msglen, "token must be a token redlockd gave");
+            goto out;
+        }
+        memcpy(token, t->valuestring, strlen(t->valuestring) + 1);
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+void election_owner(const char *candidate, const char *value, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "\x01%s %s", candidate, value);
+}
+
+bool election_owner_split(const char *owner, char *candidate, long long *since_ms, char *value)
+{
+    const char *sp1 = strchr(owner, ' ');
+    if (!sp1 || sp1 == owner || sp1 - owner > 19)
+        return false;
+    long long since = 0;
+    for (const char *p = owner; p < sp1; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        since = since * 10 + (*p - '0');
+    }
+    const char *sp2 = strchr(sp1 + 1, ' ');
+    if (!sp2 || sp2 == sp1 + 1 || (size_t)(sp2 - sp1 - 1) > ELECTION_CANDIDATE_MAX ||
+        strlen(sp2 + 1) > ELECTION_VALUE_MAX)
+        return false;
+    memcpy(candidate, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+    candidate[sp2 - sp1 - 1] = '\0';
+    *since_ms = since;
+    strcpy(value, sp2 + 1);
+    return true;
+}
+
+void election_state_of(const rl_result *res, election_state *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!res->held)
+        return;
+    st->held = true;
+    st->term = res->fence;
+    st->validity_ms = res->validity_ms;
+    if (!election_owner_split(res->owner, st->leader, &st->since_ms, st->value))
+        snprintf(st->leader, sizeof st->leader, "%s", "");   /* held, but not by a campaign */
+}
+
+static void add_state(cJSON *o, const char *name, const election_state *st)
+{
+    cJSON_AddStringToObject(o, "name", name);
+    if (st->held) {
+        cJSON_AddStringToObject(o, "leader", st->leader);
+        cJSON_AddStringToObject(o, "value", st->value);
+        cJSON_AddNumberToObject(o, "term", (double)st->term);
+        cJSON_AddNumberToObject(o, "since", (double)st->since_ms);
+        cJSON_AddNumberToObject(o, "validity_ms", (double)st->validity_ms);
+    } else {
+        cJSON_AddNullToObject(o, "leader");
+        cJSON_AddNullToObject(o, "value");
+        cJSON_AddNullToObject(o, "term");
+        cJSON_AddNullToObject(o, "since");
+        cJSON_AddNumberToObject(o, "validity_ms", 0);
+    }
+}
+
+char *election_state_json(const char *name, const election_state *st, const char *candidate)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    add_state(o, name, st);
+    if (candidate)
+        cJSON_AddBoolToObject(o, "is_leader", st->held && !strcmp(st->leader, candidate));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *election_event_line(const char *event, const char *name, const election_state *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "event", event);
+    add_state(o, name, st);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s)
+        return NULL;
+    size_t n = strlen(s);
+    char *line = realloc(s, n + 2);
+    if (!line) {
+        free(s);
+        return NULL;
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    return line;
+}
+
+const char *election_change(bool first, const election_state *last, const election_state *now)
+{
+    if (first)
+        return "state";
+    if (!now->held)
+        return last->held ? "vacant" : NULL;
+    if (now->term > last->term)
+        return "elected";
+    if (now->term < last->term)
+        return NULL;   /* an older view */
+    if (!last->held)
+        return "state";   /* the same term, read as vacant in between */
+    if (strcmp(now->value, last->value) || strcmp(now->leader, last->leader))
+        return "proclaimed";
+    return NULL;
+}

@@ -1,0 +1,83 @@
+/* semaphore.h - counting semaphores over the Redlock engine
+ * (docs/semaphores.md): a semaphore NAME of L permits is L independent
+ * slot locks NAME#0 .. NAME#(L-1), each an ordinary Redlock grant with its
+ * own token and fence, and its limit L stored on the masters (NAME#limit,
+ * RL_SEM_LIMIT) so that callers who disagree on L are refused. No
+ * user-visible name holds '#', so no lock route reaches a slot.
+ *
+ * A permit's token is "<slot>:<slot's token>", so an extension or a release
+ * needs nothing but the tokens. An acquire of k permits tries the slots in
+ * random order, one at a time, and keeps what it won only when it won k:
+ * otherwise it releases them and, within wait_ms, tries again after a short
+ * random delay.
+ *
+ * Who owns what: a submitted request is a task that this module owns until
+ * its done callback has run (exactly once, on some engine's thread). Its
+ * steps run one at a time, each on the engine that owns the slot's name
+ * (engine_of), and its retry timers on the pool given. No HTTP or Redis
+ * headers here.
+ */
+#ifndef RL_SEMAPHORE_H
+#define RL_SEMAPHORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "master.h"
+#include "redlock.h"
+
+#define SEM_LIMIT_MAX 64          /* permits of one semaphore */
+#define SEM_TOKEN_MAX (TOKEN_MAX_LEN + 4)   /* "<slot>:<token>" */
+#define SEM_RETRY_MS 100          /* a waiting acquire tries again after 0.5 to 1.5 times this */
+
+enum sem_op { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_INSPECT };
+
+typedef struct sem_request {
+    enum sem_op op;
+    char name[RL_NAME_MAX + 1];
+    int limit;                    /* acquire: L; inspect: 0 = the one stored */
+    int permits;                  /* acquire: k, 1..limit */
+    long long ttl_ms, wait_ms;
+    char owner[RL_OWNER_MAX + 1]; /* acquire, optional */
+    int ntokens;                  /* extend, release */
+    char tokens[SEM_LIMIT_MAX][SEM_TOKEN_MAX + 1];
+} sem_request;
+
+typedef struct sem_permit {
+    int slot;
+    char token[SEM_TOKEN_MAX + 1];  /* "<slot>:<token>" (acquire) */
+    long long fence;
+    long long validity_ms;          /* acquire, extend, inspect */
+    char owner[RL_OWNER_MAX + 1];   /* inspect */
+} sem_permit;
+
+typedef struct sem_result {
+    enum rl_outcome outcome;        /* RL_OK; RL_LOCKED: no room within wait_ms, or
+                                       limit_mismatch; RL_NOT_HELD; RL_NO_QUORUM ... */
+    bool limit_mismatch;            /* another limit is stored: stored_limit */
+    long long stored_limit;
+    int limit;                      /* the semaphore's limit (inspect: as stored or asked) */
+    int npermits;
+    sem_permit permits[SEM_LIMIT_MAX];  /* acquire: won; extend: extended; inspect: held */
+    long long validity_ms;          /* acquire, extend: the least of the permits' */
+    long long ttl_ms;
+    rl_result last;                 /* the engine's answer that decided a failure */
+} sem_result;
+
+typedef void (*sem_done_fn)(void *arg, const sem_result *res);
+typedef rl_engine *(*sem_engine_fn)(void *arg, const char *name);
+
+/* Starts req. engine_of(eng_arg, lock name) names the engine of each slot's
+ * lock and of the limit; pool runs the retry timers. done(arg, res) follows
+ * exactly once. Returns 0, or -1 when out of memory (done never called). */
+int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, mpool *pool,
+               sem_done_fn done, void *arg);
+
+/* Splits a permit token "<slot>:<token>" (slot < limit_max). */
+bool sem_token_split(const char *permit, int limit_max, int *slot, char *token, size_t tokenlen);
+
+/* The lock name of slot i of name, and of its limit. */
+void sem_slot_name(const char *name, int slot, char *out, size_t outlen);
+void sem_limit_name(const char *name, char *out, size_t outlen);
+
+#endif
