@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "deadline.h"
 #include "log.h"
@@ -81,6 +82,12 @@ struct rl_engine {
     pthread_cond_t sync_cond;
     unsigned sync_seen;
     log_limit quorum_log;        /* no_quorum lines: one a second */
+    char seed_bound[24];         /* quorum_seed_bound_us of the fence keep, as ARGV */
+    /* Test hook, from REDLOCKD_TEST_SEED_SKEW_US (docs/contributing.md):
+     * added to every proposed seed, so a test can put the proposal out of
+     * the masters' bound; "off" proposes none (the masters' own rule). */
+    long long seed_skew_us;
+    bool seed_off;
 };
 
 typedef struct rl_task {
@@ -273,7 +280,7 @@ static void op_no_quorum(rl_task *op, int answered, const master_reply *replies)
 static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
                  const char *const *args, mpool_done_fn done)
 {
-    size_t lens[10];
+    size_t lens[12];
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
     mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
@@ -745,12 +752,31 @@ static void acquire_voted(void *arg, const master_reply *replies)
     }
 }
 
+/* The seed this attempt proposes: redlockd's wall clock in microseconds.
+ * Every master that takes it (no counter or a lower one, and within the
+ * bound of its own clock: quorum_seed_fence) ends with the same counter, so
+ * a fresh name needs no raise. No margin is added: a proposal is taken
+ * whether it is ahead of the master's clock or behind it, within the bound. */
+static void acquire_seed(const rl_engine *e, char *buf, size_t len)
+{
+    struct timespec ts;
+    if (e->seed_off || clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        snprintf(buf, len, "0");
+        return;
+    }
+    long long us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000 + e->seed_skew_us;
+    snprintf(buf, len, "%lld", us > 0 ? us : 0);
+}
+
 static void acquire_attempt(rl_task *op)
 {
+    char seed[24];
     op->start_us = mpool_now_us();   /* step 1 */
+    acquire_seed(op->e, seed, sizeof seed);
     const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->value,
-                          op->ttl_str, op->px_str, op->req.owner, guard_arg(op->e)};
-    eval(op, &script_acquire, all_mask(op->e), 4, 9, args, acquire_voted);   /* step 2 */
+                          op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
+                          guard_arg(op->e)};
+    eval(op, &script_acquire, all_mask(op->e), 4, 11, args, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
@@ -1070,6 +1096,12 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
+    snprintf(e->seed_bound, sizeof e->seed_bound, "%lld", quorum_seed_bound_us(cfg->fence_keep_ms));
+    const char *skew = getenv("REDLOCKD_TEST_SEED_SKEW_US");
+    if (skew && !strcmp(skew, "off"))
+        e->seed_off = true;
+    else if (skew)
+        e->seed_skew_us = strtoll(skew, NULL, 10);
     pthread_mutex_init(&e->sync_lock, NULL);
     pthread_mutex_init(&e->quorum_log.mu, NULL);
     pthread_cond_init(&e->sync_cond, NULL);
