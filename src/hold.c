@@ -454,6 +454,37 @@ void hold_unreserve(hold_set *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The part of hold_start and hold_campaign that ties h to its connection
+ * (socket fd, wake(arg)) and puts it in s: the transit margin of ttl_ms,
+ * the socket's liveness options, and, with try_now, a first try at once.
+ * NULL (h freed) when s is ending. */
+static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake_fn wake, void *arg,
+                       bool try_now)
+{
+    h->margin_us = (uint64_t)(ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? ttl_ms / 5
+                                                                 : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
+    h->fd = fd;
+    sock_arm(fd, ttl_ms);
+    h->wake = wake;
+    h->arg = arg;
+    pthread_mutex_lock(&s->mu);
+    if (s->ending) {
+        pthread_mutex_unlock(&s->mu);
+        free(h);
+        return NULL;
+    }
+    if (try_now)
+        h->next_try_us = mpool_now_us();
+    h->next = s->list;
+    if (s->list)
+        s->list->prev = h;
+    s->list = h;
+    s->open++;
+    pthread_cond_signal(&s->changed);
+    pthread_mutex_unlock(&s->mu);
+    return h;
+}
+
 hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                  uint64_t sent_us, int fd, hold_wake_fn wake, void *arg)
 {
@@ -467,28 +498,9 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
     h->ttl_ms = res->ttl_ms;
     h->fence = res->fence;
     h->valid_until_us = sent_us + (uint64_t)res->validity_ms * 1000ULL;
-    h->margin_us = (uint64_t)(res->ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? res->ttl_ms / 5
-                                                                       : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
-    h->fd = fd;
-    sock_arm(fd, res->ttl_ms);
     h->next_try_us = sent_us + (uint64_t)res->ttl_ms * 1000ULL / 3;
     h->pend_acquired = true;
-    h->wake = wake;
-    h->arg = arg;
-    pthread_mutex_lock(&s->mu);
-    if (s->ending) {
-        pthread_mutex_unlock(&s->mu);
-        free(h);
-        return NULL;
-    }
-    h->next = s->list;
-    if (s->list)
-        s->list->prev = h;
-    s->list = h;
-    s->open++;
-    pthread_cond_signal(&s->changed);
-    pthread_mutex_unlock(&s->mu);
-    return h;
+    return hold_link(s, h, res->ttl_ms, fd, wake, arg, false);
 }
 
 hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char *label,
@@ -507,28 +519,8 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
     snprintf(h->label, sizeof h->label, "%s", label);
     snprintf(h->candidate, sizeof h->candidate, "%s", candidate);
     h->ttl_ms = req->ttl_ms;
-    h->margin_us = (uint64_t)(req->ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? req->ttl_ms / 5
-                                                                       : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
-    h->fd = fd;
-    sock_arm(fd, req->ttl_ms);
     h->pend_campaigning = true;
-    h->wake = wake;
-    h->arg = arg;
-    pthread_mutex_lock(&s->mu);
-    if (s->ending) {
-        pthread_mutex_unlock(&s->mu);
-        free(h);
-        return NULL;
-    }
-    h->next_try_us = mpool_now_us();
-    h->next = s->list;
-    if (s->list)
-        s->list->prev = h;
-    s->list = h;
-    s->open++;
-    pthread_cond_signal(&s->changed);
-    pthread_mutex_unlock(&s->mu);
-    return h;
+    return hold_link(s, h, req->ttl_ms, fd, wake, arg, true);
 }
 
 /* Formats the next event into h->out; false when none is pending. The
