@@ -247,6 +247,9 @@ static void stale_counters(fl_run *r, bool old_window)
         if (x)
             freeReplyObject(x);
     }
+    /* Masters 1 and 2 count as voting until their first vote misses its
+     * deadline: see them out first, or the wait below ends at once. */
+    cr_assert(fl_wait_voting_at_most(r, 2, 5000), "redlockd never saw masters 1 and 2 paused");
     /* No down period is marked: this scenario judges fences; fast 503s
      * while a majority sits out are the other restart scenarios' to judge
      * (over this 5 s window, under the sanitizers on a loaded 2-core

@@ -96,6 +96,20 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
     return last_short;
 }
 
+bool fl_wait_voting_at_most(fl_run *r, int most, int timeout_ms)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000ULL;
+    while (h_now_us() < until) {
+        h_resp rz = h_http(r->c, "GET", "/readyz", NULL, NULL);
+        long long v = h_int(&rz, "masters_voting");
+        h_resp_free(&rz);
+        if (v >= 0 && v <= most)
+            return true;
+        usleep(5000);
+    }
+    return false;
+}
+
 /* Starts instance x (the cluster or a peer view) with the run's flags.
  * h_daemon_start is variadic; the array goes through fixed slots, and the
  * first NULL ends it. */

@@ -84,6 +84,10 @@ void fl_mark_recovered(fl_run *r, uint64_t at_us);
  * start of the last poll that saw fewer (0 if none did), and sets *ready_us
  * to the end of the first that saw enough (0 on timeout). */
 uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us);
+/* Polls /readyz until masters_voting <= most (or the timeout): a master
+ * just paused still counts until a vote misses its deadline. Returns false
+ * on timeout. */
+bool fl_wait_voting_at_most(fl_run *r, int most, int timeout_ms);
 /* Starts redlockd again (after h_daemon_kill) with the same flags and port. */
 void fl_daemon_start(fl_run *r);
 /* SIGKILLs instance k (0: the first, 1..peers: the extra ones) and starts a
