@@ -73,13 +73,22 @@ static void pause_three(fl_run *r)
     }
 }
 
+/* A fault that must strike while a name is held waits for client 0 of a
+ * long_holder scenario to hold one with this long to go. */
+#define LONG_HOLD_LEFT_MS 1200
+
 /* SIGKILL three masters and start them again at once, with whatever
- * persistence the cluster has. */
+ * persistence the cluster has. In the long_holder scenarios each kill comes
+ * while client 0 holds a name for at least 1.2 s more: without quarantine,
+ * the restarted masters then grant that name to another client within
+ * its hold, every time. */
 static void kill_three(fl_run *r)
 {
     uint64_t ready;
     do {
         fl_sleep_ms(r, 700);
+        if (r->sc->long_holder)
+            cr_assert(fl_wait_long_holder(r, LONG_HOLD_LEFT_MS, 10000), "client 0 never held a name");
         for (int i = 0; i < 3; i++)
             h_master_kill(r->c, i);
         uint64_t begin = h_now_us();
@@ -138,6 +147,8 @@ static void churn(fl_run *r)
     do {
         fl_sleep_ms(r, 400);
         fl_instance_restart(r, next++ % (r->sc->peers + 1));
+        if (r->sc->long_holder)
+            cr_assert(fl_wait_long_holder(r, LONG_HOLD_LEFT_MS, 10000), "client 0 never held a name");
         for (int i = 0; i < 3; i++)
             h_master_kill(r->c, (next + i) % 5);
         uint64_t begin = h_now_us();
@@ -280,45 +291,45 @@ static void kill_redlockd(fl_run *r)
 
 #define LONG_HOLD 1200   /* ms of a 2000 ms lock: holders still hold when masters restart */
 
-static const fl_scenario baseline = {"no faults", 16, 2, 2000, 5, 0, {NULL}, NULL, no_fault, true, false, 0, 0};
+static const fl_scenario baseline = {"no faults", 16, 2, 2000, 5, 0, {NULL}, NULL, no_fault, true, false, 0, 0, false};
 static const fl_scenario pause1 = {"SIGSTOP one master, cycles", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_one, true, false, 0, 0};
+                                   pause_one, true, false, 0, 0, false};
 static const fl_scenario pause2 = {"SIGSTOP two masters, cycles", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_two, true, false, 0, 0};
+                                   pause_two, true, false, 0, 0, false};
 static const fl_scenario pause3 = {"SIGSTOP three masters", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                   pause_three, false, false, 0, 0};
+                                   pause_three, false, false, 0, 0, false};
 static const fl_scenario restart_q = {"SIGKILL+restart empty, quar", 16, 2, 2000, LONG_HOLD, 0,
-                                      {NULL}, NULL, kill_three, false, false, 0, 0};
+                                      {NULL}, NULL, kill_three, false, false, 0, 0, true};
 static const fl_scenario restart_noq = {"NEGATIVE: same, quarantine off", 16, 2, 2000, LONG_HOLD, 0,
-                                        {"--quarantine", "off", NULL}, NULL, kill_three, false, FL_EXPECT_OVERLAP, 0, 0};
+                                        {"--quarantine", "off", NULL}, NULL, kill_three, false, FL_EXPECT_OVERLAP, 0, 0, true};
 static const fl_scenario restart_aof = {"SIGKILL+restart AOF always", 16, 2, 2000, LONG_HOLD, 0,
                                         {NULL},
-                                        "--appendonly yes --appendfsync always", kill_three, false, false, 0, 0};
+                                        "--appendonly yes --appendfsync always", kill_three, false, false, 0, 0, true};
 static const fl_scenario late_client = {"client stalls past validity", 16, 1, 1000, 5, 300, {NULL}, NULL,
-                                        no_fault, false, false, 0, 0};
+                                        no_fault, false, false, 0, 0, false};
 static const fl_scenario pexpire = {"PEXPIRE early + one paused", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                    pexpire_while_paused, true, false, 0, 0};
+                                    pexpire_while_paused, true, false, 0, 0, false};
 static const fl_scenario flush = {"SCRIPT FLUSH during load", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                  script_flush, true, false, 0, 0};
+                                  script_flush, true, false, 0, 0, false};
 static const fl_scenario churn_q = {"redlockd churn, masters empty", 18, 2, 2000, LONG_HOLD, 0, {NULL},
-                                    NULL, churn, false, false, 2, 0};
+                                    NULL, churn, false, false, 2, 0, true};
 static const fl_scenario churn_noq = {"NEGATIVE: churn, quar off", 18, 2, 2000, LONG_HOLD, 0,
-                                      {"--quarantine", "off", NULL}, NULL, churn, false, FL_EXPECT_OVERLAP, 2, 0};
+                                      {"--quarantine", "off", NULL}, NULL, churn, false, FL_EXPECT_OVERLAP, 2, 0, true};
 static const fl_scenario stale = {"restart keeps stale counters", 16, 1, STALE_TTL_MS, 5, 0,
                                   {"--fence-keep-ms", STALE_KEEP, NULL},
                                   "--appendonly yes --appendfsync everysec", stale_counters_new, false,
-                                  false, 0, 0};
+                                  false, 0, 0, false};
 static const fl_scenario stale_old = {"NEGATIVE: stale ctrs, old window", 16, 1, STALE_TTL_MS, 5, 0,
                                       {"--fence-keep-ms", STALE_KEEP, NULL},
                                       "--appendonly yes --appendfsync everysec",
-                                      stale_counters_old_window, false, FL_EXPECT_FENCE, 0, 0};
+                                      stale_counters_old_window, false, FL_EXPECT_FENCE, 0, 0, false};
 static const fl_scenario daemon_kill = {"redlockd SIGKILL+restart", 16, 2, 2000, 5, 0, {NULL}, NULL,
-                                        kill_redlockd, false, false, 0, 0};
+                                        kill_redlockd, false, false, 0, 0, false};
 /* Held streams and ordinary acquires on the same names: half the clients
  * hold for up to 2.5 ttls, trusting the stream's events, while two masters
  * are paused in cycles (renewals then need the other three). */
 static const fl_scenario streams = {"held streams+acquires, STOP 2", 16, 2, 1000, 5, 0, {NULL},
-                                    NULL, pause_two, false, false, 0, 2500};
+                                    NULL, pause_two, false, false, 0, 2500, false};
 
 Test(faults, no_faults) { fl_run_scenario(&baseline, seconds(), clients()); }
 Test(faults, sigstop_one_master_cycles) { fl_run_scenario(&pause1, seconds(), clients()); }

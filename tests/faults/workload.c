@@ -96,6 +96,18 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
     return last_short;
 }
 
+bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000ULL;
+    while (h_now_us() < until) {
+        uint64_t end = atomic_load(&r->long_hold_until_us), now = h_now_us();
+        if (end > now + (uint64_t)left_ms * 1000ULL)
+            return true;
+        usleep(1000);
+    }
+    return false;
+}
+
 bool fl_wait_voting_at_most(fl_run *r, int most, int timeout_ms)
 {
     uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000ULL;
@@ -317,6 +329,8 @@ static void *client_main(void *arg)
     CURL *h = curl_easy_init();
     char body[64];
     snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", sc->ttl_ms);
+    if (sc->long_holder && cl->id == 0)   /* woken by the release notice: it wins most free names */
+        snprintf(body, sizeof body, "{\"ttl_ms\":%lld,\"wait_ms\":%lld}", sc->ttl_ms, sc->ttl_ms);
     struct body out;
     while (!atomic_load(&r->stop)) {
         fl_record rec = {.client = cl->id, .name = (int)rnd(cl, (uint32_t)sc->names)};
@@ -352,7 +366,16 @@ static void *client_main(void *arg)
             int hold = (int)rnd(cl, (uint32_t)sc->hold_max_ms + 1);
             if (sc->late_client_pause_ms && cl->id == 0)
                 hold = (int)rec.validity_ms + sc->late_client_pause_ms;   /* a stalled holder */
+            bool long_holder = sc->long_holder && cl->id == 0;
+            if (long_holder) {
+                long long used_ms = (long long)(rec.read_us - rec.answered_us) / 1000;
+                long long left = rec.validity_ms - FL_LONG_HOLD_SPARE_MS - used_ms;
+                hold = left > 0 ? (int)left : 0;
+                atomic_store(&r->long_hold_until_us, rec.read_us + (uint64_t)hold * 1000ULL);
+            }
             sleep_exact_ms(hold);
+            if (long_holder)
+                atomic_store(&r->long_hold_until_us, 0);
             rec.write_us = h_now_us();
             rec.late = rec.write_us > rec.answered_us + (uint64_t)rec.validity_ms * 1000ULL;
             rec.write = resource_write(res, rec.fence, v + 1);

@@ -50,7 +50,13 @@ typedef struct fl_scenario {
     int stream_hold_max_ms;     /* > 0: odd clients take the lock as a held stream and keep
                                    it 0..this long (renewed by redlockd), trusting each
                                    event's validity; it ends by DELETE or a close */
+    bool long_holder;           /* client 0 keeps each grant until FL_LONG_HOLD_SPARE_MS
+                                   before its validity ends; the fault thread waits for such
+                                   a hold (fl_wait_long_holder) to strike while a name is
+                                   surely held, so a negative control cannot miss by chance */
 } fl_scenario;
+
+#define FL_LONG_HOLD_SPARE_MS 200
 
 struct fl_run {
     const fl_scenario *sc;
@@ -72,6 +78,7 @@ struct fl_run {
     h_cluster *peers[FL_MAX_PEERS]; /* views of the extra instances (harness.h) */
     pthread_mutex_t tok_mu;     /* every token a client received, for the ghost check */
     char (*tokens)[24];
+    _Atomic uint64_t long_hold_until_us; /* client 0's hold ends then (0: not holding) */
     size_t ntokens, captokens;
 };
 
@@ -84,6 +91,9 @@ void fl_mark_recovered(fl_run *r, uint64_t at_us);
  * start of the last poll that saw fewer (0 if none did), and sets *ready_us
  * to the end of the first that saw enough (0 on timeout). */
 uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us);
+/* Waits until client 0 of a long_holder scenario holds a name with at
+ * least left_ms of its hold to go. Returns false on timeout. */
+bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms);
 /* Polls /readyz until masters_voting <= most (or the timeout): a master
  * just paused still counts until a vote misses its deadline. Returns false
  * on timeout. */
