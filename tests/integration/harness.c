@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -83,7 +84,7 @@ int h_free_port(void)
     return -1;
 }
 
-static pid_t spawn(char *const argv[], const char *log_path, bool is_daemon)
+static pid_t fork_child(char *const argv[], const char *log_path, bool is_daemon)
 {
     pid_t pid = fork();
     if (pid < 0)
@@ -105,6 +106,61 @@ static pid_t spawn(char *const argv[], const char *log_path, bool is_daemon)
         _exit(127);
     }
     return pid;
+}
+
+/* A child dies with the test that started it (PR_SET_PDEATHSIG), but Linux
+ * sends that signal when the thread that forked it ends: masters restarted
+ * by a scenario's fault thread were killed the moment that thread returned,
+ * and the run's last seconds had no majority. So every fork happens on one
+ * spawner thread that lives as long as the test process. */
+struct spawn_job {
+    char *const *argv;
+    const char *log_path;
+    bool is_daemon;
+    pid_t pid;
+    bool done;
+};
+
+static pthread_mutex_t spawn_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t spawn_cv = PTHREAD_COND_INITIALIZER;
+static struct spawn_job *spawn_next;
+static pid_t spawner_of;   /* the process whose spawner thread runs (criterion forks a process per test) */
+
+static void *spawner_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&spawn_mu);
+    for (;;) {
+        while (!spawn_next)
+            pthread_cond_wait(&spawn_cv, &spawn_mu);
+        struct spawn_job *j = spawn_next;
+        spawn_next = NULL;
+        j->pid = fork_child(j->argv, j->log_path, j->is_daemon);
+        j->done = true;
+        pthread_cond_broadcast(&spawn_cv);
+    }
+    return NULL;
+}
+
+static pid_t spawn(char *const argv[], const char *log_path, bool is_daemon)
+{
+    struct spawn_job j = {argv, log_path, is_daemon, 0, false};
+    pthread_mutex_lock(&spawn_mu);
+    if (spawner_of != getpid()) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, spawner_main, NULL) != 0)
+            die("pthread_create");
+        pthread_detach(t);
+        spawner_of = getpid();
+    }
+    while (spawn_next)
+        pthread_cond_wait(&spawn_cv, &spawn_mu);
+    spawn_next = &j;
+    pthread_cond_broadcast(&spawn_cv);
+    while (!j.done)
+        pthread_cond_wait(&spawn_cv, &spawn_mu);
+    pthread_mutex_unlock(&spawn_mu);
+    return j.pid;
 }
 
 static bool redis_ping(int port)

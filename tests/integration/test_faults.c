@@ -1,5 +1,6 @@
 /* Integration: masters paused (SIGSTOP), killed and restarted empty. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -479,4 +480,24 @@ Test(faults, fence_increases_across_different_majorities)
     cr_assert_gt(f2, f1, "fence went backwards across majorities: %lld then %lld", f1, f2);
     h_master_resume(C, 0);
     h_master_resume(C, 2);
+}
+
+static void *restart_master_0(void *arg)
+{
+    h_master_restart(arg, 0);
+    return NULL;
+}
+
+/* The fault suites restart masters from a fault thread that then ends; the
+ * harness must not let the master die with that thread (it did: children
+ * were tied to the forking thread by PR_SET_PDEATHSIG). */
+Test(faults, master_restarted_by_a_thread_outlives_it)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, restart_master_0, C);
+    pthread_join(t, NULL);
+    usleep(200000);
+    redisReply *x = h_redis(C, 0, "PING");
+    cr_assert(x && x->type == REDIS_REPLY_STATUS, "master 0 died with the thread that restarted it");
+    freeReplyObject(x);
 }
