@@ -351,6 +351,23 @@ static void *fault_main(void *arg)
     return NULL;
 }
 
+/* The run's timeline, in ms from t0, for a failed check: leaderships,
+ * watch events and the periods no majority voted. */
+static void dump(const elect_run *r, uint64_t t0)
+{
+    for (size_t i = 0; i < r->nterms; i++)
+        fprintf(stderr, "  term %lld: client %d leads %.0f..%.0f ms\n", r->terms[i].term, r->terms[i].client,
+                (double)((int64_t)(r->terms[i].from_us - t0)) / 1000.0,
+                (double)((int64_t)(r->terms[i].until_us - t0)) / 1000.0);
+    for (int d = 0; d < r->ndown; d++)
+        fprintf(stderr, "  down %.0f..%.0f ms\n", (double)((int64_t)(r->down[d].begin_us - t0)) / 1000.0,
+                (double)((int64_t)(r->down[d].end_us - t0)) / 1000.0);
+    for (size_t k = 0; k < r->nevs; k++)
+        fprintf(stderr, "  watch %d at %.0f ms: %s term %lld\n", r->evs[k].watcher,
+                (double)((int64_t)(r->evs[k].at_us - t0)) / 1000.0, r->evs[k].elected ? "elected" : "other",
+                r->evs[k].term);
+}
+
 static void run(const elect_scenario *sc, int seconds)
 {
     elect_run *r = calloc(1, sizeof *r);
@@ -401,6 +418,11 @@ static void run(const elect_scenario *sc, int seconds)
             rep.long_terms * ELECT_WATCHERS - rep.watch_missed, rep.long_terms * ELECT_WATCHERS);
     h_peer_free(r->peer);
     h_cluster_free(r->c);
+    bool bad = rep.terms < 3 || (sc->negative ? rep.overlaps == 0
+                                              : rep.overlaps || rep.duplicate_terms || rep.term_order_violations ||
+                                                    rep.watch_order_violations || rep.watch_missed);
+    if (bad)
+        dump(r, w[0].from_us < w[1].from_us ? w[0].from_us : w[1].from_us);
     cr_assert_geq(rep.terms, 3, "%s: too few leaders to judge", sc->label);
     if (sc->negative) {
         cr_assert_gt(rep.overlaps, 0, "%s: the checker found no two leaders at once", sc->label);
