@@ -3,7 +3,9 @@
  * same Redis work with no HTTP, from C with hiredis (each client sends
  * SET NX PX to all five masters before reading, then the release script by
  * EVALSHA). Both drive N clients from one epoll thread, one connection per
- * client (five for a floor client), each client its own lock name.
+ * client (five for a floor client), each client its own lock name; the
+ * "new" rows take a new name for every acquire instead (one lock per order
+ * id: the name has no fence counter on any master yet).
  *
  * Beside them, the peer users would pick: node-redlock (npm "redlock" 4.2)
  * over ioredis with auto-pipelining, five clients, one per master
@@ -109,6 +111,8 @@ typedef struct result {
     double cycles_per_s;
     double masters_cpu_s_per_1000; /* the five masters' CPU seconds (summed) per 1000 cycles */
     double own_cpu_s_per_1000;     /* the working process's CPU seconds per 1000 cycles; <0: not measured */
+    double raises_per_cycle;       /* redlockd: grants that needed a fence raise (a second round
+                                      trip), per cycle, from /metrics; <0: not measured */
 } result;
 
 /* ---- the masters' CPU: INFO cpu, used_cpu_sys + used_cpu_user ---- */
@@ -279,6 +283,8 @@ typedef struct hclient {
     char in[4096];
     size_t inlen;
     char token[300];
+    bool fresh;                  /* a new name for every acquire */
+    long seq;                    /* acquires sent: the fresh name's suffix */
 } hclient;
 
 static int connect_to(int port)
@@ -295,14 +301,22 @@ static int connect_to(int port)
 
 static void h_request(hclient *c)
 {
+    char name[64];
+    if (c->fresh) {
+        if (c->st == H_ACQ)
+            c->seq++;
+        snprintf(name, sizeof name, "bench-%d-%ld-%ld", c->id, (long)getpid(), c->seq);
+    } else {
+        snprintf(name, sizeof name, "bench-%d", c->id);
+    }
     if (c->st == H_ACQ)
         c->outlen = (size_t)snprintf(c->out, sizeof c->out,
-                                     "POST /locks/bench-%d HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\n\r\n",
-                                     c->id);
+                                     "POST /locks/%s HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\n\r\n",
+                                     name);
     else
         c->outlen = (size_t)snprintf(c->out, sizeof c->out,
-                                     "DELETE /locks/bench-%d HTTP/1.1\r\nHost: bench\r\nLock-Token: %s\r\n"
-                                     "Content-Length: 0\r\n\r\n", c->id, c->token);
+                                     "DELETE /locks/%s HTTP/1.1\r\nHost: bench\r\nLock-Token: %s\r\n"
+                                     "Content-Length: 0\r\n\r\n", name, c->token);
     c->outoff = 0;
     c->inlen = 0;
     c->sent_us = now_us();
@@ -340,12 +354,54 @@ static int h_parse(hclient *c, size_t *consumed)
     return status;
 }
 
-static result run_http(int port, int nclients, double seconds, pid_t daemon)
+/* The value of an unlabelled counter in redlockd's /metrics on port, or -1. */
+static double metric_value(int port, const char *family)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+    if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 20, got = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        die("malloc");
+    ssize_t r;
+    while (got < cap - 1 && (r = read(fd, buf + got, cap - 1 - got)) > 0)
+        got += (size_t)r;
+    close(fd);
+    buf[got] = '\0';
+    double v = -1;
+    size_t flen = strlen(family);
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (!strncmp(line, family, flen) && line[flen] == ' ') {
+            v = atof(line + flen + 1);
+            break;
+        }
+    free(buf);
+    return v;
+}
+
+/* fresh: a new name for every acquire. A level's fresh names never repeat
+ * another level's: seq goes on across levels. */
+static long fresh_seq_base;
+
+static result run_http(int port, int nclients, double seconds, pid_t daemon, bool fresh)
 {
     int ep = epoll_create1(0);
     hclient *cl = calloc((size_t)nclients, sizeof *cl);
     for (int i = 0; i < nclients; i++) {
         cl[i].id = i;
+        cl[i].fresh = fresh;
+        cl[i].seq = fresh_seq_base;
         cl[i].fd = connect_to(port);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = &cl[i]};
         epoll_ctl(ep, EPOLL_CTL_ADD, cl[i].fd, &ev);
@@ -354,6 +410,7 @@ static result run_http(int port, int nclients, double seconds, pid_t daemon)
     samples s = {0};
     result r = {.clients = nclients};
     double cpu0 = proc_cpu_s(daemon), mcpu0 = masters_cpu_s();
+    double raises0 = metric_value(port, "redlockd_fence_raises_total");
     uint64_t t0 = now_us(), end = t0 + (uint64_t)(seconds * 1e6);
     for (int i = 0; i < nclients; i++)
         h_request(&cl[i]);
@@ -420,13 +477,18 @@ static result run_http(int port, int nclients, double seconds, pid_t daemon)
     }
     uint64_t elapsed = now_us() - t0;
     double cpu1 = proc_cpu_s(daemon), mcpu1 = masters_cpu_s();
-    for (int i = 0; i < nclients; i++)
+    double raises1 = metric_value(port, "redlockd_fence_raises_total");
+    for (int i = 0; i < nclients; i++) {
         close(cl[i].fd);
+        if (cl[i].seq > fresh_seq_base)
+            fresh_seq_base = cl[i].seq;
+    }
     close(ep);
     free(cl);
     finish(&r, &s, elapsed);
     r.own_cpu_s_per_1000 = per_1000(cpu1 - cpu0, r.cycles);
     r.masters_cpu_s_per_1000 = per_1000(mcpu0 < 0 || mcpu1 < 0 ? -1 : mcpu1 - mcpu0, r.cycles);
+    r.raises_per_cycle = raises0 < 0 || raises1 < 0 || r.cycles == 0 ? -1 : (raises1 - raises0) / (double)r.cycles;
     free(s.v);
     return r;
 }
@@ -499,7 +561,7 @@ static result run_floor(int nclients, double seconds)
         }
     }
     samples s = {0};
-    result r = {.clients = nclients};
+    result r = {.clients = nclients, .raises_per_cycle = -1};
     double cpu0 = thread_cpu_s(), mcpu0 = masters_cpu_s();
     uint64_t t0 = now_us(), end = t0 + (uint64_t)(seconds * 1e6);
     for (int i = 0; i < nclients; i++) {
@@ -692,9 +754,11 @@ static char node_versions[160];
 /* One level of node-redlock: spawns the script, waits for its "ready" (it
  * has connected and warmed up), reads the masters' CPU, says go, reads its
  * JSON line, reads the masters' CPU again. */
-static result run_node(const char *script, const char *masters, int nclients, double seconds, const char *log)
+static result run_node(const char *script, const char *masters, int nclients, double seconds, const char *log,
+                       bool fresh)
 {
-    result r = {.clients = nclients, .own_cpu_s_per_1000 = -1, .masters_cpu_s_per_1000 = -1};
+    result r = {.clients = nclients, .own_cpu_s_per_1000 = -1, .masters_cpu_s_per_1000 = -1,
+                .raises_per_cycle = -1};
     int in[2], out[2];
     if (pipe(in) < 0 || pipe(out) < 0)
         die("pipe");
@@ -714,7 +778,7 @@ static result run_node(const char *script, const char *masters, int nclients, do
         close(in[1]);
         close(out[0]);
         char *av[] = {"node", (char *)script, "--masters", (char *)masters, "--clients", n, "--seconds", sec,
-                      "--ttl-ms", "30000", NULL};
+                      "--ttl-ms", "30000", fresh ? "--fresh" : NULL, NULL};
         execvp(av[0], av);
         _exit(127);
     }
@@ -924,16 +988,19 @@ static handoff_result run_handoff(int port_a, int port_b, double seconds)
 
 /* ---- main ---- */
 
-enum { ROW_FLOOR, ROW_NODE, ROW_T1, ROW_T2, NROWS };
-static const char *const row_name[NROWS] = {"floor", "node-redlock", "redlockd t1", "redlockd t2"};
-static const char *const row_json[NROWS] = {"floor", "node_redlock", "redlockd_t1", "redlockd_t2"};
+/* The "new" rows: a new name for every acquire (one lock per order id). */
+enum { ROW_FLOOR, ROW_NODE, ROW_T1, ROW_T2, ROW_NODE_NEW, ROW_T1_NEW, NROWS };
+static const char *const row_name[NROWS] = {"floor", "node-redlock", "redlockd t1", "redlockd t2",
+                                            "node-redlock new", "redlockd t1 new"};
+static const char *const row_json[NROWS] = {"floor", "node_redlock", "redlockd_t1", "redlockd_t2",
+                                            "node_redlock_new_names", "redlockd_t1_new_names"};
 static const int row_threads[2] = {1, 2};   /* redlockd t1, t2 */
 
 static void print_header(void)
 {
-    printf("| clients | what         | cycles/s | acquire p50 ms | p99 ms | p99.9 ms | errors "
+    printf("| clients | what             | cycles/s | acquire p50 ms | p99 ms | p99.9 ms | errors "
            "| masters CPU s/1000 cycles | own CPU s/1000 cycles |\n");
-    printf("|--------:|--------------|---------:|---------------:|-------:|---------:|-------:"
+    printf("|--------:|------------------|---------:|---------------:|-------:|---------:|-------:"
            "|--------------------------:|----------------------:|\n");
 }
 
@@ -950,7 +1017,7 @@ static void print_row(const char *what, const result *r)
     char mc[32], oc[32];
     fmt3(mc, sizeof mc, r->masters_cpu_s_per_1000);
     fmt3(oc, sizeof oc, r->own_cpu_s_per_1000);
-    printf("| %7d | %-12s | %8.0f | %14.3f | %6.3f | %8.3f | %6ld | %25s | %21s |\n", r->clients, what,
+    printf("| %7d | %-16s | %8.0f | %14.3f | %6.3f | %8.3f | %6ld | %25s | %21s |\n", r->clients, what,
            r->cycles_per_s, r->p50, r->p99, r->p999, r->errors, mc, oc);
 }
 
@@ -961,6 +1028,14 @@ static double ratio(const result *a, const result *b, bool p50)
         return -1;
     double x = p50 ? a->p50 : a->cycles_per_s, y = p50 ? b->p50 : b->cycles_per_s;
     return x > 0 && y > 0 ? x / y : -1;
+}
+
+/* a/b of the masters' CPU per 1000 cycles of two measured rows, or -1. */
+static double cpu_ratio(const result *a, const result *b)
+{
+    if (!a->ran || !b->ran || a->masters_cpu_s_per_1000 <= 0 || b->masters_cpu_s_per_1000 <= 0)
+        return -1;
+    return a->masters_cpu_s_per_1000 / b->masters_cpu_s_per_1000;
 }
 
 static void fmt2(char *out, size_t len, double v)
@@ -1129,19 +1204,31 @@ int main(int argc, char **argv)
         if (node_script) {
             char log[300];
             snprintf(log, sizeof log, "%s/node-redlock.log", dir);
-            res[i][ROW_NODE] = run_node(node_script, masters, levels[i], seconds, log);
+            res[i][ROW_NODE] = run_node(node_script, masters, levels[i], seconds, log, false);
             if (res[i][ROW_NODE].ran)
                 print_row(row_name[ROW_NODE], &res[i][ROW_NODE]);
             fflush(stdout);
         }
         for (int k = 0; k < 2; k++) {
-            res[i][ROW_T1 + k] = run_http(http_port[k], levels[i], seconds, daemon[k]);
+            res[i][ROW_T1 + k] = run_http(http_port[k], levels[i], seconds, daemon[k], false);
             print_row(row_name[ROW_T1 + k], &res[i][ROW_T1 + k]);
             long hwm = proc_kib(daemon[k], "VmHWM:");
             if (hwm > max_rss[k])
                 max_rss[k] = hwm;
             fflush(stdout);
         }
+        /* New names: the same, with a name never used before per acquire. */
+        if (node_script) {
+            char log[300];
+            snprintf(log, sizeof log, "%s/node-redlock.log", dir);
+            res[i][ROW_NODE_NEW] = run_node(node_script, masters, levels[i], seconds, log, true);
+            if (res[i][ROW_NODE_NEW].ran)
+                print_row(row_name[ROW_NODE_NEW], &res[i][ROW_NODE_NEW]);
+            fflush(stdout);
+        }
+        res[i][ROW_T1_NEW] = run_http(http_port[0], levels[i], seconds, daemon[0], true);
+        print_row(row_name[ROW_T1_NEW], &res[i][ROW_T1_NEW]);
+        fflush(stdout);
     }
     if (node_script && node_versions[0])
         printf("\nnode-redlock: %s\n", node_versions);
@@ -1166,6 +1253,24 @@ int main(int argc, char **argv)
             grew++;
     }
     printf("\nthroughput must grow with threads: t2/t1 above 1 at %d of %d levels\n", grew, nlevels);
+
+    /* The masters' CPU per cycle, redlockd t1 over node-redlock, for both
+     * name patterns, and new names over reused names for each. */
+    printf("\n| clients | masters CPU/cycle t1/node-redlock, reused names | same, new names "
+           "| t1 new/reused names | node-redlock new/reused names | t1 fence raises/cycle, reused names "
+           "| same, new names |\n|--------:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < nlevels; i++) {
+        const result *r = res[i];
+        double v[4] = {cpu_ratio(&r[ROW_T1], &r[ROW_NODE]), cpu_ratio(&r[ROW_T1_NEW], &r[ROW_NODE_NEW]),
+                       cpu_ratio(&r[ROW_T1_NEW], &r[ROW_T1]), cpu_ratio(&r[ROW_NODE_NEW], &r[ROW_NODE])};
+        char c[4][16];
+        for (int k = 0; k < 4; k++)
+            fmt2(c[k], sizeof c[k], v[k]);
+        char ra[2][16];
+        snprintf(ra[0], sizeof ra[0], "%.3f", r[ROW_T1].raises_per_cycle);
+        snprintf(ra[1], sizeof ra[1], "%.3f", r[ROW_T1_NEW].raises_per_cycle);
+        printf("| %7d | %s | %s | %s | %s | %s | %s |\n", levels[i], c[0], c[1], c[2], c[3], ra[0], ra[1]);
+    }
     printf("redlockd peak RSS: t1 %.1f MiB, t2 %.1f MiB\n", (double)max_rss[0] / 1024.0,
            (double)max_rss[1] / 1024.0);
 
@@ -1229,6 +1334,16 @@ int main(int argc, char **argv)
             json_double(j, 3, ratio(&r[ROW_T1], &r[ROW_NODE], false));
             fputs(",\"cycles_t2_t1\":", j);
             json_double(j, 3, ratio(&r[ROW_T2], &r[ROW_T1], false));
+            fputs(",\"masters_cpu_t1_node_redlock\":", j);
+            json_double(j, 3, cpu_ratio(&r[ROW_T1], &r[ROW_NODE]));
+            fputs(",\"masters_cpu_t1_node_redlock_new_names\":", j);
+            json_double(j, 3, cpu_ratio(&r[ROW_T1_NEW], &r[ROW_NODE_NEW]));
+            fputs(",\"fence_raises_per_cycle_t1\":", j);
+            json_double(j, 4, r[ROW_T1].raises_per_cycle);
+            fputs(",\"fence_raises_per_cycle_t1_new_names\":", j);
+            json_double(j, 4, r[ROW_T1_NEW].raises_per_cycle);
+            fputs(",\"masters_cpu_t1_new_over_reused_names\":", j);
+            json_double(j, 3, cpu_ratio(&r[ROW_T1_NEW], &r[ROW_T1]));
             fputs("}}", j);
         }
         fprintf(j, "],\"handoff\":{\"notices\":{\"handoffs\":%ld,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"errors\":%ld},"
@@ -1257,6 +1372,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: could not remove %s\n", dir);
     long errs = 0;
     for (int i = 0; i < nlevels; i++)
-        errs += res[i][ROW_T1].errors + res[i][ROW_T2].errors;
+        errs += res[i][ROW_T1].errors + res[i][ROW_T2].errors + res[i][ROW_T1_NEW].errors;
     return errs ? 1 : 0;
 }

@@ -49,6 +49,26 @@ long long quorum_fence(int n, const long long *counters, uint32_t yes_mask,
     return f;
 }
 
+long long quorum_seed_bound_us(long long fence_keep_ms)
+{
+    long long b = fence_keep_ms * 1000 / 4;
+    if (b > QUORUM_SEED_BOUND_MAX_US)
+        b = QUORUM_SEED_BOUND_MAX_US;
+    return b < 0 ? 0 : b;
+}
+
+long long quorum_seed_fence(bool have_counter, long long counter, long long proposal,
+                            long long now_us, long long bound_us)
+{
+    long long own = have_counter ? counter + 1 : now_us;
+    bool in_bound = proposal > 0 && proposal >= now_us - bound_us && proposal <= now_us + bound_us;
+    if (!in_bound)
+        return own;
+    if (have_counter && counter >= proposal)
+        return own;
+    return proposal;
+}
+
 long long quorum_fence_of_holders(const long long *fences, int n)
 {
     long long best = 0;

@@ -42,6 +42,30 @@ long long quorum_validity_ms(long long ttl_ms, long long elapsed_us, double drif
 long long quorum_fence(int n, const long long *counters, uint32_t yes_mask,
                        uint32_t *raise_mask, int *at_fence);
 
+/* Proposed seeds (docs/safety.md, "Fences"). An acquire proposes a fence,
+ * redlockd's wall clock in microseconds, and each master takes it where its
+ * counter is absent or below it, provided the proposal lies within bound_us
+ * of the master's own clock; otherwise the master keeps its own rule
+ * (counter + 1, or its clock where there is no counter). So masters agree on
+ * a fresh name in one round trip, and every fence still lies within bound_us
+ * of some master's clock reading, which the expiry argument needs.
+ *
+ * The bound for a given --fence-keep-ms: a quarter of it, at most
+ * QUORUM_SEED_BOUND_MAX_US, so fence_keep >= 4 * bound always holds. The
+ * expiry argument needs fence_keep > clock difference + 2 * bound; with a
+ * quarter, at least half of fence_keep is left for the clocks. */
+#define QUORUM_SEED_BOUND_MAX_US 1000000LL
+long long quorum_seed_bound_us(long long fence_keep_ms);
+
+/* The master's rule, as script_acquire implements it (scripts.c): the fence
+ * a master takes on a grant, from its counter (have_counter, counter), the
+ * proposal and its own clock now_us. Returns counter + 1 or the proposal,
+ * whichever is larger, when the proposal is within bound_us of now_us;
+ * else counter + 1, or now_us without a counter. A proposal <= 0 is never
+ * taken (the old rule). */
+long long quorum_seed_fence(bool have_counter, long long counter, long long proposal,
+                            long long now_us, long long bound_us);
+
 /* The fence an extension reports: the value most masters holding the token
  * agree on (ties to the larger). In a clean grant every holder agrees; a
  * master that applied a late SET may disagree and is outvoted. 0 if n == 0. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "deadline.h"
 #include "log.h"
@@ -32,6 +33,17 @@ _Static_assert(MREPLY_STR_MAX >= TOKEN_MAX_LEN + 32 + RL_OWNER_MAX, "inspect's v
 #define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
 #define RL_WTAB_SIZE 4096            /* buckets of the waiter index (a power of two) */
 #define RL_WAKE_MARGIN_US 1000       /* past the holder's remaining time */
+#define RL_SEEN_SIZE 4096            /* names granted lately (a power of two) */
+
+/* A name this engine granted lately, by hash: its counters live on the
+ * masters until until_us (ttl plus fence keep after the grant), so its next
+ * acquire proposes no seed: counter + 1 needs no TIME on the masters. A
+ * wrong guess (a collision, a master that missed the grant) costs a raise,
+ * never safety: any seed, or none, keeps fences increasing. */
+struct seen {
+    uint64_t hash;
+    uint64_t until_us;
+};
 
 /* The waiters of one name: those asleep in arrival order, and how many
  * are trying now. notice_seq counts release notices, so that a try that
@@ -83,6 +95,13 @@ struct rl_engine {
     log_limit quorum_log;        /* no_quorum lines: one a second */
     rl_notice_hook hook;         /* told of every notice (rl_engine_set_notice_hook) */
     void *hook_arg;
+    char seed_bound[24];         /* quorum_seed_bound_us of the fence keep, as ARGV */
+    /* Test hook, from REDLOCKD_TEST_SEED_SKEW_US (docs/contributing.md):
+     * added to every proposed seed, so a test can put the proposal out of
+     * the masters' bound; "off" proposes none (the masters' own rule). */
+    long long seed_skew_us;
+    bool seed_off;
+    struct seen seen[RL_SEEN_SIZE]; /* loop thread only */
 };
 
 typedef struct rl_task {
@@ -275,7 +294,7 @@ static void op_no_quorum(rl_task *op, int answered, const master_reply *replies)
 static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
                  const char *const *args, mpool_done_fn done)
 {
-    size_t lens[10];
+    size_t lens[12];
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
     mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
@@ -333,12 +352,17 @@ static void acquire_attempt(rl_task *op);
 
 /* ---- the waiter index ---- */
 
-static size_t key_hash(const char *key, size_t len)
+static uint64_t key_hash64(const char *key, size_t len)
 {
     uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
     for (size_t i = 0; i < len; i++)
         h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
-    return (size_t)(h & (RL_WTAB_SIZE - 1));
+    return h;
+}
+
+static size_t key_hash(const char *key, size_t len)
+{
+    return (size_t)(key_hash64(key, len) & (RL_WTAB_SIZE - 1));
 }
 
 static struct wname *wname_find(rl_engine *e, const char *key, size_t len)
@@ -665,6 +689,9 @@ static void acquire_grant(rl_task *op)
     op->res.validity_ms = validity;
     op->res.ttl_ms = op->req.ttl_ms;
     op->res.attempt_us = op->start_us;
+    uint64_t h = key_hash64(op->key, strlen(op->key));
+    e->seen[h & (RL_SEEN_SIZE - 1)] =
+        (struct seen){h, op->start_us + (uint64_t)(op->req.ttl_ms + e->cfg.fence_keep_ms) * 1000ULL};
     if (op->wn)   /* the other waiters' next holder is this one */
         op->wn->holder_until_us = op->start_us + (uint64_t)op->req.ttl_ms * 1000ULL;
     op_answer(op);
@@ -772,12 +799,36 @@ static void acquire_voted(void *arg, const master_reply *replies)
     }
 }
 
+/* The seed this attempt proposes: redlockd's wall clock in microseconds.
+ * Every master that takes it (no counter or a lower one, and within the
+ * bound of its own clock: quorum_seed_fence) ends with the same counter, so
+ * a fresh name needs no raise. No margin is added: a proposal is taken
+ * whether it is ahead of the master's clock or behind it, within the bound.
+ * "0" (none) for a name granted here lately (struct seen). */
+static void acquire_seed(const rl_task *op, char *buf, size_t len)
+{
+    const rl_engine *e = op->e;
+    uint64_t h = key_hash64(op->key, strlen(op->key));
+    const struct seen *s = &e->seen[h & (RL_SEEN_SIZE - 1)];
+    struct timespec ts;
+    if (e->seed_off || (s->hash == h && op->start_us < s->until_us) ||
+        clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+        snprintf(buf, len, "0");
+        return;
+    }
+    long long us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000 + e->seed_skew_us;
+    snprintf(buf, len, "%lld", us > 0 ? us : 0);
+}
+
 static void acquire_attempt(rl_task *op)
 {
+    char seed[24];
     op->start_us = mpool_now_us();   /* step 1 */
+    acquire_seed(op, seed, sizeof seed);
     const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->value,
-                          op->ttl_str, op->px_str, op->req.owner, guard_arg(op->e)};
-    eval(op, &script_acquire, all_mask(op->e), 4, 9, args, acquire_voted);   /* step 2 */
+                          op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
+                          guard_arg(op->e)};
+    eval(op, &script_acquire, all_mask(op->e), 4, 11, args, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
@@ -1188,6 +1239,12 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
+    snprintf(e->seed_bound, sizeof e->seed_bound, "%lld", quorum_seed_bound_us(cfg->fence_keep_ms));
+    const char *skew = getenv("REDLOCKD_TEST_SEED_SKEW_US");
+    if (skew && !strcmp(skew, "off"))
+        e->seed_off = true;
+    else if (skew)
+        e->seed_skew_us = strtoll(skew, NULL, 10);
     pthread_mutex_init(&e->sync_lock, NULL);
     pthread_mutex_init(&e->quorum_log.mu, NULL);
     pthread_cond_init(&e->sync_cond, NULL);

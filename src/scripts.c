@@ -32,9 +32,16 @@ mscript script_acquire = {"acquire",
     "      return redis.error_reply('ERR redlockd: fence counter ' .. KEYS[2] .. ' is not an integer below 2^53')\n"
     "    end\n"
     "    f = f + 1\n"
-    "  else\n"
+    "  end\n"
+    /* The proposed seed (quorum_seed_fence states the same rule): taken
+     * where there is no counter or it is below, if within the bound of this
+     * master's clock; TIME is read only when the proposal could decide. */
+    "  local p = tonumber(ARGV[5]) or 0\n"
+    "  if not f or (p > 0 and f <= p) then\n"
     "    local t = redis.call('TIME')\n"
-    "    f = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+    "    local now, b = tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(ARGV[6]) or 0\n"
+    "    if p > 0 and p >= now - b and p <= now + b and p == math.floor(p) then f = p\n"
+    "    elseif not f then f = now end\n"
     "  end\n"
     "  redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])\n"
     "  if ARGV[4] ~= '' then\n"

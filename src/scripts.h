@@ -22,10 +22,15 @@
  *
  * Fences are a hybrid logical clock per name: a grant takes counter + 1, or
  * the master's TIME in microseconds where the counter has expired or was
- * lost. With fewer than one grant per microsecond per name, a counter never
- * runs ahead of the clock, so a counter that expired keep_ms after its lock
- * (keep_ms longer than any clock difference between masters) is replaced by
- * a larger clock reading (docs/safety.md has the argument). While key holds a value
+ * lost; or instead the seed redlockd proposes (its own clock), where that is
+ * larger and within a bound of the master's TIME, so masters agree on a
+ * fresh name without a second round trip (quorum.h). With fewer than one
+ * grant per microsecond per name, a counter never runs more than the bound
+ * ahead of the clock, so a counter that expired keep_ms after its lock
+ * (keep_ms longer than any clock difference between masters plus twice the
+ * bound) is replaced by a larger value: a clock reading, or a proposal no
+ * more than the bound below one
+ * (docs/safety.md has the argument). While key holds a value
  * on a master, that master's counter is the holder's fence there or below it:
  * the counter moves only when SET NX takes the key, or when the holder's own
  * grant raises it. Counters pass through as exact integers below 2^53; a
@@ -59,10 +64,12 @@
  * run the guard, "0" (--quarantine off) to skip it. */
 
 /* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms
- * (ttl plus the fence keep), owner ("" for none), guard. {1, fence} when SET
- * NX took the key (and the owner key is set when an owner is given; an owner
- * starting with byte 1, which no caller's owner may hold, is an election's:
- * that byte becomes the master's time in Unix ms and a space); {0, pttl}
+ * (ttl plus the fence keep), owner ("" for none), seed, bound_us, guard.
+ * {1, fence} when SET NX took the key (and the owner key is set when an owner
+ * is given; an owner starting with byte 1, which no caller's owner may hold,
+ * is an election's: that byte becomes the master's time in Unix ms and a
+ * space): the fence is quorum_seed_fence(counter, seed, TIME, bound_us),
+ * seed being redlockd's proposal (0: none, the master's own rule); {0, pttl}
  * when the key is held (pttl -1: no expiry). A counter that is not an integer
  * below 2^53 is an error, and the SET NX is undone in the same step. */
 extern mscript script_acquire;

@@ -5,10 +5,11 @@
 //
 //   node redlock-bench.js --masters h:p,h:p,h:p,h:p,h:p [--clients N]
 //        [--seconds S] [--ttl-ms 30000] [--prefix nodebench] [--warmup-s 0.5]
-//        [--no-wait]
+//        [--no-wait] [--fresh]
 //   node redlock-bench.js --check      # exit 0 when the pinned versions are installed
 //
-// N concurrent clients, each on its own lock name, run acquire (retryCount 0)
+// N concurrent clients, each on its own lock name (with --fresh, a new name
+// for every acquire: one lock per order id), run acquire (retryCount 0)
 // then release for S seconds; the cycles in progress at the end are finished.
 // After connecting and a warm-up (the same N clients cycling for --warmup-s
 // seconds: the first call loads the scripts, and V8 compiles the hot path,
@@ -35,7 +36,7 @@ function pinnedVersionsInstalled() {
 }
 
 function parseArgs(argv) {
-  const o = { masters: null, clients: 1, seconds: 5, ttlMs: 30000, prefix: 'nodebench', warmupS: 0.5, wait: true, check: false };
+  const o = { masters: null, clients: 1, seconds: 5, ttlMs: 30000, prefix: 'nodebench', warmupS: 0.5, wait: true, check: false, fresh: false };
   for (let i = 2; i < argv.length; i++) {
     const a = argv[i];
     const next = () => {
@@ -50,6 +51,7 @@ function parseArgs(argv) {
     else if (a === '--warmup-s') o.warmupS = parseFloat(next());
     else if (a === '--no-wait') o.wait = false;
     else if (a === '--check') o.check = true;
+    else if (a === '--fresh') o.fresh = true;
     else throw new Error(`unknown argument ${a}`);
   }
   return o;
@@ -82,7 +84,9 @@ function waitForLine() {
 
 // N clients cycling for `seconds`, each on its own name, then finishing the
 // cycle in progress.
+let runs = 0;
 async function runClients(redlock, o, seconds) {
+  const runId = runs++;   // the warm-up's fresh names are not the run's
   let cycles = 0;
   let errors = 0;
   const lat = [];
@@ -90,8 +94,9 @@ async function runClients(redlock, o, seconds) {
   const end = t0 + BigInt(Math.round(seconds * 1e9));
 
   async function client(i) {
-    const name = `${o.prefix}:${i}`;
+    let seq = 0;
     while (process.hrtime.bigint() < end) {
+      const name = o.fresh ? `${o.prefix}:${i}:${runId}:${seq++}` : `${o.prefix}:${i}`;
       const a = process.hrtime.bigint();
       let lock;
       try {

@@ -307,3 +307,121 @@ Test(safety, unique_names_leave_no_keys, .timeout = 240)
             NAMES, peak_keys, before, peak, after);
     cr_assert_lt(after - before, 200000, "memory left behind: %lld bytes", after - before);
 }
+
+/* The masters' wall clock, from master i's TIME, in microseconds. */
+static long long master_time_us(h_cluster *x, int i)
+{
+    redisReply *t = h_redis(x, i, "TIME");
+    cr_assert(t && t->elements == 2);
+    long long us = atoll(t->element[0]->str) * 1000000LL + atoll(t->element[1]->str);
+    freeReplyObject(t);
+    return us;
+}
+
+/* n grants of fresh names, each released; returns the fence raises they
+ * took and checks every fence lies within [lo_off, hi_off] µs of the first
+ * master's clock around the grant. */
+static long long fresh_names(h_cluster *x, const char *tag, int n, long long lo_off, long long hi_off)
+{
+    long long raises0 = h_metric(x, "redlockd_fence_raises_total");
+    for (int i = 0; i < n; i++) {
+        char path[80];
+        snprintf(path, sizeof path, "/locks/%s-%d", tag, i);
+        long long before = master_time_us(x, 0);
+        h_resp a = h_http(x, "POST", path, NULL, NULL);
+        long long after = master_time_us(x, 0);
+        cr_assert_eq(a.status, 201, "%s", a.body);
+        long long f = h_int(&a, "fence");
+        cr_assert(f >= before + lo_off && f <= after + hi_off,
+                  "%s: fence %lld not within [%lld, %lld] of the clock %lld..%lld", path, f, lo_off,
+                  hi_off, before, after);
+        char hdr[300];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&a, "token"));
+        h_resp r = h_http(x, "DELETE", path, NULL, hdr, NULL);
+        cr_assert_eq(r.status, 204);
+        h_resp_free(&a);
+        h_resp_free(&r);
+    }
+    return h_metric(x, "redlockd_fence_raises_total") - raises0;
+}
+
+/* Issue 22: every master takes redlockd's proposed seed for a name it has no
+ * counter for, so a fresh name is granted in one round trip: no raise. The
+ * fence is redlockd's clock (here the masters' clock: one host). */
+Test(safety, fresh_names_agree_without_a_raise)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    cr_assert_eq(fresh_names(C, "order", 40, -50000, 50000), 0, "fresh names needed fence raises");
+}
+
+/* The same with the proposal skewed 500 ms ahead, within the 1 s bound of
+ * the default keep: still taken, so the fence is 500 ms ahead. */
+Test(safety, proposal_within_the_bound_is_taken)
+{
+    setenv("REDLOCKD_TEST_SEED_SKEW_US", "500000", 1);
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    cr_assert_eq(fresh_names(C, "ahead", 20, 450000, 550000), 0);
+}
+
+/* Skewed 5 s ahead (or behind), beyond the bound: every master refuses it
+ * and takes its own clock, as before issue 22; the clocks differ by a few
+ * microseconds, so the grant needs its raise, and the fence is the masters'
+ * clock, not the proposal. Checks the bound the fence argument rests on. */
+Test(safety, proposal_beyond_the_bound_falls_back_to_the_masters_clock)
+{
+    setenv("REDLOCKD_TEST_SEED_SKEW_US", "5000000", 1);
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    long long raises = fresh_names(C, "far-ahead", 20, -50000, 50000);
+    cr_assert_geq(raises, 15, "masters seeded alike without the proposal: %lld raises", raises);
+    h_daemon_stop(C);
+    setenv("REDLOCKD_TEST_SEED_SKEW_US", "-5000000", 1);
+    h_daemon_start(C, NULL);
+    raises = fresh_names(C, "far-behind", 20, -50000, 50000);
+    cr_assert_geq(raises, 15, "masters seeded alike without the proposal: %lld raises", raises);
+}
+
+/* A counter at or above the proposal goes on by one, on every master. */
+Test(safety, counter_above_the_proposal_goes_on_by_one)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    long long ahead = master_time_us(C, 0) + 10000000LL;   /* 10 s ahead */
+    for (int i = 0; i < 5; i++) {
+        redisReply *s = h_redis(C, i, "SET lock:ahead#fence %lld PX 60000", ahead);
+        freeReplyObject(s);
+    }
+    long long raises0 = h_metric(C, "redlockd_fence_raises_total");
+    h_resp a = h_http(C, "POST", "/locks/ahead", NULL, NULL);
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    cr_assert_eq(h_int(&a, "fence"), ahead + 1);
+    cr_assert_eq(h_metric(C, "redlockd_fence_raises_total"), raises0);
+    h_resp_free(&a);
+}
+
+/* A name granted here lately proposes no seed: its counters exist, so the
+ * masters go on by one without reading their clocks (no TIME), and agree. */
+Test(safety, reused_name_goes_on_by_one)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    long long raises0 = h_metric(C, "redlockd_fence_raises_total"), last = 0;
+    for (int i = 0; i < 5; i++) {
+        h_resp a = h_http(C, "POST", "/locks/reused", NULL, NULL);
+        cr_assert_eq(a.status, 201, "%s", a.body);
+        long long f = h_int(&a, "fence");
+        if (i > 0)
+            cr_assert_eq(f, last + 1, "grant %d: fence %lld after %lld", i, f, last);
+        last = f;
+        char hdr[300];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&a, "token"));
+        h_resp r = h_http(C, "DELETE", "/locks/reused", NULL, hdr, NULL);
+        cr_assert_eq(r.status, 204);
+        h_resp_free(&a);
+        h_resp_free(&r);
+        usleep(2000);   /* the clock moves on: a proposal would be far above last + 1 */
+    }
+    cr_assert_eq(h_metric(C, "redlockd_fence_raises_total"), raises0);
+}

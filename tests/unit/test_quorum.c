@@ -171,3 +171,111 @@ Test(retry_delay, random_bounded_and_shortened)
     cr_assert_eq(quorum_retry_delay_ms(100, 0.5, 0, 30), 30, "never past the wait");
     cr_assert_eq(quorum_retry_delay_ms(100, 0.5, 0, -5), 0);
 }
+
+/* ---- proposed seeds (quorum_seed_*, docs/safety.md "Fences") ---- */
+
+Test(seed, bound_is_a_quarter_of_the_keep_at_most_one_second)
+{
+    cr_assert_eq(quorum_seed_bound_us(60000), 1000000, "default keep: capped at 1 s");
+    cr_assert_eq(quorum_seed_bound_us(1000), 250000);
+    cr_assert_eq(quorum_seed_bound_us(1), 250);
+    for (long long k = 1; k < 10000000; k = k * 3 + 1)
+        cr_assert_geq(k * 1000, 4 * quorum_seed_bound_us(k), "keep %lld ms >= 4 bounds", k);
+}
+
+Test(seed, master_takes_the_proposal_only_within_its_bound)
+{
+    const long long now = 1800000000000000LL, b = 250000;
+    /* No counter: the proposal within the bound, both sides, edges included. */
+    cr_assert_eq(quorum_seed_fence(false, 0, now + 5, now, b), now + 5);
+    cr_assert_eq(quorum_seed_fence(false, 0, now - b, now, b), now - b);
+    cr_assert_eq(quorum_seed_fence(false, 0, now + b, now, b), now + b);
+    /* Outside it: the master's own clock. */
+    cr_assert_eq(quorum_seed_fence(false, 0, now + b + 1, now, b), now);
+    cr_assert_eq(quorum_seed_fence(false, 0, now - b - 1, now, b), now);
+    cr_assert_eq(quorum_seed_fence(false, 0, 0, now, b), now, "0 proposes nothing");
+    /* A counter below the proposal: the proposal; at or above it: counter + 1. */
+    cr_assert_eq(quorum_seed_fence(true, now - 100, now, now, b), now);
+    cr_assert_eq(quorum_seed_fence(true, now - 1, now, now, b), now);
+    cr_assert_eq(quorum_seed_fence(true, now, now, now, b), now + 1);
+    cr_assert_eq(quorum_seed_fence(true, now + 7, now, now, b), now + 8);
+    /* A counter below a proposal out of bound: counter + 1, never the proposal. */
+    cr_assert_eq(quorum_seed_fence(true, 5, now + b + 1, now, b), 6);
+    cr_assert_eq(quorum_seed_fence(true, 5, now - b - 1, now, b), 6);
+}
+
+/* Five masters with clocks off real time by offset[i] (µs), counters that
+ * expire keep_us after their last write, and grants on pseudo-random
+ * majorities at pseudo-random times, each proposing a seed off real time by
+ * up to +-keep_us (most out of the bound). Each master applies the rule with
+ * master_bound_us; the engine then settles the yes votes to the highest
+ * (quorum_fence). Returns the number of grants whose fence did not exceed the
+ * one before. */
+static int seed_sim(const long long offset[5], long long keep_us, long long master_bound_us, int grants)
+{
+    long long c[5] = {0}, expires[5] = {0};
+    uint32_t majorities[32];
+    int nm = 0, regressions = 0;
+    for (uint32_t m = 0; m < 32; m++)
+        if (__builtin_popcount(m) >= 3)
+            majorities[nm++] = m;
+    uint64_t x = 88172645463325252ULL;
+#define NEXT() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    long long t = 1800000000000000LL, last = 0;
+    for (int g = 0; g < grants; g++) {
+        /* Mostly right around the counters' expiry, where the argument is tight. */
+        if (NEXT() % 2)
+            t += 1 + (long long)(NEXT() % 1000);
+        else
+            t += keep_us - keep_us / 2 + (long long)(NEXT() % (uint64_t)keep_us);
+        uint32_t maj = majorities[NEXT() % (uint64_t)nm];
+        long long proposal = t - keep_us + (long long)(NEXT() % (uint64_t)(2 * keep_us + 1));
+        long long after[5] = {0};
+        for (int i = 0; i < 5; i++) {
+            if (!(maj >> i & 1u))
+                continue;
+            bool have = c[i] > 0 && t < expires[i];
+            after[i] = quorum_seed_fence(have, c[i], proposal, t + offset[i], master_bound_us);
+            c[i] = after[i];
+            expires[i] = t + keep_us;
+        }
+        uint32_t raise;
+        int at;
+        long long f = quorum_fence(5, after, maj, &raise, &at);
+        for (int i = 0; i < 5; i++)
+            if (raise >> i & 1u)
+                c[i] = f;   /* the settle sets exactly the fence */
+        if (f <= last)
+            regressions++;
+        last = f > last ? f : last;
+    }
+#undef NEXT
+    return regressions;
+}
+
+Test(seed, fences_increase_when_clocks_differ_by_less_than_keep_minus_two_bounds)
+{
+    const long long keep_us = 1000000, b = quorum_seed_bound_us(1000);   /* 250 ms */
+    /* Clocks 490 ms apart: keep (1 s) > 490 ms + 2 * 250 ms. */
+    const long long offset[5] = {245000, 245000, -245000, -245000, -245000};
+    cr_assert_eq(seed_sim(offset, keep_us, b, 400000), 0);
+}
+
+Test(seed, negative_control_a_master_that_takes_any_proposal_goes_backwards)
+{
+    /* The same run with no bound on the masters: a counter seeded by a
+     * proposal far ahead expires, and a proposal far behind takes over. */
+    const long long keep_us = 1000000;
+    const long long offset[5] = {245000, 245000, -245000, -245000, -245000};
+    cr_assert_gt(seed_sim(offset, keep_us, 1000000000000LL, 400000), 0,
+                 "the bound is what keeps fences increasing");
+}
+
+Test(seed, negative_control_clocks_further_apart_than_the_argument_allows)
+{
+    /* Clocks 900 ms apart with the 250 ms bound: 900 + 2 * 250 > 1000. */
+    const long long keep_us = 1000000, b = quorum_seed_bound_us(1000);
+    const long long offset[5] = {450000, 450000, -450000, -450000, -450000};
+    cr_assert_gt(seed_sim(offset, keep_us, b, 400000), 0,
+                 "keep must exceed the clock difference plus two bounds");
+}
