@@ -209,6 +209,17 @@ typedef void (*mpool_done_fn)(void *arg, const master_reply *replies);
 void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
                 const char *const *args, const size_t *lens, mpool_done_fn done, void *arg);
 
+/* Whether a batch's outcome is already decided, from the replies so far
+ * (those still owed read FAIL, sent). */
+typedef bool (*mpool_decide_fn)(void *arg, const master_reply *replies);
+/* mpool_eval that does not wait for the slowest masters: after each answer
+ * while others are owed, decide(arg, replies) is asked, and when it says
+ * true done runs at once, with the owed masters as FAIL and sent, as if
+ * they had missed their deadline (their commands still run there). */
+void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                        const char *const *args, const size_t *lens, mpool_decide_fn decide,
+                        mpool_done_fn done, void *arg);
+
 
 /* Release notices (Redis pub/sub). Call before mpool_start. The pool keeps a
  * second connection per master, subscribed to channel (a prefix) and to the

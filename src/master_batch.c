@@ -1,7 +1,9 @@
 /* master_batch.c - pipelined batches (mpool_eval): one script to a set of
  * masters, their replies converted to master_reply and collected until every
- * master asked has answered or the deadline passes (a FIFO by deadline: all
- * share the pool's timeout), and the guard's verdict on each answer. A
+ * master asked has answered, the batch's decide says the outcome is known
+ * (mpool_eval_decided: what is still owed then counts as late), or the
+ * deadline passes (a FIFO by deadline: all share the pool's timeout),
+ * and the guard's verdict on each answer. A
  * script goes with its body (EVAL) the first time on each connection and by
  * EVALSHA after; NOSCRIPT (a cache flushed while connected) is answered by
  * sending the body again (also after the batch was answered, for a script
@@ -48,16 +50,32 @@ static int batch_complete(struct mbatch *b)
 }
 
 /* A master answered (or failed) for batch b: drops the record's reference,
- * and the uncompleted one if this was the last answer owed. */
-void mpool_batch_answer(struct mbatch *b, int slot, const master_reply *r)
+ * and the uncompleted one if this was the last answer owed. When the
+ * batch's decide says its outcome is known, it joins the decided list. */
+void mpool_batch_answer(mpool *p, struct mbatch *b, int slot, const master_reply *r)
 {
     int drop = 1;
     if (!b->completed) {
         b->replies[slot] = *r;
-        if (--b->pending == 0)
+        if (--b->pending == 0) {
             drop += batch_complete(b);
+        } else if (!b->decided && b->decide && b->decide(b->arg, b->replies)) {
+            b->decided = true;
+            b->dnext = p->decided;
+            p->decided = b;
+            b->refs++;   /* the decided list's */
+        }
     }
     batch_drop(b, drop);
+}
+
+void mpool_run_decided(mpool *p)
+{
+    while (p->decided) {
+        struct mbatch *b = p->decided;
+        p->decided = b->dnext;
+        batch_drop(b, 1 + batch_complete(b));
+    }
 }
 
 static void convert_reply(const redisReply *rr, master_reply *out)
@@ -143,7 +161,7 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
         /* Answered without m (it was paused or slow): whatever must still
          * run there (a release, a settle) goes out again with its body. */
         master_batch_resend(p, m, b, now);
-        mpool_batch_answer(b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
+        mpool_batch_answer(p, b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
         return;
     }
     /* Within its deadline: the body now; the batch keeps its deadline. */
@@ -163,11 +181,18 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
     } else if (b->script->takes_memory) {
         atomic_store(&m->refused_at_us, 0);
     }
-    mpool_batch_answer(b, r->slot, &mr);
+    mpool_batch_answer(p, b, r->slot, &mr);
 }
 
 void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
                 const char *const *args, const size_t *lens, mpool_done_fn done, void *arg)
+{
+    mpool_eval_decided(p, s, mask, nkeys, nargs, args, lens, NULL, done, arg);
+}
+
+void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                        const char *const *args, const size_t *lens, mpool_decide_fn decide,
+                        mpool_done_fn done, void *arg)
 {
     uint64_t now = mpool_now_us();
     int argc = nargs + 3;
@@ -189,6 +214,7 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
     size_t *argvlen;
     mpool_pack_command(mem, "EVALSHA", s->sha, nkeys, nargs, args, lens, &argv, &argvlen);
     b->done = done;
+    b->decide = done ? decide : NULL;
     b->arg = arg;
     b->script = s;
     b->argc = argc;
@@ -229,6 +255,7 @@ void mpool_eval(mpool *p, const mscript *s, uint32_t mask, int nkeys, int nargs,
 
 void mpool_run_ready(mpool *p)
 {
+    mpool_run_decided(p);
     while (p->ready) {
         struct mbatch *b = p->ready;
         p->ready = b->next;

@@ -81,6 +81,9 @@ struct mbatch {
     int pending;                /* masters asked that have not answered */
     int refs;                   /* records + uncompleted + FIFO membership */
     bool completed;             /* done has run (or never will) */
+    mpool_decide_fn decide;     /* NULL: done waits for every answer */
+    bool decided;               /* decide said yes: in the pool's decided list */
+    struct mbatch *dnext;       /* in the decided list */
     const mscript *script;
     int argc;                   /* EVALSHA sha nkeys args... */
     const char **argv;          /* one allocation with argvlen and the copied args */
@@ -194,6 +197,7 @@ struct mpool {
 
     struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
     struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
+    struct mbatch *decided;     /* decided before every answer: completed after the replies at hand */
 
     char *notice_channel;       /* the notice prefix; NULL: no subscriptions */
     size_t notice_prefix_len;   /* bytes */
@@ -265,12 +269,17 @@ bool master_guard(mpool *p, struct master *m, const mscript *s, const master_rep
 /* ---- master_batch.c ---- */
 
 /* Master slot of batch b answered (or failed) with r. */
-void mpool_batch_answer(struct mbatch *b, int slot, const master_reply *r);
+void mpool_batch_answer(mpool *p, struct mbatch *b, int slot, const master_reply *r);
 /* m answered record r (REC_BATCH) with rr. The caller frees r, never rr's
  * batch: a NOSCRIPT answer moves r's reference on b to a new record. */
 void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, const redisReply *rr,
                         uint64_t now);
-/* Calls the callbacks owed for batches that completed inside mpool_eval. */
+/* Completes the batches whose decide said yes, with the answers read so far:
+ * called once the replies at hand (one poll's) are read, so a master that
+ * answered in the same turn is not counted as late. */
+void mpool_run_decided(mpool *p);
+/* Calls the callbacks owed for batches that completed inside mpool_eval, and
+ * mpool_run_decided. */
 void mpool_run_ready(mpool *p);
 /* Completes the batches whose deadline passed by now with the answers they have. */
 void mpool_expire_batches(mpool *p, uint64_t now);

@@ -287,6 +287,7 @@ static void *loop_main(void *arg)
             if (m->ctx && (fds[k].revents & POLLOUT))
                 master_flush(p, m, now);
         }
+        mpool_run_decided(p);   /* after every reply this poll brought */
         if (p->io_run && (io_ready || p->io_due(p->io_arg, now) <= now))
             p->io_run(p->io_arg);
         if ((rc > 0 && fds[0].revents) || atomic_load(&p->lazy_pending))

@@ -291,13 +291,68 @@ static void op_no_quorum(rl_task *op, int answered, const master_reply *replies)
     op_answer(op);
 }
 
-static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
-                 const char *const *args, mpool_done_fn done)
+static void eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                         const char *const *args, mpool_decide_fn decide, mpool_done_fn done)
 {
     size_t lens[12];
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
-    mpool_eval(op->e->pool, s, mask, nkeys, nargs, args, lens, done, op);
+    mpool_eval_decided(op->e->pool, s, mask, nkeys, nargs, args, lens, decide, done, op);
+}
+
+static void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+                 const char *const *args, mpool_done_fn done)
+{
+    eval_decided(op, s, mask, nkeys, nargs, args, NULL, done);
+}
+
+/* Yes and no votes among replies: a vote is is_vote with at least min_ints
+ * integers, yes when its first is 1. */
+static void count_votes(const rl_engine *e, const master_reply *replies, int min_ints, int *yes, int *no)
+{
+    *yes = *no = 0;
+    for (int i = 0; i < e->n; i++) {
+        if (!is_vote(&replies[i], min_ints))
+            continue;
+        if (replies[i].ints[0] == 1)
+            ++*yes;
+        else
+            ++*no;
+    }
+}
+
+/* An acquire is decided once a majority said yes, or once so many said no
+ * that the rest cannot make a majority: the masters still owed then count
+ * as late (their command still runs there; acquire_voted settles or
+ * releases what they may hold, knowing the grant's value). */
+static bool acquire_decided(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    int yes, no, q = quorum_of(op->e->n);
+    count_votes(op->e, replies, 2, &yes, &no);
+    return yes >= q || no > op->e->n - q;
+}
+
+/* An extension is decided early only by a majority's yes: a refusal waits
+ * for every answer, since cleaning up after it needs the values the masters
+ * hold (a caller's own token is stored with a suffix only they tell). */
+static bool extend_decided(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    int yes, no;
+    count_votes(op->e, replies, 1, &yes, &no);
+    return yes >= quorum_of(op->e->n);
+}
+
+/* A release is answered as done once a majority deleted: the rest cannot
+ * change that (a master that misses it runs it when back). */
+static bool release_decided(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    int deleted = 0;
+    for (int i = 0; i < op->e->n; i++)
+        deleted += replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1 && replies[i].ints[0] == 1;
+    return deleted >= quorum_of(op->e->n);
 }
 
 /* The guard argument of every vote script (scripts.h). */
@@ -640,20 +695,23 @@ static void acquire_after_release(void *arg, const master_reply *replies)
 }
 
 /* Step 5: release on every master that may hold our token. A refusal answers
- * (or retries) once the masters have done so, so that the name is clean for
- * whoever comes next. No quorum answers at once, within the master timeout:
- * the release goes out first, ahead of anything sent later, and nobody
- * waits for masters that are down. */
+ * (or retries) once the masters that said yes have done so, so that the name
+ * is clean for whoever comes next; masters that have not answered (late, or
+ * still owed when the refusal was decided) get the release behind the
+ * acquire on their connection, and nobody waits for them. No quorum answers
+ * at once, within the master timeout: the release goes out first, ahead of
+ * anything sent later, and nobody waits for masters that are down. */
 static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
 {
     op->res.outcome = why;
+    uint32_t unanswered = why == RL_NO_QUORUM ? mask : mask & ~op->yes_mask;
+    if (unanswered)
+        release_unwatched(op, unanswered, op->value);
     if (why == RL_NO_QUORUM) {
-        if (mask)
-            release_unwatched(op, mask, op->value);
         op_answer(op);
-    } else if (mask) {
+    } else if (mask & op->yes_mask) {
         const char *args[] = {op->key, op->owner_key, op->value, "=", ""};
-        eval(op, &script_release, mask, 2, 5, args, acquire_after_release);
+        eval(op, &script_release, mask & op->yes_mask, 2, 5, args, acquire_after_release);
     } else {
         acquire_refused(op);
     }
@@ -774,7 +832,10 @@ static void acquire_voted(void *arg, const master_reply *replies)
         op->res.fence = quorum_fence(e->n, counters, yes_mask, &raise_mask, &op->at_fence);
         if (!raise_mask) {
             /* A late SET NX gets its counter from a later clock: settle it
-             * to the fence, so every holder reports the grant's fence. */
+             * to the fence, so every holder reports the grant's fence. A
+             * master still owed when acquire_decided answered counts as
+             * late: its settle follows its acquire on its connection, so
+             * nothing sent later (an extension) reads another counter. */
             if (late_mask)
                 acquire_settle(op, late_mask, NULL);
             acquire_grant(op);
@@ -828,7 +889,7 @@ static void acquire_attempt(rl_task *op)
     const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->value,
                           op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
                           guard_arg(op->e)};
-    eval(op, &script_acquire, all_mask(op->e), 4, 11, args, acquire_voted);   /* step 2 */
+    eval_decided(op, &script_acquire, all_mask(op->e), 4, 11, args, acquire_decided, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
@@ -1176,7 +1237,7 @@ static void op_run(rl_task *op)
     case RL_EXTEND: {
         const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
                               op->ttl_str, op->px_str, guard_arg(e)};
-        eval(op, &script_extend, all_mask(e), 4, 8, args, extend_voted);
+        eval_decided(op, &script_extend, all_mask(e), 4, 8, args, extend_decided, extend_voted);
         return;
     }
     case RL_RELEASE: {
@@ -1186,7 +1247,7 @@ static void op_run(rl_task *op)
          * lockOwner is stored with a suffix); a later replay on a master
          * that missed it matches only the exact value (scripts.h). */
         const char *args[] = {op->key, op->owner_key, op->req.token, "~", op->channel};
-        eval(op, &script_release, all_mask(e), 2, 5, args, release_voted);
+        eval_decided(op, &script_release, all_mask(e), 2, 5, args, release_decided, release_voted);
         return;
     }
     case RL_SEM_LIMIT: {
