@@ -893,6 +893,31 @@ static int blocking_call(int fd, const char *req, char *token, size_t toklen)
     }
 }
 
+/* p50 of GET /healthz over one blocking keep-alive connection, n times in
+ * a row: the HTTP hop alone, for the one-client target of issue 22. */
+static double healthz_p50_ms(int port, int n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
+        die("connect /healthz");
+    samples s = {0};
+    for (int i = 0; i < n; i++) {
+        uint64_t t0 = now_us();
+        if (blocking_call(fd, "GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n", NULL, 0) != 200)
+            die("GET /healthz");
+        sample_add(&s, now_us() - t0);
+    }
+    close(fd);
+    qsort(s.v, s.n, sizeof *s.v, cmp_u32);
+    double p50 = pct_ms(&s, 50);
+    free(s.v);
+    return p50;
+}
+
 static void *handoff_waiter(void *arg)
 {
     hthread *h = arg;
@@ -1273,6 +1298,30 @@ int main(int argc, char **argv)
     }
     printf("redlockd peak RSS: t1 %.1f MiB, t2 %.1f MiB\n", (double)max_rss[0] / 1024.0,
            (double)max_rss[1] / 1024.0);
+
+    /* The targets of issue 22, as ratios within this run. */
+    double hz = healthz_p50_ms(http_port[0], 2000);
+    printf("\ntargets of issue 22 (this run):\n");
+    for (int i = 0; i < nlevels; i++) {
+        const result *r = res[i];
+        if (levels[i] == 1) {
+            double bound = 1.2 * (r[ROW_FLOOR].p50 + hz);
+            printf("* 1 client: acquire p50 t1 %.3f ms, t1 new %.3f ms; bound 1.2 x (floor p50 %.3f + /healthz "
+                   "p50 %.3f) = %.3f ms: %s\n", r[ROW_T1].p50, r[ROW_T1_NEW].p50, r[ROW_FLOOR].p50, hz, bound,
+                   r[ROW_T1].p50 <= bound && r[ROW_T1_NEW].p50 <= bound ? "met" : "missed");
+        }
+        if (levels[i] == 64 && r[ROW_NODE].ran && r[ROW_NODE_NEW].ran) {
+            double c = ratio(&r[ROW_T1], &r[ROW_NODE], false), cn = ratio(&r[ROW_T1_NEW], &r[ROW_NODE_NEW], false);
+            double m = cpu_ratio(&r[ROW_T1], &r[ROW_NODE]), mn = cpu_ratio(&r[ROW_T1_NEW], &r[ROW_NODE_NEW]);
+            printf("* 64 clients: cycles/s t1/node-redlock %.2f reused, %.2f new names (target >= 1.3): %s\n", c, cn,
+                   c >= 1.3 && cn >= 1.3 ? "met" : "missed");
+            printf("* 64 clients: masters CPU/cycle t1/node-redlock %.2f reused, %.2f new names (target <= 1.2): "
+                   "%s\n", m, mn, m <= 1.2 && mn <= 1.2 ? "met" : "missed");
+        }
+        if (levels[i] == 64)
+            printf("* 64 clients: fence raises per cycle %.3f reused, %.3f new names (target about 0)\n",
+                   r[ROW_T1].raises_per_cycle, r[ROW_T1_NEW].raises_per_cycle);
+    }
 
     /* Handoff: a second instance on the same masters, then the same with
      * release notices off (sleep-and-retry, --retry-delay-ms 100). */
