@@ -108,14 +108,18 @@ bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms)
     return false;
 }
 
-bool fl_wait_voting_at_most(fl_run *r, int most, int timeout_ms)
+bool fl_wait_masters_down(fl_run *r, uint32_t mask, int timeout_ms)
 {
     uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000ULL;
     while (h_now_us() < until) {
         h_resp rz = h_http(r->c, "GET", "/readyz", NULL, NULL);
-        long long v = h_int(&rz, "masters_voting");
+        const cJSON *ms = rz.json ? cJSON_GetObjectItem(rz.json, "masters") : NULL;
+        bool down = cJSON_IsArray(ms);
+        for (int i = 0; down && i < 32; i++)
+            if (mask >> i & 1u)
+                down = cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(ms, i), "up"));
         h_resp_free(&rz);
-        if (v >= 0 && v <= most)
+        if (down)
             return true;
         usleep(5000);
     }

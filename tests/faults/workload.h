@@ -94,10 +94,10 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
 /* Waits until client 0 of a long_holder scenario holds a name with at
  * least left_ms of its hold to go. Returns false on timeout. */
 bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms);
-/* Polls /readyz until masters_voting <= most (or the timeout): a master
- * just paused still counts until a vote misses its deadline. Returns false
- * on timeout. */
-bool fl_wait_voting_at_most(fl_run *r, int most, int timeout_ms);
+/* Polls /readyz until every master in mask reads "up": false (or the
+ * timeout): a master just paused still counts as up and voting until a
+ * command to it misses its deadline. Returns false on timeout. */
+bool fl_wait_masters_down(fl_run *r, uint32_t mask, int timeout_ms);
 /* Starts redlockd again (after h_daemon_kill) with the same flags and port. */
 void fl_daemon_start(fl_run *r);
 /* SIGKILLs instance k (0: the first, 1..peers: the extra ones) and starts a
