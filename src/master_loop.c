@@ -107,11 +107,16 @@ int mpool_post(mpool *p, void (*fn)(void *), void *arg) { return post(p, fn, arg
 
 int mpool_post_lazy(mpool *p, void (*fn)(void *), void *arg) { return post(p, fn, arg, true); }
 
-static void run_jobs(mpool *p)
+/* Runs the posted jobs; woken: the wake fd was readable, so it is drained
+ * (a run for lazy jobs alone reads nothing: that read would only fail with
+ * EAGAIN, once per request at one client). */
+static void run_jobs(mpool *p, bool woken)
 {
-    uint64_t drained;
-    ssize_t ignored = read(p->wake_fd, &drained, sizeof drained);
-    (void)ignored;
+    if (woken) {
+        uint64_t drained;
+        ssize_t ignored = read(p->wake_fd, &drained, sizeof drained);
+        (void)ignored;
+    }
     pthread_mutex_lock(&p->jobs_lock);
     struct job *j = p->jobs_head;
     p->jobs_head = p->jobs_tail = NULL;
@@ -290,8 +295,9 @@ static void *loop_main(void *arg)
         mpool_run_decided(p);   /* after every reply this poll brought */
         if (p->io_run && (io_ready || p->io_due(p->io_arg, now) <= now))
             p->io_run(p->io_arg);
-        if ((rc > 0 && fds[0].revents) || atomic_load(&p->lazy_pending))
-            run_jobs(p);
+        bool woken = rc > 0 && fds[0].revents;
+        if (woken || atomic_load(&p->lazy_pending))
+            run_jobs(p, woken);
         mpool_run_ready(p);
         check_deadlines(p, now);
         mpool_run_timers(p, now);
