@@ -28,6 +28,7 @@
 #include "hold.h"
 #include "log.h"
 #include "quarantine.h"
+#include "quorum.h"
 #include "rules.h"
 #include "semaphore.h"
 #include "semaphore_api.h"
@@ -289,7 +290,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     }
     /* Ready when a majority can vote: quarantined masters answer but do not count. */
-    bool ready = voting >= n / 2 + 1;
+    bool ready = voting >= quorum_of(n);
     cJSON_AddStringToObject(o, "status", ready ? "ready" : "not_ready");
     if (!ready) {
         char why[600];
@@ -309,7 +310,7 @@ static enum MHD_Result serve_readyz(req_ctx *ctx)
     cJSON_AddNumberToObject(o, "masters_voting", voting);
     cJSON_AddNumberToObject(o, "masters_refusing", refusing);
     cJSON_AddNumberToObject(o, "masters_total", n);
-    cJSON_AddNumberToObject(o, "quorum", n / 2 + 1);
+    cJSON_AddNumberToObject(o, "quorum", quorum_of(n));
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "master_int.h"
+#include "quorum.h"
 
 /* A notice channel some waiter wants, subscribed on every master. */
 struct chan {
@@ -185,7 +186,7 @@ bool mpool_notices_up(mpool *p)
     int up = 0;
     for (int i = 0; i < p->n; i++)
         up += atomic_load(&p->masters[i].subscribed);
-    return p->notice_channel && up >= p->n / 2 + 1;
+    return p->notice_channel && up >= quorum_of(p->n);
 }
 
 void master_sub_read(mpool *p, struct master *m, uint64_t now)
