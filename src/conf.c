@@ -458,11 +458,10 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     c->max_connections = CONF_DEFAULT_MAX_CONNECTIONS;
     c->max_connections_per_ip = CONF_DEFAULT_MAX_CONNECTIONS_PER_IP;
     c->request_timeout_ms = CONF_DEFAULT_REQUEST_TIMEOUT_MS;
-    /* One event loop. Two on this project's 2-core test machine, where the
-     * five masters share the cores, now and then let three masters miss
-     * the 50 ms vote deadline together (503 no_quorum under load: the long
-     * fault run, a CI run of cli::concurrent_runs_never_overlap); a host
-     * whose masters run elsewhere should set one per CPU (docs/design.md). */
+    /* One event loop: a second one only helps where it has a core of its
+     * own; beside masters on the same cores it makes their votes late
+     * (docs/design.md, "Event loops"). Hosts whose masters run elsewhere
+     * should set one per CPU. */
     c->threads = 1;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
     c->quarantine = true;
