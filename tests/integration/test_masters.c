@@ -17,7 +17,7 @@ static void setup(void)
     h_daemon_start(C, NULL);
 }
 
-TestSuite(faults, .init = setup, .fini = teardown, .timeout = 90);
+TestSuite(masters, .init = setup, .fini = teardown, .timeout = 90);
 
 static void release(const char *name, const h_resp *grant)
 {
@@ -29,7 +29,7 @@ static void release(const char *name, const h_resp *grant)
     h_resp_free(&r);
 }
 
-Test(faults, two_of_five_paused_still_grant)
+Test(masters, two_of_five_paused_still_grant)
 {
     h_master_pause(C, 0);
     h_master_pause(C, 3);
@@ -45,7 +45,7 @@ Test(faults, two_of_five_paused_still_grant)
     h_master_resume(C, 3);
 }
 
-Test(faults, three_of_five_paused_answer_503_fast_and_recover)
+Test(masters, three_of_five_paused_answer_503_fast_and_recover)
 {
     h_resp held = h_http(C, "POST", "/locks/held-before", NULL, NULL);
     cr_assert_eq(held.status, 201);
@@ -91,7 +91,7 @@ Test(faults, three_of_five_paused_answer_503_fast_and_recover)
     h_resp_free(&held);
 }
 
-Test(faults, killed_majority_answers_503)
+Test(masters, killed_majority_answers_503)
 {
     h_master_kill(C, 0);
     h_master_kill(C, 1);
@@ -105,7 +105,7 @@ Test(faults, killed_majority_answers_503)
     h_resp_free(&r);
 }
 
-Test(faults, master_restarted_empty_still_works)
+Test(masters, master_restarted_empty_still_works)
 {
     /* A short longest TTL and fence keep keep the restarted master's
      * quarantine short. */
@@ -160,7 +160,7 @@ Test(faults, master_restarted_empty_still_works)
     h_resp_free(&a);
 }
 
-Test(faults, paused_master_costs_at_most_its_timeout)
+Test(masters, paused_master_costs_at_most_its_timeout)
 {
     h_master_pause(C, 2);
     double worst = 0;
@@ -208,7 +208,7 @@ static long long connections_received(int i)
 /* A master that misses a deadline keeps its connection: once it answers
  * what it was sent it votes again, with no reconnect (and nothing lost in
  * one). */
-Test(faults, briefly_paused_master_votes_again_without_reconnecting)
+Test(masters, briefly_paused_master_votes_again_without_reconnecting)
 {
     long long before = connections_received(2);
     h_master_pause(C, 2);
@@ -260,7 +260,7 @@ static void master4_let_go(const char *name)
 
 /* A lock released while a master was paused leaves no token there: the
  * release waits for the master and runs before its next vote. */
-Test(faults, release_while_paused_reaches_the_master_when_back)
+Test(masters, release_while_paused_reaches_the_master_when_back)
 {
     h_resp w = h_http(C, "POST", "/locks/warm-up", NULL, NULL);   /* scripts cached everywhere */
     cr_assert_eq(w.status, 201, "%s", w.body);
@@ -279,7 +279,7 @@ Test(faults, release_while_paused_reaches_the_master_when_back)
  * connected (SCRIPT FLUSH): the release it was sent while paused, by
  * EVALSHA, answers NOSCRIPT after the release has been answered, and must
  * still run there, with the body. */
-Test(faults, release_while_paused_reaches_a_master_that_lost_its_scripts)
+Test(masters, release_while_paused_reaches_a_master_that_lost_its_scripts)
 {
     /* Both scripts go once with their body on the connections this name
      * uses (those of the loop that owns it), and by EVALSHA from then on. */
@@ -305,7 +305,7 @@ Test(faults, release_while_paused_reaches_a_master_that_lost_its_scripts)
  * match. Seen in the fault suite under the sanitizers: the first releases
  * after start met masters that had never run the release script, and the
  * names stayed refused for a TTL. */
-Test(faults, first_release_by_owner_while_paused_reaches_a_fresh_master)
+Test(masters, first_release_by_owner_while_paused_reaches_a_fresh_master)
 {
     h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore",
                       "{\"resourceId\":\"owned\",\"lockOwner\":\"worker-a\",\"expiryInSeconds\":30}",
@@ -329,7 +329,7 @@ Test(faults, first_release_by_owner_while_paused_reaches_a_fresh_master)
  * remembered. The remembered release must still match the grant's stored
  * value there (it matched only the bare owner, so the lock stayed on master
  * 4 for its whole TTL, 30 s here). */
-Test(faults, release_by_owner_reaches_a_master_that_missed_it)
+Test(masters, release_by_owner_reaches_a_master_that_missed_it)
 {
     h_master_pause(C, 4);
     h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore",
@@ -353,7 +353,7 @@ Test(faults, release_by_owner_reaches_a_master_that_missed_it)
  * script cache was flushed, answers NOSCRIPT only once master 4 is back, after
  * the release was answered: the grant's exact value must still reach it
  * (the resend of the bare owner matches nothing). */
-Test(faults, release_by_owner_reaches_a_master_that_lost_its_scripts)
+Test(masters, release_by_owner_reaches_a_master_that_lost_its_scripts)
 {
     const char *lock = "{\"resourceId\":\"owner-flushed\",\"lockOwner\":\"worker-d\",\"expiryInSeconds\":30}";
     for (int k = 0; k < 2; k++) {   /* the first round caches both scripts on every connection */
@@ -380,7 +380,7 @@ Test(faults, release_by_owner_reaches_a_master_that_lost_its_scripts)
  * PATCH by the owner finds it on master 3 only, while master 4 is paused:
  * 409 not_held. The clean-up released by the bare owner, which matches no
  * stored value, so masters 3 and 4 kept the lock for its TTL. */
-Test(faults, failed_extension_by_owner_frees_every_master)
+Test(masters, failed_extension_by_owner_frees_every_master)
 {
     h_resp a = h_http(C, "POST", "/v1.0-alpha1/lock/lockstore",
                       "{\"resourceId\":\"owner-ext\",\"lockOwner\":\"worker-c\",\"expiryInSeconds\":30}",
@@ -412,9 +412,9 @@ Test(faults, failed_extension_by_owner_frees_every_master)
 }
 
 /* Masters with a password: AUTH on every connection. */
-TestSuite(faults_auth, .fini = teardown, .timeout = 60);
+TestSuite(masters_auth, .fini = teardown, .timeout = 60);
 
-Test(faults_auth, redis_password)
+Test(masters_auth, redis_password)
 {
     C = h_cluster_start(3, "--requirepass hunter2");
     h_daemon_start(C, "--redis-password", "hunter2", NULL);
@@ -460,7 +460,7 @@ static long long grant_and_release(const char *name)
 /* The issue's counter-example with real masters: grant one reaches majority
  * {0,1,2} where master 2's counter is far ahead; grant two reaches {1,3,4}.
  * A plain maximum of increments would go backwards. */
-Test(faults, fence_increases_across_different_majorities)
+Test(masters, fence_increases_across_different_majorities)
 {
     long long f0 = grant_and_release("warm-up");   /* all five seeded and equal */
     freeReplyObject(h_redis(C, 2, "INCRBY lock:fence-majorities#fence 1000"));
@@ -492,7 +492,7 @@ static void *restart_master_0(void *arg)
 /* The fault suites restart masters from a fault thread that then ends; the
  * harness must not let the master die with that thread (it did: children
  * were tied to the forking thread by PR_SET_PDEATHSIG). */
-Test(faults, master_restarted_by_a_thread_outlives_it)
+Test(masters, master_restarted_by_a_thread_outlives_it)
 {
     pthread_t t;
     pthread_create(&t, NULL, restart_master_0, C);
@@ -507,7 +507,7 @@ Test(faults, master_restarted_by_a_thread_outlives_it)
  * masters just paused (still counted as voting until a command to them
  * misses its deadline, here 1 s), an acquire, an extension and a release are
  * each answered as soon as three masters agree, not at the deadline. */
-TestSuite(faults_decided, .fini = teardown, .timeout = 90);
+TestSuite(masters_decided, .fini = teardown, .timeout = 90);
 
 static void pause_two_fresh(void)
 {
@@ -519,7 +519,7 @@ static void pause_two_fresh(void)
     h_master_pause(C, 4);
 }
 
-Test(faults_decided, majority_answers_without_waiting_for_paused_masters)
+Test(masters_decided, majority_answers_without_waiting_for_paused_masters)
 {
     C = h_cluster_start(5, NULL);
     h_daemon_start(C, "--master-timeout-ms", "1000", NULL);
