@@ -20,6 +20,7 @@
 
 #include "api.h"
 #include "grpc_api.h"
+#include "listener.h"
 #include "log.h"
 #include "master.h"
 #include "redlock.h"
@@ -670,10 +671,16 @@ static void sweep(grpc_server *s, uint64_t now)
     }
 }
 
+/* The listener stops taking new SYNs, and what its queue holds is taken
+ * (each gets GOAWAY, which a client reads as "retry elsewhere") before it
+ * closes: a close would reset them (listener.h). */
 static void quiesce_now(grpc_server *s)
 {
     s->quiesced = true;
     if (s->listen_fd >= 0) {
+        if (!listener_drop_syns(s->listen_fd))
+            log_event(LOG_LEVEL_WARN, "listener_filter_failed", "error", strerror(errno), NULL);
+        accept_all(s);
         epoll_ctl(s->ep, EPOLL_CTL_DEL, s->listen_fd, NULL);
         close(s->listen_fd);
         s->listen_fd = -1;

@@ -26,6 +26,7 @@
 #include "election.h"
 #include "election_watch.h"
 #include "hold.h"
+#include "listener.h"
 #include "log.h"
 #include "quarantine.h"
 #include "quorum.h"
@@ -37,6 +38,8 @@
 #define HTTP_CONNECTION_MEMORY 16384
 #define HTTP_WATCH_INTERVAL_MS 100   /* how often gone clients and slow requests are looked for */
 #define HTTP_TRIM_AFTER_CLOSES 256   /* return freed connection memory to the system */
+#define HTTP_HANDSHAKE_GRACE_MS 50   /* quiescing: a handshake under way completes within this */
+#define HTTP_QUEUE_TAKE_MAX_MS 1000  /* quiescing: the most time spent emptying the queues */
 
 /* One connection, from libmicrohttpd's start notice to its close notice.
  * Every field is guarded by the server's reg_lock. */
@@ -77,7 +80,7 @@ typedef struct http_shard {
     atomic_bool kick;           /* a connection was resumed: run the daemon now (in external
                                    mode libmicrohttpd signals nothing itself) */
     MHD_socket listen_fd;       /* while quiescing: the listener libmicrohttpd gave up */
-    int *taken, ntaken;         /* while quiescing: connections taken from its queue */
+    int *taken, ntaken, taken_cap;   /* while quiescing: connections taken from its queue */
 } http_shard;
 
 /* The server's threads: the loops (requests, each with its engine's
@@ -1459,20 +1462,22 @@ static void shard_detach(void *arg)
 }
 
 /* Quiescing, on the loop: libmicrohttpd stops accepting and hands over its
- * listening socket, still open (the kernel keeps queueing connections). */
+ * listening socket, still open (the kernel keeps queueing connections),
+ * which from now on takes no new SYN. */
 static void shard_stop_accepting(void *arg)
 {
     http_shard *sh = arg;
     sh->listen_fd = MHD_quiesce_daemon(sh->daemon);
+    if (sh->listen_fd != MHD_INVALID_SOCKET && !listener_drop_syns(sh->listen_fd))
+        log_event(LOG_LEVEL_WARN, "listener_filter_failed", "error", strerror(errno), NULL);
 }
 
-/* Connections the kernel completed but nobody accepted would be reset by
- * the listener's close: takes them from sh's queue, then closes it. */
+/* Takes the connections the kernel completed but nobody accepted from sh's
+ * queue (the listener's close would reset them). */
 static void shard_take_queue(http_shard *sh)
 {
     if (sh->listen_fd == MHD_INVALID_SOCKET)
         return;
-    int cap = 0;
     for (;;) {
         int c = accept4(sh->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c < 0) {
@@ -1482,23 +1487,49 @@ static void shard_take_queue(http_shard *sh)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 log_event(LOG_LEVEL_WARN, "accept_failed", "error", strerror(errno), NULL);
-            break;
+            return;
         }
-        if (sh->ntaken == cap) {
-            int grown = cap ? 2 * cap : 64;
+        if (sh->ntaken == sh->taken_cap) {
+            int grown = sh->taken_cap ? 2 * sh->taken_cap : 64;
             int *t = realloc(sh->taken, (size_t)grown * sizeof *t);
             if (!t) {
                 log_event(LOG_LEVEL_WARN, "accept_failed", "error", "out of memory", NULL);
                 close(c);
-                break;
+                return;
             }
             sh->taken = t;
-            cap = grown;
+            sh->taken_cap = grown;
         }
         sh->taken[sh->ntaken++] = c;
     }
-    close(sh->listen_fd);
-    sh->listen_fd = MHD_INVALID_SOCKET;
+}
+
+/* Empties every listener's queue until no handshake already under way has
+ * completed for HTTP_HANDSHAKE_GRACE_MS (new ones are dropped at their SYN),
+ * at most HTTP_QUEUE_TAKE_MAX_MS, then closes the listeners. */
+static void take_queues_and_close(http_server *s)
+{
+    struct pollfd p[HTTP_MAX_LOOPS];
+    uint64_t until = mpool_now_us() + HTTP_QUEUE_TAKE_MAX_MS * 1000ULL;
+    for (;;) {
+        int n = 0;
+        for (int k = 0; k < s->nshards; k++) {
+            shard_take_queue(&s->shards[k]);
+            if (s->shards[k].listen_fd != MHD_INVALID_SOCKET)
+                p[n++] = (struct pollfd){.fd = s->shards[k].listen_fd, .events = POLLIN};
+        }
+        if (n == 0 || mpool_now_us() >= until || poll(p, (nfds_t)n, HTTP_HANDSHAKE_GRACE_MS) <= 0)
+            break;
+    }
+    /* Test hook: a shutdown preempted here, as on a busy node. */
+    const char *delay = getenv("REDLOCKD_TEST_LISTENER_CLOSE_DELAY_US");
+    if (delay)
+        usleep((useconds_t)strtoul(delay, NULL, 10));
+    for (int k = 0; k < s->nshards; k++)
+        if (s->shards[k].listen_fd != MHD_INVALID_SOCKET) {
+            close(s->shards[k].listen_fd);
+            s->shards[k].listen_fd = MHD_INVALID_SOCKET;
+        }
 }
 
 /* On the loop: the connections taken from its queue join its daemon, each
@@ -1517,7 +1548,7 @@ static void shard_add_taken(void *arg)
     }
     free(sh->taken);
     sh->taken = NULL;
-    sh->ntaken = 0;
+    sh->ntaken = sh->taken_cap = 0;
     atomic_store(&sh->kick, true);
 }
 
@@ -1618,20 +1649,18 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     return s;
 }
 
-/* With several loops, each listener's close resets what is queued on it
- * at that moment, and while one is still open, the clients its neighbours
- * turned away reconnect to it in a storm. So every loop stops accepting
- * first; then the queues are emptied and the listeners closed back to back
- * (the kernel queues on a listener until its close, nobody answers
- * meanwhile, and nobody reconnects); then each loop serves what was taken
+/* A listener's close resets what is queued on it at that moment, and with
+ * several loops, while one is still open, the clients its neighbours turned
+ * away reconnect to it in a storm. So every loop stops accepting and taking
+ * new SYNs first; then the queues are emptied of the handshakes that were
+ * under way and the listeners closed; then each loop serves what was taken
  * from its queue. */
 void http_quiesce(http_server *s)
 {
     atomic_store(&s->quiescing, true);
     for (int k = 0; k < s->nshards; k++)
         run_on_loop(s->shards[k].pool, shard_stop_accepting, &s->shards[k]);
-    for (int k = 0; k < s->nshards; k++)
-        shard_take_queue(&s->shards[k]);
+    take_queues_and_close(s);
     for (int k = 0; k < s->nshards; k++)
         run_on_loop(s->shards[k].pool, shard_add_taken, &s->shards[k]);
 }
