@@ -178,7 +178,7 @@ static void on_notice(void *arg, const char *key, size_t len)
 
 void election_watch_attach(rl_engine *e)
 {
-    rl_engine_set_notice_hook(e, on_notice, e);
+    (void)rl_engine_add_notice_hook(e, on_notice, e);
 }
 
 election_watch *election_watch_start(rl_engine *e, mpool *pool, const char *lock_name,

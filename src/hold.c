@@ -51,8 +51,12 @@ struct hold {
     bool acquiring;                 /* the campaign's acquire is in flight */
     rl_handle *acq;                 /* that acquire, until its rl_finish */
     rl_request acq_req;             /* what the campaign acquires */
-    char label[RL_NAME_MAX + 1];    /* the election's name, as its events give it */
+    char label[RL_NAME_MAX + 1];    /* the election's or semaphore's name, as its events give it */
     char candidate[RL_OWNER_MAX + 1];
+
+    /* A semaphore's permit (hold_permit): name is the slot's lock. */
+    bool permit;
+    hold_permit_of of;
 
     /* what the stream has still to say, in this order */
     bool pend_acquired;
@@ -177,7 +181,24 @@ static rl_request request_of(const hold *h, enum rl_op op)
     rl_request req = {.op = op, .ttl_ms = h->ttl_ms, .keep_on_fail = op == RL_EXTEND};
     snprintf(req.name, sizeof req.name, "%s", h->name);
     snprintf(req.token, sizeof req.token, "%s", h->token);
+    if (h->permit)   /* a slot's release notice goes to its semaphore's channel */
+        snprintf(req.notice_name, sizeof req.notice_name, "%s", h->of.limit_name);
     return req;
+}
+
+static void ignore_answer(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* A permit's renewal also keeps its semaphore's limit for a ttl, as a PATCH
+ * of the permit does: the limit outlives every permit of it. */
+static void keep_limit(const hold *h)
+{
+    rl_request req = {.op = RL_SEM_LIMIT, .limit = -1, .ttl_ms = h->ttl_ms};
+    snprintf(req.name, sizeof req.name, "%s", h->of.limit_name);
+    (void)rl_submit(h->of.limit_engine, &req, ignore_answer, NULL, NULL);
 }
 
 /* The lock is lost: the stream says so now; what the token may still hold
@@ -392,6 +413,8 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
                 h->extending = false;
                 h->engine_refs--;
                 h->next_try_us = now + HOLD_RETRY_MIN_MS * 1000ULL;
+            } else if (h->permit) {
+                keep_limit(h);
             }
         }
         uint64_t due = lost_at(h);
@@ -485,8 +508,9 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
     return h;
 }
 
-hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
-                 uint64_t sent_us, int fd, hold_wake_fn wake, void *arg)
+/* A hold of the grant res of req, not linked yet. */
+static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                        uint64_t sent_us)
 {
     hold *h = calloc(1, sizeof *h);
     if (!h)
@@ -500,6 +524,24 @@ hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_resu
     h->valid_until_us = sent_us + (uint64_t)res->validity_ms * 1000ULL;
     h->next_try_us = sent_us + (uint64_t)res->ttl_ms * 1000ULL / 3;
     h->pend_acquired = true;
+    return h;
+}
+
+hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                 uint64_t sent_us, int fd, hold_wake_fn wake, void *arg)
+{
+    hold *h = grant_hold(s, e, req, res, sent_us);
+    return h ? hold_link(s, h, res->ttl_ms, fd, wake, arg, false) : NULL;
+}
+
+hold *hold_permit(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                  uint64_t sent_us, const hold_permit_of *of, int fd, hold_wake_fn wake, void *arg)
+{
+    hold *h = grant_hold(s, e, req, res, sent_us);
+    if (!h)
+        return NULL;
+    h->permit = true;
+    h->of = *of;
     return hold_link(s, h, res->ttl_ms, fd, wake, arg, false);
 }
 
@@ -543,6 +585,13 @@ static bool format_next(hold *h)
                      "{\"event\":\"elected\",\"name\":\"%s\",\"candidate\":\"%s\",\"term\":%lld,"
                      "\"token\":\"%s\",\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
                      h->label, h->candidate, h->fence, h->token, left, h->ttl_ms);
+    } else if (h->pend_acquired && h->permit) {
+        h->pend_acquired = false;
+        h->pend_renewed = false;
+        n = snprintf(h->out, sizeof h->out,
+                     "{\"event\":\"acquired\",\"name\":\"%s\",\"limit\":%d,\"slot\":%d,"
+                     "\"token\":\"%d:%s\",\"fence\":%lld,\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
+                     h->of.semaphore, h->of.limit, h->of.slot, h->of.slot, h->token, h->fence, left, h->ttl_ms);
     } else if (h->pend_acquired) {
         h->pend_acquired = false;
         h->pend_renewed = false;   /* the acquired event carries the newest validity */

@@ -74,6 +74,21 @@ void hold_unreserve(hold_set *s);
 hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                  uint64_t sent_us, int fd, hold_wake_fn wake, void *arg);
 
+/* A permit of a semaphore (POST /semaphores/{name} with "hold": true): a
+ * hold of the slot's lock (req, granted as res, as for hold_start) whose
+ * "acquired" event names the semaphore and gives the permit's slot and
+ * token ("<slot>:<token>"). Each renewal also keeps the semaphore's limit
+ * alive for a ttl (RL_SEM_LIMIT on limit_engine), and the slot's release
+ * is published on the semaphore's channel (limit_name's). */
+typedef struct hold_permit_of {
+    char semaphore[RL_NAME_MAX + 1];
+    int limit, slot;
+    rl_engine *limit_engine;
+    char limit_name[RL_INTERNAL_NAME_MAX + 1];
+} hold_permit_of;
+hold *hold_permit(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                  uint64_t sent_us, const hold_permit_of *of, int fd, hold_wake_fn wake, void *arg);
+
 /* A campaign for an election (POST /elections/{name}): a hold without a
  * grant yet. Queues "campaigning" (name label, candidate), then acquires req
  * (the election's internal lock, with its owner) on e, again and again, each

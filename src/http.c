@@ -144,6 +144,7 @@ typedef struct req_ctx {
     char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
     sem_result *sem_res;
+    sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
     atomic_bool result_ready;
     rl_request req;
     rl_result res;
@@ -411,6 +412,8 @@ static void ctx_unref(req_ctx *ctx)
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
         if (ctx->confirm_fd >= 0)
             close(ctx->confirm_fd);
+        if (ctx->semh)
+            sem_finish(ctx->semh);
         free(ctx->sem);
         free(ctx->sem_res);
         free(ctx->body);
@@ -505,6 +508,29 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 
 static enum MHD_Result stream_answer(req_ctx *ctx, unsigned status);
 
+/* A place for ctx's held stream among --max-holds, kept until the stream
+ * starts (or on_completed gives it back). */
+static bool reserve_hold(req_ctx *ctx)
+{
+    ctx->hold_reserved = hold_reserve(ctx->s->holds);
+    return ctx->hold_reserved;
+}
+
+static enum MHD_Result too_many_holds(req_ctx *ctx)
+{
+    char *body = api_error_json(API_E_TOO_MANY_HOLDS, "too many held streams are open already (--max-holds)");
+    return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
+}
+
+/* A held stream that could not start: the service is stopping, or out of
+ * memory. */
+static enum MHD_Result stream_refused(req_ctx *ctx)
+{
+    bool stopping = atomic_load(&ctx->s->quiescing);
+    return send_error(ctx, stopping ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
+                      stopping ? "the service is shutting down" : "out of memory", NULL);
+}
+
 /* A granted acquire with "hold": a 201 whose body is the held stream. */
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
@@ -515,9 +541,7 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */
         ctx->forced = true;
-        return send_error(ctx, atomic_load(&s->quiescing) ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
-                          atomic_load(&s->quiescing) ? "the service is shutting down"
-                                                     : "out of memory", NULL);
+        return stream_refused(ctx);
     }
     ctx->hold_reserved = false;   /* the reservation is the hold now */
     return stream_answer(ctx, 201);
@@ -678,14 +702,8 @@ static enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const cha
                   : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
                   : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
                                      : METRICS_ROUTE_INSPECT;
-    if (ctx->req.hold) {
-        if (!hold_reserve(s->holds)) {
-            char *body = api_error_json(API_E_TOO_MANY_HOLDS,
-                                        "too many held streams are open already (--max-holds)");
-            return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
-        }
-        ctx->hold_reserved = true;
-    }
+    if (ctx->req.hold && !reserve_hold(ctx))
+        return too_many_holds(ctx);
     return submit(ctx);
 }
 
@@ -722,18 +740,13 @@ static enum MHD_Result election_campaign(req_ctx *ctx)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
     election_owner(candidate, value, ctx->req.owner, sizeof ctx->req.owner);
-    if (!hold_reserve(s->holds)) {
-        char *body = api_error_json(API_E_TOO_MANY_HOLDS,
-                                    "too many held streams are open already (--max-holds)");
-        return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
-    }
+    if (!hold_reserve(s->holds))
+        return too_many_holds(ctx);
     ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->req, ctx->label, candidate,
                               ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
     if (!ctx->hold) {
         hold_unreserve(s->holds);
-        return send_error(ctx, atomic_load(&s->quiescing) ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
-                          atomic_load(&s->quiescing) ? "the service is shutting down" : "out of memory",
-                          NULL);
+        return stream_refused(ctx);
     }
     return stream_answer(ctx, 201);
 }
@@ -812,7 +825,7 @@ static void sem_give_back(http_server *s, mpool *pool, const char *name, const s
     for (int i = 0; i < res->npermits; i++)
         memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
     if (r->ntokens)
-        sem_submit(r, engine_of_name, s, pool, sem_ignore, NULL);
+        sem_submit(r, engine_of_name, s, pool, sem_ignore, NULL, NULL);
     free(r);
 }
 
@@ -822,6 +835,15 @@ static void sem_done(void *arg, const sem_result *res)
 {
     req_ctx *ctx = arg;
     http_server *s = ctx->s;
+    for (int i = 0; ctx->sem->op == SEM_RELEASE && i < res->npermits; i++) {
+        /* a permit kept by a held stream: the stream ends with "released" */
+        int slot;
+        char token[TOKEN_MAX_LEN + 1], slot_name[RL_INTERNAL_NAME_MAX + 1];
+        if (sem_token_split(res->permits[i].token, SEM_LIMIT_MAX, &slot, token, sizeof token)) {
+            sem_slot_name(ctx->sem->name, slot, slot_name, sizeof slot_name);
+            hold_released(s->holds, slot_name, token);
+        }
+    }
     pthread_mutex_lock(&s->reg_lock);
     bool was = ctx->susp;
     if (was) {
@@ -840,10 +862,41 @@ static void sem_done(void *arg, const sem_result *res)
     ctx_unref(ctx);
 }
 
+/* A permit taken with "hold": a 201 whose body is the held stream of its
+ * slot's lock. */
+static enum MHD_Result sem_hold_answer(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    const sem_permit *p = &ctx->sem_res->permits[0];
+    rl_request slot = {.op = RL_ACQUIRE, .ttl_ms = ctx->sem_res->ttl_ms};
+    rl_result grant = {.outcome = RL_OK, .ttl_ms = ctx->sem_res->ttl_ms, .fence = p->fence,
+                       .validity_ms = p->validity_ms};
+    hold_permit_of of = {.limit = ctx->sem->limit, .slot = p->slot};
+    int slot_no;
+    sem_token_split(p->token, SEM_LIMIT_MAX, &slot_no, grant.token, sizeof grant.token);
+    sem_slot_name(ctx->sem->name, p->slot, slot.name, sizeof slot.name);
+    sem_limit_name(ctx->sem->name, of.limit_name, sizeof of.limit_name);
+    snprintf(of.semaphore, sizeof of.semaphore, "%s", ctx->sem->name);
+    of.limit_engine = engine_of_name(s, of.limit_name);
+    /* The validity counts from the request's arrival: earlier than the
+     * slot's own acquire, so never more than the masters hold. */
+    ctx->hold = hold_permit(s->holds, engine_of_name(s, slot.name), &slot, &grant, ctx->start_us, &of,
+                            ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    if (!ctx->hold) {
+        sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
+        ctx->forced = true;   /* (on_completed gives nothing back twice) */
+        return stream_refused(ctx);
+    }
+    ctx->hold_reserved = false;   /* the reservation is the hold now */
+    return stream_answer(ctx, 201);
+}
+
 static enum MHD_Result sem_answer(req_ctx *ctx)
 {
     if (ctx->forced)
         return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    if (ctx->sem->op == SEM_ACQUIRE && ctx->sem->hold && ctx->sem_res->outcome == RL_OK)
+        return sem_hold_answer(ctx);
     int status;
     long long retry_after_s = 0;
     char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
@@ -887,6 +940,8 @@ static enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char
     }
     if (rc < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    if (r->hold && !reserve_hold(ctx))
+        return too_many_holds(ctx);
     /* Suspend before submitting: the answer may come at once. */
     pthread_mutex_lock(&s->reg_lock);
     ctx->susp = true;
@@ -897,7 +952,7 @@ static enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char
     ctx->submitted = true;
     metrics_inflight(s->m, 1);
     atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
-    if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx) < 0) {
+    if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
         ctx_resume(ctx, &down);
@@ -1270,8 +1325,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* The watcher: every HTTP_WATCH_INTERVAL_MS it
- *  - cancels the engine request of every suspended connection whose
- *    connection failed (libmicrohttpd does not look at suspended
+ *  - cancels the engine request (or semaphore task) of every suspended
+ *    connection whose connection failed (libmicrohttpd does not look at suspended
  *    connections), so a waiter stops waiting and no grant goes to a client
  *    that left; a FIN alone may be a half-close, so such a waiter waits on,
  *    and a grant it gets is checked for delivery (delivery_check);
@@ -1318,6 +1373,9 @@ static void *watch_main(void *arg)
             } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
                 ctx->gone = true;
                 rl_cancel(ctx->eng, ctx->h);
+            } else if (ctx && ctx->semh && !ctx->gone && client_gone(ci->fd)) {
+                ctx->gone = true;   /* a waiting semaphore acquire stops waiting */
+                sem_cancel(ctx->semh);
             } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
                 /* (phase_start_us may be later than now: set after now was read) */
                 ci->shut = true;   /* libmicrohttpd sees the end and closes it */
@@ -1643,6 +1701,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     }
     for (int k = 0; k < nloops; k++) {
         election_watch_attach(s->shards[k].engine);
+        sem_engine_attach(s->shards[k].engine);
         run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
     }
     s->watching = pthread_create(&s->watcher, NULL, watch_main, s) == 0;
@@ -1658,6 +1717,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
 void http_quiesce(http_server *s)
 {
     atomic_store(&s->quiescing, true);
+    sem_stop_waiting();   /* waiting semaphore acquires answer 409 now, as lock acquires do */
     for (int k = 0; k < s->nshards; k++)
         run_on_loop(s->shards[k].pool, shard_stop_accepting, &s->shards[k]);
     take_queues_and_close(s);

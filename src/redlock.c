@@ -93,8 +93,9 @@ struct rl_engine {
     pthread_cond_t sync_cond;
     unsigned sync_seen;
     log_limit quorum_log;        /* no_quorum lines: one a second */
-    rl_notice_hook hook;         /* told of every notice (rl_engine_set_notice_hook) */
-    void *hook_arg;
+    rl_notice_hook hooks[RL_NOTICE_HOOKS];   /* told of every notice (rl_engine_add_notice_hook) */
+    void *hook_args[RL_NOTICE_HOOKS];
+    int nhooks;
     char seed_bound[24];         /* quorum_seed_bound_us of the fence keep, as ARGV */
     /* Test hook, from REDLOCKD_TEST_SEED_SKEW_US (docs/contributing.md):
      * added to every proposed seed, so a test can put the proposal out of
@@ -664,14 +665,27 @@ static void on_notice(void *arg, const char *msg, size_t len)
 {
     rl_engine *e = arg;
     on_released(e, msg, len);
-    if (e->hook)
-        e->hook(e->hook_arg, msg, len);
+    for (int i = 0; i < e->nhooks; i++)
+        e->hooks[i](e->hook_args[i], msg, len);
 }
 
-void rl_engine_set_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
+bool rl_engine_add_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
 {
-    e->hook = hook;
-    e->hook_arg = arg;
+    if (e->nhooks == RL_NOTICE_HOOKS)
+        return false;
+    e->hooks[e->nhooks] = hook;
+    e->hook_args[e->nhooks++] = arg;
+    return true;
+}
+
+bool rl_engine_notices_up(rl_engine *e)
+{
+    return e->cfg.notify && mpool_notices_up(e->pool);
+}
+
+int rl_engine_post(rl_engine *e, void (*fn)(void *), void *arg)
+{
+    return mpool_post(e->pool, fn, arg);
 }
 
 void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen)
@@ -1186,7 +1200,10 @@ static void op_start(void *arg)
     snprintf(op->owner_key, sizeof op->owner_key, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
-    if (e->cfg.notify)
+    if (e->cfg.notify && op->req.notice_name[0])   /* a semaphore's slots share one channel */
+        snprintf(op->channel, sizeof op->channel, "%s%s%s", SCRIPT_NOTICE_PREFIX, e->key_prefix,
+                 op->req.notice_name);
+    else if (e->cfg.notify)
         snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
     op->anext = e->all;
     if (e->all)

@@ -72,6 +72,8 @@ typedef struct rl_request {
     bool keep_on_fail;              /* extend: a failed extension leaves what the token still
                                        holds in place (a held stream releases it itself, once
                                        its client has been told) */
+    char notice_name[RL_INTERNAL_NAME_MAX + 1]; /* its release notices go to this name's
+                                       channel ("" = its own): a semaphore's slots share one */
 } rl_request;
 
 typedef struct rl_result {
@@ -162,9 +164,19 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms);
 
 /* Notices (with --notify): hook(arg, key, len) is called on the engine's
  * loop for every notice that arrives (a release, or an RL_PUBLISH), after
- * the engine's own waiters saw it. Set once, before traffic. */
+ * the engine's own waiters saw it. At most RL_NOTICE_HOOKS, added before
+ * traffic; false when there is no room. */
+#define RL_NOTICE_HOOKS 4
 typedef void (*rl_notice_hook)(void *arg, const char *key, size_t len);
-void rl_engine_set_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
+bool rl_engine_add_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
+
+/* True when release notices are on and a majority of the masters'
+ * subscriptions work, so that a release is heard. Any thread. */
+bool rl_engine_notices_up(rl_engine *e);
+
+/* Runs fn(arg) on the engine's loop thread (for rl_engine_notice_want).
+ * 0, or -1 when the loop is stopping (fn never runs). Any thread. */
+int rl_engine_post(rl_engine *e, void (*fn)(void *), void *arg);
 
 /* Loop thread: subscribes to (on) or lets go of (off) the notices of the
  * lock name; refcounted. The key a notice carries is the prefixed key

@@ -1,14 +1,23 @@
 /* semaphore.c - see semaphore.h. */
 #include "semaphore.h"
 
+#include <ctype.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
 typedef struct sem_task {
+    atomic_int refs;                /* the task's own until done, and the caller's handle */
+    atomic_bool cancelled;
     sem_request req;
+    char limit_name[RL_INTERNAL_NAME_MAX + 1];
+    rl_engine *limit_eng;           /* the engine of the limit: the notices' channel */
+    bool subscribed;                /* a waiting acquire: to the semaphore's notices */
+    uint64_t round_gen;             /* notice_gen when this round began */
+    long long held_left_ms;         /* this round: the least time left of a slot held (0: none seen) */
     sem_result res;
     sem_engine_fn engine_of;
     void *eng_arg;
@@ -21,10 +30,20 @@ typedef struct sem_task {
     unsigned rng;
 } sem_task;
 
+static void notice_want(sem_task *t, bool on);
+
+static void task_unref(sem_task *t)
+{
+    if (atomic_fetch_sub(&t->refs, 1) == 1)
+        free(t);
+}
+
 static void finish(sem_task *t)
 {
+    if (t->subscribed)
+        notice_want(t, false);
     t->done(t->arg, &t->res);
-    free(t);
+    task_unref(t);
 }
 
 static unsigned rnd(sem_task *t)
@@ -43,10 +62,12 @@ static void ignore(void *arg, const rl_result *res)
 static int step(sem_task *t, enum rl_op op, int slot, const char *token, rl_done_fn done)
 {
     rl_request r = {.op = op, .ttl_ms = t->req.ttl_ms};
-    if (slot < 0)
+    if (slot < 0) {
         sem_limit_name(t->req.name, r.name, sizeof r.name);
-    else
+    } else {
         sem_slot_name(t->req.name, slot, r.name, sizeof r.name);
+        snprintf(r.notice_name, sizeof r.notice_name, "%s", t->limit_name);   /* one channel */
+    }
     if (token)
         snprintf(r.token, sizeof r.token, "%s", token);
     if (op == RL_ACQUIRE)
@@ -80,41 +101,186 @@ static void give_back(sem_task *t)
     t->res.npermits = 0;
 }
 
+static atomic_bool stop_waiting;   /* sem_stop_waiting was called */
+
 /* The service is stopping: a waiting acquire answers now, as a waiting
  * lock acquire does (409). */
 static bool stopping(sem_task *t)
 {
-    char name[RL_INTERNAL_NAME_MAX + 1];
-    sem_limit_name(t->req.name, name, sizeof name);
-    return mpool_is_stopping(t->pool) || rl_engine_draining(t->engine_of(t->eng_arg, name));
+    return atomic_load(&stop_waiting) || mpool_is_stopping(t->pool) || rl_engine_draining(t->limit_eng);
 }
 
-static void retry_timer(void *arg)
+/* ---- waiting: a retry timer, or a notice that a slot was given back ---- */
+
+/* A waiting acquire between two rounds. The retry timer and a notice race
+ * to claim it: whichever comes first runs the next round. The timer always
+ * comes, and frees it; t is not touched once a notice claimed it (its
+ * round may have ended it). */
+typedef struct sem_sleep {
+    sem_task *t;
+    mpool *pool;
+    uint64_t delay_us;
+    bool claimed, linked;
+    struct sem_sleep *prev, *next;
+} sem_sleep;
+
+/* Every waiting acquire of the process, for the notices of every engine,
+ * and how many semaphore notices came so far (a round that saw one go by
+ * does not sleep long: it may have been the release it looked for). */
+static pthread_mutex_t sleep_mu = PTHREAD_MUTEX_INITIALIZER;
+static sem_sleep *sleepers;
+static uint64_t notice_gen;
+
+/* sleep_mu held. */
+static void sleep_unlink(sem_sleep *z)
+{
+    if (z->prev)
+        z->prev->next = z->next;
+    else
+        sleepers = z->next;
+    if (z->next)
+        z->next->prev = z->prev;
+    z->linked = false;
+}
+
+/* The next round, on t's pool: unless the service is stopping. */
+static void next_round(void *arg)
 {
     sem_task *t = arg;
-    if (stopping(t)) {
-        t->res.outcome = RL_LOCKED;
+    if (stopping(t) || atomic_load(&t->cancelled)) {
+        t->res.outcome = atomic_load(&t->cancelled) ? RL_CANCELLED : RL_LOCKED;
         finish(t);
         return;
     }
     acquire_try(t);
 }
 
+static void retry_timer(void *arg)
+{
+    sem_sleep *z = arg;
+    pthread_mutex_lock(&sleep_mu);
+    bool mine = !z->claimed;
+    if (z->linked)
+        sleep_unlink(z);
+    pthread_mutex_unlock(&sleep_mu);
+    sem_task *t = mine ? z->t : NULL;
+    free(z);
+    if (t)
+        next_round(t);
+}
+
 static void arm_retry(void *arg)
 {
-    sem_task *t = arg;
-    uint64_t delay = (uint64_t)(SEM_RETRY_MS / 2 + (int)(rnd(t) % SEM_RETRY_MS)) * 1000ULL;
-    if (mpool_after(t->pool, delay, retry_timer, t) < 0) {
-        t->res.outcome = RL_LOCKED;
-        finish(t);
+    sem_sleep *z = arg;
+    if (mpool_after(z->pool, z->delay_us, retry_timer, z) < 0)
+        retry_timer(z);   /* at once: the pool is stopping, and the round says so */
+}
+
+/* A notice on an engine's loop: key is the engine's key prefix and a lock
+ * name. A slot's release (NAME#i), or the subscription to NAME's channel
+ * being confirmed (NAME#limit: a release just before it is not missed),
+ * starts the next round of every acquire waiting on NAME. */
+static void on_notice(void *arg, const char *key, size_t len)
+{
+    char prefix[RL_INTERNAL_NAME_MAX + 1];
+    rl_engine_key(arg, "", prefix, sizeof prefix);
+    size_t plen = strlen(prefix);
+    if (len <= plen || memcmp(key, prefix, plen))
+        return;
+    key += plen;
+    len -= plen;
+    const char *hash = memrchr(key, '#', len);
+    if (!hash)
+        return;
+    size_t nlen = (size_t)(hash - key), slen = len - nlen - 1;
+    bool slot = slen > 0;
+    for (size_t i = 0; i < slen; i++)
+        slot = slot && isdigit((unsigned char)hash[1 + i]);
+    if (!slot && !(slen == 5 && !memcmp(hash + 1, "limit", 5)))
+        return;
+    pthread_mutex_lock(&sleep_mu);
+    notice_gen++;
+    for (sem_sleep *z = sleepers, *next; z; z = next) {
+        next = z->next;
+        if (z->claimed || strlen(z->t->req.name) != nlen || memcmp(z->t->req.name, key, nlen))
+            continue;
+        if (mpool_post(z->t->pool, next_round, z->t) < 0)
+            continue;   /* the timer will */
+        z->claimed = true;
+        sleep_unlink(z);   /* the timer frees it */
     }
+    pthread_mutex_unlock(&sleep_mu);
+}
+
+void sem_engine_attach(rl_engine *e)
+{
+    (void)rl_engine_add_notice_hook(e, on_notice, e);
+}
+
+struct want {
+    rl_engine *e;
+    char name[RL_INTERNAL_NAME_MAX + 1];
+    bool on;
+};
+
+static void want_on_loop(void *arg)
+{
+    struct want *w = arg;
+    rl_engine_notice_want(w->e, w->name, w->on);
+    free(w);
+}
+
+/* Subscribes t to (on) or lets go of (off) its semaphore's notices, on the
+ * loop of the limit's engine. */
+static void notice_want(sem_task *t, bool on)
+{
+    struct want *w = calloc(1, sizeof *w);
+    if (!w)
+        return;   /* (the timer still retries) */
+    w->e = t->limit_eng;
+    w->on = on;
+    snprintf(w->name, sizeof w->name, "%s", t->limit_name);
+    if (rl_engine_post(w->e, want_on_loop, w) < 0) {
+        free(w);
+        return;
+    }
+    t->subscribed = on;
+}
+
+/* Sleeps until the retry timer or a notice, whichever comes first. */
+static bool sleep_until_retry(sem_task *t)
+{
+    sem_sleep *z = calloc(1, sizeof *z);
+    if (!z)
+        return false;
+    z->t = t;
+    z->pool = t->pool;
+    if (!t->subscribed)
+        notice_want(t, true);   /* its confirmation wakes: nothing released before is missed */
+    bool hearing = t->subscribed && t->held_left_ms > 0 && rl_engine_notices_up(t->limit_eng);
+    pthread_mutex_lock(&sleep_mu);
+    hearing = hearing && notice_gen == t->round_gen;
+    z->next = sleepers;
+    if (sleepers)
+        sleepers->prev = z;
+    sleepers = z;
+    z->linked = true;
+    bool cancelled = atomic_load(&t->cancelled);   /* (sem_cancel looked before z was linked) */
+    pthread_mutex_unlock(&sleep_mu);
+    long long ms = hearing ? (t->held_left_ms + 1 < SEM_SLEEP_MAX_MS ? t->held_left_ms + 1 : SEM_SLEEP_MAX_MS)
+                           : SEM_RETRY_MS / 2 + (long long)(rnd(t) % SEM_RETRY_MS);
+    uint64_t now = mpool_now_us(), left = t->deadline_us > now ? t->deadline_us - now : 0;
+    z->delay_us = cancelled ? 0 : (uint64_t)ms * 1000ULL < left ? (uint64_t)ms * 1000ULL : left;
+    if (mpool_post(t->pool, arm_retry, z) < 0)
+        retry_timer(z);   /* claims it unless a notice did */
+    return true;
 }
 
 /* Every slot was tried: not enough won. */
 static void acquire_short(sem_task *t)
 {
     give_back(t);
-    if (mpool_now_us() < t->deadline_us && !stopping(t) && mpool_post(t->pool, arm_retry, t) == 0)
+    if (mpool_now_us() < t->deadline_us && !stopping(t) && sleep_until_retry(t))
         return;
     t->res.outcome = RL_LOCKED;
     finish(t);
@@ -122,6 +288,12 @@ static void acquire_short(sem_task *t)
 
 static void acquire_next(sem_task *t)
 {
+    if (atomic_load(&t->cancelled)) {
+        give_back(t);
+        t->res.outcome = RL_CANCELLED;
+        finish(t);
+        return;
+    }
     if (t->res.npermits == t->req.permits) {
         t->res.outcome = RL_OK;
         finish(t);
@@ -153,6 +325,8 @@ static void slot_voted(void *arg, const rl_result *res)
         t->res.ttl_ms = res->ttl_ms;
         acquire_next(t);
     } else if (res->outcome == RL_LOCKED) {
+        if (res->retry_after_ms > 0 && (t->held_left_ms == 0 || res->retry_after_ms < t->held_left_ms))
+            t->held_left_ms = res->retry_after_ms;
         acquire_next(t);
     } else {
         give_back(t);
@@ -172,6 +346,10 @@ static void acquire_try(sem_task *t)
     }
     t->next = 0;
     t->res.npermits = 0;
+    t->held_left_ms = 0;
+    pthread_mutex_lock(&sleep_mu);
+    t->round_gen = notice_gen;
+    pthread_mutex_unlock(&sleep_mu);
     acquire_next(t);
 }
 
@@ -285,12 +463,48 @@ static void limit_read(void *arg, const rl_result *res)
     }
 }
 
+void sem_cancel(sem_handle *t)
+{
+    atomic_store(&t->cancelled, true);
+    /* asleep between rounds: the next one, now, answers */
+    pthread_mutex_lock(&sleep_mu);
+    for (sem_sleep *z = sleepers; z; z = z->next)
+        if (z->t == t && !z->claimed && mpool_post(t->pool, next_round, t) == 0) {
+            z->claimed = true;
+            sleep_unlink(z);
+            break;
+        }
+    pthread_mutex_unlock(&sleep_mu);
+}
+
+void sem_stop_waiting(void)
+{
+    atomic_store(&stop_waiting, true);
+    pthread_mutex_lock(&sleep_mu);
+    for (sem_sleep *z = sleepers, *next; z; z = next) {
+        next = z->next;
+        if (!z->claimed && mpool_post(z->t->pool, next_round, z->t) == 0) {
+            z->claimed = true;
+            sleep_unlink(z);
+        }
+    }
+    pthread_mutex_unlock(&sleep_mu);
+}
+
+void sem_finish(sem_handle *t)
+{
+    task_unref(t);
+}
+
 int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, mpool *pool,
-               sem_done_fn done, void *arg)
+               sem_done_fn done, void *arg, sem_handle **handle)
 {
     sem_task *t = calloc(1, sizeof *t);
     if (!t)
         return -1;
+    atomic_init(&t->refs, handle ? 2 : 1);
+    if (handle)
+        *handle = t;
     t->req = *req;
     t->engine_of = engine_of;
     t->eng_arg = eng_arg;
@@ -299,6 +513,8 @@ int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, m
     t->arg = arg;
     t->res.outcome = RL_OK;
     t->res.limit = req->limit;
+    sem_limit_name(req->name, t->limit_name, sizeof t->limit_name);
+    t->limit_eng = engine_of(eng_arg, t->limit_name);
     if (getrandom(&t->rng, sizeof t->rng, 0) != sizeof t->rng)
         t->rng = (unsigned)mpool_now_us();
     t->deadline_us = mpool_now_us() + (uint64_t)req->wait_ms * 1000ULL;
@@ -320,6 +536,8 @@ int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, m
     }
     if (rc < 0) {
         free(t);
+        if (handle)
+            *handle = NULL;
         return -1;
     }
     return 0;

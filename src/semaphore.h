@@ -9,7 +9,7 @@
  * needs nothing but the tokens. An acquire of k permits tries the slots in
  * random order, one at a time, and keeps what it won only when it won k:
  * otherwise it releases them and, within wait_ms, tries again after a short
- * random delay.
+ * random delay, or at once when a notice says a slot was given back.
  *
  * Who owns what: a submitted request is a task that this module owns until
  * its done callback has run (exactly once, on some engine's thread). Its
@@ -29,6 +29,9 @@
 #define SEM_LIMIT_MAX 64          /* permits of one semaphore */
 #define SEM_TOKEN_MAX (TOKEN_MAX_LEN + 4)   /* "<slot>:<token>" */
 #define SEM_RETRY_MS 100          /* a waiting acquire tries again after 0.5 to 1.5 times this */
+#define SEM_SLEEP_MAX_MS 1000     /* ... or, hearing releases, when the first slot held expires,
+                                     at most this much later (a missed notice heals, a
+                                     shutdown answers) */
 
 enum sem_op { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_INSPECT };
 
@@ -38,6 +41,7 @@ typedef struct sem_request {
     int limit;                    /* acquire: L; inspect: 0 = the one stored */
     int permits;                  /* acquire: k, 1..limit */
     long long ttl_ms, wait_ms;
+    bool hold;                    /* acquire of one permit: a held stream (the HTTP layer keeps it) */
     char owner[RL_OWNER_MAX + 1]; /* acquire, optional */
     int ntokens;                  /* extend, release */
     char tokens[SEM_LIMIT_MAX][SEM_TOKEN_MAX + 1];
@@ -66,12 +70,31 @@ typedef struct sem_result {
 
 typedef void (*sem_done_fn)(void *arg, const sem_result *res);
 typedef rl_engine *(*sem_engine_fn)(void *arg, const char *name);
+typedef struct sem_task sem_handle;
 
 /* Starts req. engine_of(eng_arg, lock name) names the engine of each slot's
  * lock and of the limit; pool runs the retry timers. done(arg, res) follows
- * exactly once. Returns 0, or -1 when out of memory (done never called). */
+ * exactly once. With handle, *handle is the caller's until it lets go with
+ * sem_finish (exactly once, before or after done). Returns 0, or -1 when
+ * out of memory (done never called, no handle). */
 int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, mpool *pool,
-               sem_done_fn done, void *arg);
+               sem_done_fn done, void *arg, sem_handle **handle);
+
+/* The caller left: an acquire answers RL_CANCELLED at its next step (at
+ * once when it is waiting between rounds), giving back what it won. Other
+ * requests run to their end. Any thread; before sem_finish. */
+void sem_cancel(sem_handle *h);
+void sem_finish(sem_handle *h);
+
+/* The service is stopping: every waiting acquire answers RL_LOCKED now,
+ * and none waits from here on. Any thread. */
+void sem_stop_waiting(void);
+
+/* Lets e's notices wake the acquires waiting on a semaphore (with
+ * --notify): a slot's release publishes on its semaphore's one channel
+ * (NAME#limit's), and a waiting acquire subscribes to it, so it tries again
+ * at once instead of at its next retry. Once per engine, before traffic. */
+void sem_engine_attach(rl_engine *e);
 
 /* Splits a permit token "<slot>:<token>" (slot < limit_max). */
 bool sem_token_split(const char *permit, int limit_max, int *slot, char *token, size_t tokenlen);

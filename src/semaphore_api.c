@@ -105,8 +105,18 @@ int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_r
         int_of(o, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0)
         goto out;
     const cJSON *hold = cJSON_GetObjectItemCaseSensitive(o, "hold");
-    if (hold && !cJSON_IsFalse(hold)) {
-        snprintf(msg, msglen, "hold must be false: semaphores have no held streams yet");
+    if (hold && !cJSON_IsBool(hold)) {
+        snprintf(msg, msglen, "hold must be true or false");
+        goto out;
+    }
+    req->hold = cJSON_IsTrue(hold);
+    if (req->hold && permits != 1) {
+        snprintf(msg, msglen, "a held stream keeps one permit: permits must be 1 with hold");
+        goto out;
+    }
+    if (req->hold && req->ttl_ms < API_HOLD_MIN_TTL_MS) {
+        snprintf(msg, msglen, "ttl_ms must be at least %d with hold (it is renewed every third)",
+                 API_HOLD_MIN_TTL_MS);
         goto out;
     }
     const cJSON *owner = cJSON_GetObjectItemCaseSensitive(o, "owner");

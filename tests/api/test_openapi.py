@@ -1035,12 +1035,47 @@ def semaphores(A, B):
             ("GET", f"/semaphores/{n}", None, None, None, 401, "unauthorized"),
             ("PUT", f"/semaphores/{n}", {}, None, True, 405, "method_not_allowed")]:
         expect(A.req(m, p, body, headers=hd, auth=auth), st, err, f"{m} {p}")
+    held_permit(A, f"{n}-held")
     expect(B.req("POST", "/semaphores/sem-2", {"limit": 2}), 503, "no_quorum", "take a permit without masters")
     expect(B.req("PATCH", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
            "extend without masters")
     expect(B.req("DELETE", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
            "release without masters")
     expect(B.req("GET", "/semaphores/sem-2"), 503, "no_quorum", "GET a semaphore without masters")
+
+
+def held_permit(A, n):
+    """A permit's held stream: acquired (slot and permit token), renewed,
+    too_many_holds over A's --max-holds 1, released by a DELETE with the
+    permit token. Retried while an earlier stream is still being closed."""
+    secrets.add(n)
+    deadline = time.monotonic() + 5
+    while True:
+        h = Streamed(A, "POST", f"/semaphores/{n}", {"limit": 1, "ttl_ms": 1000, "hold": True})
+        if h.a.status == 429 and time.monotonic() < deadline:
+            h.finish()
+            time.sleep(0.1)
+            continue
+        break
+    if h.a.status != 201 or "x-ndjson" not in (h.a.header("Content-Type") or ""):
+        fail(f"a permit's held stream answered {h.a.status} {h.a.header('Content-Type')} {h.a.body[:300]!r}")
+        h.finish()
+        return
+    ev = h.until(lambda e: True, 5, "a permit's held stream")
+    if not ev or ev.get("event") != "acquired" or ev.get("slot") != 0 or ev.get("limit") != 1 \
+            or not str(ev.get("token", "")).startswith("0:"):
+        fail(f"a permit's held stream began with {ev}")
+        h.finish()
+        return
+    h.until(lambda e: e.get("event") == "renewed", 3, "a permit's held stream renewed")
+    over = Streamed(A, "POST", f"/semaphores/{n}-2", {"limit": 1, "hold": True})
+    expect(over.a, 429, "too_many_holds", "a permit's held stream over --max-holds 1")
+    over.finish()
+    expect(A.req("DELETE", f"/semaphores/{n}", headers={"Lock-Token": ev["token"]}), 204,
+           what="release a held permit by its token")
+    h.until(lambda e: e.get("event") == "released", 3, "a permit's held stream released")
+    h.expect_end(3, "a permit's held stream after released")
+    h.finish()
 
 
 def metrics_text(A):

@@ -831,6 +831,22 @@ size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *close
     return n;
 }
 
+static long long cmdstat_calls(h_cluster *c, int i, const char *cmd)
+{
+    redisReply *x = h_redis(c, i, "INFO commandstats");
+    char key[64];
+    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+    const char *at = x && x->str ? strstr(x->str, key) : NULL;
+    long long v = at ? atoll(at + strlen(key)) : 0;
+    freeReplyObject(x);
+    return v;
+}
+
+long long h_script_calls(h_cluster *c, int i)
+{
+    return cmdstat_calls(c, i, "evalsha") + cmdstat_calls(c, i, "eval");
+}
+
 long long h_metric(h_cluster *c, const char *family)
 {
     h_resp m = h_http(c, "GET", "/metrics", NULL, NULL);

@@ -139,6 +139,9 @@ bool h_held(h_cluster *c, const char *name);
 /* The sum of every sample of a metric family in /metrics. */
 long long h_metric(h_cluster *c, const char *family);
 
+/* Scripts (EVAL and EVALSHA) master i has run so far. */
+long long h_script_calls(h_cluster *c, int i);
+
 /* Waits up to timeout_ms for GET path to answer want; returns true if it did. */
 bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms);
 

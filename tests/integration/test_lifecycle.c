@@ -75,17 +75,6 @@ static int keys_left(const char *name)
     return n;
 }
 
-static long long cmdstat_calls(int i, const char *cmd)
-{
-    redisReply *x = h_redis(C, i, "INFO commandstats");
-    char key[64];
-    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
-    const char *at = x && x->str ? strstr(x->str, key) : NULL;
-    long long v = at ? atoll(at + strlen(key)) : 0;
-    freeReplyObject(x);
-    return v;
-}
-
 /* ---- ghost locks ---- */
 
 /* Closes fd with a reset (SO_LINGER 0), as a client killed with unread
@@ -463,9 +452,9 @@ static void start_waiters(struct waiter *w, pthread_t *t, int n, const char *nam
 /* Script calls master 0 runs in the next ms milliseconds. */
 static long long script_calls_during(int ms)
 {
-    long long before = cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval");
+    long long before = h_script_calls(C, 0);
     usleep((useconds_t)ms * 1000);
-    return cmdstat_calls(0, "evalsha") + cmdstat_calls(0, "eval") - before;
+    return h_script_calls(C, 0) - before;
 }
 
 /* With release notices up, 200 waiters on a name held for a minute sleep:

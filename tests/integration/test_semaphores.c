@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -142,6 +144,187 @@ Test(semaphores, permits_all_or_nothing_and_waiting)
     h_resp_free(&one);
 }
 
+/* A waiter sleeps while every slot is held (a few script calls a second,
+ * not a round every 50-150 ms), and a release through the other instance
+ * wakes it at once: every slot's release is published on its semaphore's
+ * one notice channel, to which the waiter subscribes. Three hand-offs. */
+Test(semaphores, a_release_wakes_a_waiter_that_does_not_poll)
+{
+    start_two();
+    for (int round = 0; round < 3; round++) {
+        h_resp one = take(C, "handoff", "{\"limit\":1,\"ttl_ms\":20000,\"wait_ms\":3000}");
+        cr_assert_eq(one.status, 201, "%s", one.body);
+        int fds[2];
+        cr_assert_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            h_resp w = take(P, "handoff", "{\"limit\":1,\"ttl_ms\":1000,\"wait_ms\":10000}");
+            uint64_t answer[2] = {(uint64_t)w.status, h_now_us()};
+            ssize_t k = write(fds[1], answer, sizeof answer);
+            _exit(k == (ssize_t)sizeof answer ? 0 : 1);
+        }
+        usleep(300000);   /* the waiter tried every slot and sleeps */
+        long long before = h_script_calls(C, 0);
+        usleep(1500000);
+        long long calls = h_script_calls(C, 0) - before;
+        char hdr[400];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", permit_token(&one, 0));
+        uint64_t released = h_now_us();
+        h_resp d = h_http(C, "DELETE", "/semaphores/handoff", NULL, hdr, NULL);
+        cr_assert_eq(d.status, 204, "%s", d.body);
+        uint64_t answer[2];
+        cr_assert_eq(read(fds[0], answer, sizeof answer), (ssize_t)sizeof answer);
+        waitpid(pid, NULL, 0);
+        close(fds[0]);
+        close(fds[1]);
+        double after_ms = (double)(answer[1] - released) / 1000.0;
+        cr_log_info("semaphores: hand-off %d: %lld script calls on one master in 1.5 s of waiting, "
+                    "the permit %.1f ms after the release",
+                    round, calls, after_ms);
+        cr_assert_eq(answer[0], 201, "the waiter got the permit");
+        cr_assert_lt(calls, 8, "a sleeping waiter made %lld script calls in 1.5 s", calls);
+        cr_assert_lt(after_ms, 150.0, "the waiter got the permit %.0f ms after the release", after_ms);
+        h_resp_free(&d);
+        h_resp_free(&one);
+    }
+}
+
+/* A client that leaves while its acquire waits (its connection reset) is
+ * not waited for: its acquire stops, so it tries the slots no more (while
+ * it waited it tried them at least once a second), and the permit freed
+ * later goes to nobody on its behalf. */
+Test(semaphores, a_waiter_that_leaves_stops_waiting)
+{
+    start_two();
+    h_resp one = take(C, "left", "{\"limit\":1,\"ttl_ms\":20000}");
+    cr_assert_eq(one.status, 201, "%s", one.body);
+    int fd = h_raw_connect(C, NULL);
+    const char *body = "{\"limit\":1,\"wait_ms\":20000}";
+    char req[512];
+    snprintf(req, sizeof req,
+             "POST /semaphores/left HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+    h_raw_send(fd, req);
+    usleep(300000);
+    long long before = h_script_calls(C, 0);
+    usleep(2500000);
+    long long waiting = h_script_calls(C, 0) - before;
+    struct linger l = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(fd);        /* a reset: the client is gone */
+    usleep(300000);   /* the watcher looks every 100 ms */
+    before = h_script_calls(C, 0);
+    usleep(2500000);
+    long long left = h_script_calls(C, 0) - before;
+    cr_log_info("semaphores: script calls on one master in 2.5 s: %lld while a client waited, %lld after it left",
+                waiting, left);
+    cr_assert_geq(waiting, 2, "a waiting acquire tries the slots at least once a second");
+    cr_assert_leq(left, 1, "the departed waiter still tried the slots: %lld script calls in 2.5 s", left);
+    char hdr[400];
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", permit_token(&one, 0));
+    h_resp d = h_http(C, "DELETE", "/semaphores/left", NULL, hdr, NULL);
+    cr_assert_eq(d.status, 204, "%s", d.body);
+    usleep(200000);
+    cr_assert_eq(holders(C, "left"), 0, "the freed permit went to nobody");
+    h_resp_free(&d);
+    h_resp_free(&one);
+}
+
+static const char *ev_str(const cJSON *ev, const char *f)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItem(ev, f));
+}
+
+static long long ev_int(const cJSON *ev, const char *f)
+{
+    const cJSON *v = cJSON_GetObjectItem(ev, f);
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+}
+
+/* "hold": true keeps one permit for as long as the stream is open: the
+ * stream's "acquired" names the semaphore, the slot and the permit token;
+ * renewals keep the permit (and the semaphore's limit) past its ttl, seen
+ * through the other instance; a DELETE with the permit token ends the
+ * stream with "released"; closing a stream gives its permit back at once;
+ * and a stream keeps one permit only. */
+Test(semaphores, a_held_stream_keeps_a_permit)
+{
+    start_two();
+    h_stream *st = h_stream_open(C, "/semaphores/kept", "{\"limit\":1,\"ttl_ms\":1000,\"hold\":true}", 3000);
+    cr_assert(st && st->status == 201, "the held stream: %ld %s", st ? st->status : 0,
+              st && st->body ? st->body : "");
+    cr_assert_str_eq(st->content_type, "application/x-ndjson");
+    cJSON *ev = NULL;
+    uint64_t at;
+    cr_assert_eq(h_stream_event(st, 3000, &ev, &at), 1, "no acquired event");
+    cr_assert_str_eq(ev_str(ev, "event"), "acquired");
+    cr_assert_str_eq(ev_str(ev, "name"), "kept");
+    cr_assert_eq(ev_int(ev, "limit"), 1);
+    cr_assert_eq(ev_int(ev, "slot"), 0);
+    cr_assert_gt(ev_int(ev, "fence"), 0);
+    cr_assert_gt(ev_int(ev, "validity_ms"), 0);
+    char token[128];
+    snprintf(token, sizeof token, "%s", ev_str(ev, "token"));
+    cr_assert_eq(strncmp(token, "0:", 2), 0, "the permit token %s names its slot", token);
+    cJSON_Delete(ev);
+    /* three ttls later the permit is still held, and so is the limit */
+    int renewed = 0;
+    uint64_t until = h_now_us() + 3000000;
+    while (h_now_us() < until) {
+        int r = h_stream_event(st, 500, &ev, &at);
+        cr_assert_neq(r, -1, "the stream ended");
+        if (r == 1) {
+            cr_assert_str_eq(ev_str(ev, "event"), "renewed");
+            renewed++;
+            cJSON_Delete(ev);
+        }
+    }
+    cr_assert_geq(renewed, 6, "renewed %d times in 3 s with a ttl of 1 s", renewed);
+    h_resp r = take(P, "kept", "{\"limit\":1}");
+    cr_assert_eq(r.status, 409, "%s", r.body);
+    h_resp_free(&r);
+    r = h_http(P, "GET", "/semaphores/kept", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert_eq(h_int(&r, "limit"), 1, "the stored limit outlived its first ttl: %s", r.body);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "holders")), 1, "%s", r.body);
+    h_resp_free(&r);
+    r = take(P, "kept", "{\"limit\":2}");
+    cr_assert_eq(r.status, 409, "another limit is refused while the stream holds: %s", r.body);
+    cr_assert_str_eq(h_str(&r, "error"), "limit_mismatch");
+    h_resp_free(&r);
+    /* a DELETE with the permit token (to the stream's instance) ends the
+     * stream; through another instance, the next renewal finds it gone */
+    char hdr[200];
+    snprintf(hdr, sizeof hdr, "Lock-Token: %s", token);
+    r = h_http(C, "DELETE", "/semaphores/kept", NULL, hdr, NULL);
+    cr_assert_eq(r.status, 204, "%s", r.body);
+    h_resp_free(&r);
+    int got;
+    while ((got = h_stream_event(st, 2000, &ev, &at)) == 1 && !strcmp(ev_str(ev, "event"), "renewed"))
+        cJSON_Delete(ev);
+    cr_assert_eq(got, 1, "no event after the DELETE");
+    cr_assert_str_eq(ev_str(ev, "event"), "released");
+    cJSON_Delete(ev);
+    cr_assert_eq(h_stream_event(st, 2000, &ev, &at), -1, "the stream ends after released");
+    h_stream_close(st);
+    /* closing a stream gives its permit back at once */
+    st = h_stream_open(C, "/semaphores/kept", "{\"limit\":1,\"ttl_ms\":30000,\"hold\":true}", 3000);
+    cr_assert(st && st->status == 201);
+    cr_assert_eq(h_stream_event(st, 3000, &ev, &at), 1);
+    cJSON_Delete(ev);
+    h_stream_close(st);
+    r = take(P, "kept", "{\"limit\":1,\"wait_ms\":2000}");
+    cr_assert_eq(r.status, 201, "the closed stream's permit: %s", r.body);
+    h_resp_free(&r);
+    r = take(C, "kept2", "{\"limit\":2,\"permits\":2,\"hold\":true}");
+    cr_assert_eq(r.status, 400, "%s", r.body);
+    h_resp_free(&r);
+    r = take(C, "kept2", "{\"limit\":2,\"ttl_ms\":500,\"hold\":true}");
+    cr_assert_eq(r.status, 400, "%s", r.body);
+    h_resp_free(&r);
+}
+
 /* Two masters paused: permits are still granted and refused as before;
  * three paused: 503 no_quorum. */
 Test(semaphores, paused_masters)
@@ -181,7 +364,8 @@ Test(semaphores, names_and_bad_requests)
         {"POST", "/semaphores/pool", "{\"limit\":0}", NULL, 400, "bad_request"},
         {"POST", "/semaphores/pool", "{\"limit\":65}", NULL, 400, "bad_request"},
         {"POST", "/semaphores/pool", "{\"limit\":2,\"permits\":3}", NULL, 400, "bad_request"},
-        {"POST", "/semaphores/pool", "{\"limit\":2,\"hold\":true}", NULL, 400, "bad_request"},
+        {"POST", "/semaphores/pool", "{\"limit\":2,\"permits\":2,\"hold\":true}", NULL, 400, "bad_request"},
+        {"POST", "/semaphores/pool", "{\"limit\":2,\"hold\":\"yes\"}", NULL, 400, "bad_request"},
         {"DELETE", "/semaphores/pool", NULL, NULL, 400, "bad_request"},
         {"DELETE", "/semaphores/pool", NULL, "Lock-Token: no-slot", 400, "bad_request"},
         {"PATCH", "/semaphores/pool", "{\"tokens\":[\"99:x\"]}", NULL, 400, "bad_request"},
@@ -206,7 +390,6 @@ Test(semaphores, names_and_bad_requests)
 
 /* ---- the CLI: redlock run --limit ---- */
 
-#include <sys/wait.h>
 
 /* Six `redlock run --limit 2` through two instances, each running 0.5 s
  * with a 1 s ttl (so renewed): never more than two at once, all six run. */

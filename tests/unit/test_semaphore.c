@@ -31,11 +31,16 @@ Test(semaphore, acquire_body)
     cr_assert_eq(r.ttl_ms, 30000);
     const char *bad[] = {"", "{}", "[]", "{\"limit\":0}", "{\"limit\":65}", "{\"limit\":2,\"permits\":3}",
                          "{\"limit\":2,\"permits\":0}", "{\"limit\":1.5}", "{\"limit\":\"2\"}",
-                         "{\"limit\":2,\"hold\":true}", "{\"limit\":2,\"wait_ms\":60001}",
+                         "{\"limit\":2,\"permits\":2,\"hold\":true}", "{\"limit\":2,\"wait_ms\":60001}",
+                         "{\"limit\":2,\"hold\":true,\"ttl_ms\":999}", "{\"limit\":2,\"hold\":1}",
                          "{\"limit\":2,\"owner\":\"\"}", "{\"limit\":2} x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_expect_eq(acquire(bad[i], &r, msg), -1, "accepted %s", bad[i]);
     cr_assert_eq(acquire("{\"limit\":2,\"hold\":false}", &r, msg), 0);
+    cr_assert_not(r.hold);
+    cr_assert_eq(acquire("{\"limit\":2,\"hold\":true,\"ttl_ms\":1000}", &r, msg), 0, "%s", msg);
+    cr_assert(r.hold);
+    cr_assert_eq(r.permits, 1);
 }
 
 Test(semaphore, permit_tokens)
