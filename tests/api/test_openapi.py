@@ -372,17 +372,22 @@ def campaign(d, name, candidate, what, ttl_ms=1000, retry_s=5.0):
     return c
 
 
-def hold(d, name, body, what, retry_s=5.0):
-    """A held stream that began with acquired; retries while --max-holds
-    streams are still open (a closed one takes a moment to be noticed)."""
+def open_stream(make, retry_s=5.0):
+    """make() opens a stream; retried while --max-holds streams are still
+    open (a closed one takes a moment to be noticed)."""
     deadline = time.monotonic() + retry_s
     while True:
-        h = Held(d, name, body)
+        h = make()
         if h.a.status == 429 and time.monotonic() < deadline:
             h.finish()
             time.sleep(0.1)
             continue
-        break
+        return h
+
+
+def hold(d, name, body, what, retry_s=5.0):
+    """A held stream that began with acquired."""
+    h = open_stream(lambda: Held(d, name, body), retry_s)
     if h.a.status != 201 or "x-ndjson" not in (h.a.header("Content-Type") or ""):
         fail(f"{what}: a held acquire answered {h.a.status} {h.a.header('Content-Type')} "
              f"{h.a.body[:300]!r}")
@@ -1047,16 +1052,9 @@ def semaphores(A, B):
 def held_permit(A, n):
     """A permit's held stream: acquired (slot and permit token), renewed,
     too_many_holds over A's --max-holds 1, released by a DELETE with the
-    permit token. Retried while an earlier stream is still being closed."""
+    permit token."""
     secrets.add(n)
-    deadline = time.monotonic() + 5
-    while True:
-        h = Streamed(A, "POST", f"/semaphores/{n}", {"limit": 1, "ttl_ms": 1000, "hold": True})
-        if h.a.status == 429 and time.monotonic() < deadline:
-            h.finish()
-            time.sleep(0.1)
-            continue
-        break
+    h = open_stream(lambda: Streamed(A, "POST", f"/semaphores/{n}", {"limit": 1, "ttl_ms": 1000, "hold": True}))
     if h.a.status != 201 or "x-ndjson" not in (h.a.header("Content-Type") or ""):
         fail(f"a permit's held stream answered {h.a.status} {h.a.header('Content-Type')} {h.a.body[:300]!r}")
         h.finish()
