@@ -1,0 +1,233 @@
+/* http_conns.c - the registry of connections, its watcher, and delivery
+ * checks (http_int.h). */
+#include "http_int.h"
+
+/* Hands ctx's grant to the watcher until its delivery is known. False
+ * (nothing handed over) when out of memory: it then counts as delivered. */
+bool check_delivery(req_ctx *ctx)
+{
+    delivery_check *c = malloc(sizeof *c);
+    if (!c)
+        return false;
+    c->fd = ctx->confirm_fd;
+    c->eng = ctx->eng;
+    c->h = ctx->h;
+    c->until_us = ctx->start_us + (uint64_t)(ctx->res.validity_ms > 0 ? ctx->res.validity_ms : 0) * 1000ULL;
+    ctx->confirm_fd = -1;
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    c->next = s->checks;
+    s->checks = c;
+    pthread_mutex_unlock(&s->reg_lock);
+    return true;
+}
+
+/* Has c's answer arrived (1), met a reset (0), or is it not known yet (-1)?
+ * At the end (finally) an unknown one counts as arrived. */
+static int delivery_state(const delivery_check *c, uint64_t now, bool finally)
+{
+    struct pollfd pfd = {c->fd, 0, 0};
+    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR))) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0 || !(pfd.revents & POLLHUP))
+            return 0;
+    }
+    int unacked = 0;
+    if (ioctl(c->fd, SIOCOUTQ, &unacked) == 0 && unacked == 0)
+        return 1;
+    return finally || now >= c->until_us ? 1 : -1;
+}
+
+/* Settles the delivery checks whose outcome is known (all of them when
+ * finally): a grant that met a reset is released (rl_finish undelivered). */
+void settle_deliveries(http_server *s, bool finally)
+{
+    uint64_t now = mpool_now_us();
+    delivery_check *done = NULL;
+    pthread_mutex_lock(&s->reg_lock);
+    for (delivery_check **p = &s->checks; *p;) {
+        delivery_check *c = *p;
+        int st = delivery_state(c, now, finally);
+        if (st < 0) {
+            p = &c->next;
+            continue;
+        }
+        *p = c->next;
+        c->arrived = st == 1;
+        c->next = done;
+        done = c;
+    }
+    pthread_mutex_unlock(&s->reg_lock);
+    while (done) {
+        delivery_check *c = done;
+        done = c->next;
+        close(c->fd);
+        rl_finish(c->eng, c->h, c->arrived);
+        free(c);
+    }
+}
+
+/* Do a and b name the same host (address only, not port)? */
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                       sizeof(struct in6_addr));
+    return false;
+}
+
+/* libmicrohttpd's connection start and close: the registry the watcher and
+ * the shutdown walk. */
+void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                   enum MHD_ConnectionNotificationCode code)
+{
+    http_server *s = ((http_shard *)cls)->s;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_info *ci = calloc(1, sizeof *ci);
+        const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !fdi) {
+            free(ci);
+            *socket_context = NULL;
+            return;
+        }
+        ci->fd = fdi->connect_fd;
+        ci->phase_start_us = mpool_now_us();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ai && ai->client_addr) {
+            ci->peer_len = ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                   : sizeof(struct sockaddr_in);
+            memcpy(&ci->peer, ai->client_addr, ci->peer_len);
+        }
+        pthread_mutex_lock(&s->reg_lock);
+        /* The limits hold for the whole server: each loop's daemon would
+         * count only the connections the kernel happened to give it. One
+         * over a limit is closed at once, as libmicrohttpd would. */
+        bool over = s->nconns >= s->cfg->max_connections;
+        if (!over && ci->peer_len) {
+            int same = 0;
+            for (conn_info *o = s->conns; o; o = o->next)
+                same += !o->shut && same_host(&o->peer, &ci->peer);
+            over = same >= s->cfg->max_connections_per_ip;
+        }
+        if (over) {
+            ci->shut = true;
+            shutdown(ci->fd, SHUT_RDWR);
+        }
+        ci->next = s->conns;
+        if (s->conns)
+            s->conns->prev = ci;
+        s->conns = ci;
+        s->nconns++;
+        pthread_mutex_unlock(&s->reg_lock);
+        *socket_context = ci;
+        return;
+    }
+    conn_info *ci = *socket_context;
+    if (!ci)
+        return;
+    pthread_mutex_lock(&s->reg_lock);
+    if (ci->prev)
+        ci->prev->next = ci->next;
+    else
+        s->conns = ci->next;
+    if (ci->next)
+        ci->next->prev = ci->prev;
+    s->nconns--;
+    s->closed_since_trim++;
+    pthread_mutex_unlock(&s->reg_lock);
+    free(ci);
+    *socket_context = NULL;
+}
+
+/* The watcher: every HTTP_WATCH_INTERVAL_MS it
+ *  - cancels the engine request (or semaphore task) of every suspended
+ *    connection whose connection failed (libmicrohttpd does not look at suspended
+ *    connections), so a waiter stops waiting and no grant goes to a client
+ *    that left; a FIN alone may be a half-close, so such a waiter waits on,
+ *    and a grant it gets is checked for delivery (delivery_check);
+ *  - renews a held stream at once when its client sent its FIN: a client
+ *    that closed answers the event with a reset, and the stream ends;
+ *  - settles the delivery checks;
+ *  - closes connections that have not sent a complete request within
+ *    --request-timeout-ms of their start or their last answer (slowloris);
+ *  - gives memory freed by many closed connections back to the system. */
+void *watch_main(void *arg)
+{
+    http_server *s = arg;
+    uint64_t timeout_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
+    static log_limit slow_log = LOG_LIMIT_INIT;
+    while (!atomic_load(&s->stop_watch)) {
+        usleep(HTTP_WATCH_INTERVAL_MS * 1000);
+        uint64_t now = mpool_now_us();
+        unsigned long long slow = 0;
+        bool trim = false;
+        req_ctx *left_holds[64];
+        int nleft = 0;
+        req_ctx *probe[64];
+        int nprobe = 0;
+        pthread_mutex_lock(&s->reg_lock);
+        for (conn_info *ci = s->conns; ci; ci = ci->next) {
+            req_ctx *ctx = ci->suspended;
+            if (ctx && (ctx->hold || ctx->watch) && !ctx->gone && nleft < 64 &&
+                (client_gone(ci->fd) || (ctx->watch && client_done_sending(ci->fd)))) {
+                /* (a watch's client has nothing to say: its FIN ends it) */
+                /* A held stream's client left: resume it so that it
+                 * closes (hold_reader), and on_completed releases. */
+                ctx->gone = true;
+                ctx->susp = false;
+                ci->suspended = NULL;
+                left_holds[nleft++] = ctx;
+            } else if (ctx && ctx->hold && !ctx->gone && !ctx->probed && nprobe < 64 &&
+                       client_done_sending(ci->fd)) {
+                /* Closed, or only half-closed? A closed client answers
+                 * the renewal's event with a reset, seen on a later pass. */
+                ctx->probed = true;
+                ctx->susp = false;   /* ours to resume: the stream stays open till then */
+                ci->suspended = NULL;
+                probe[nprobe++] = ctx;
+            } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
+                ctx->gone = true;
+                rl_cancel(ctx->eng, ctx->h);
+            } else if (ctx && ctx->semh && !ctx->gone && client_gone(ci->fd)) {
+                ctx->gone = true;   /* a waiting semaphore acquire stops waiting */
+                sem_cancel(ctx->semh);
+            } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
+                /* (phase_start_us may be later than now: set after now was read) */
+                ci->shut = true;   /* libmicrohttpd sees the end and closes it */
+                shutdown(ci->fd, SHUT_RDWR);
+                slow++;
+            }
+        }
+        if (s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES) {
+            s->closed_since_trim = 0;
+            trim = true;
+        }
+        pthread_mutex_unlock(&s->reg_lock);
+        for (int k = 0; k < nleft; k++)
+            ctx_wake(left_holds[k]);
+        for (int k = 0; k < nprobe; k++) {
+            hold_renew_now(probe[k]->hold);
+            ctx_wake(probe[k]);
+        }
+        settle_deliveries(s, false);
+        for (unsigned long long k = 0; k < slow; k++)
+            metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
+        unsigned long long suppressed;
+        if (slow && log_allow(&slow_log, now, &suppressed)) {
+            char n[24], more[24];
+            snprintf(n, sizeof n, "%llu", slow);
+            snprintf(more, sizeof more, "%llu", suppressed);
+            log_event(LOG_LEVEL_WARN, "http_request_timeout", "connections", n, "suppressed_since_last",
+                      more, NULL);
+        }
+        if (trim)
+            malloc_trim(0);
+    }
+    return NULL;
+}

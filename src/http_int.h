@@ -1,0 +1,222 @@
+/* http_int.h - what the files of the HTTP layer share (http.h is the
+ * layer's face to the rest): the server, its loops' shards, the registry
+ * of connections, the request context, and the functions one file calls
+ * in another. Which file holds what:
+ *   http.c          a request's life: routing (on_request), answers, the
+ *                   context's suspension and resumption, its completion
+ *   http_ops.c      the operators' routes: /readyz and /metrics
+ *   http_locks.c    the lock and Dapr routes: which engine serves a name,
+ *                   submitting, answers, held streams
+ *   http_recipes.c  elections and semaphores
+ *   http_conns.c    the registry of connections, its watcher thread, and
+ *                   the delivery checks of grants to clients that sent
+ *                   their FIN
+ *   http_loops.c    the loops: each one's libmicrohttpd daemon; start,
+ *                   quiesce, drain and stop
+ */
+#ifndef RL_HTTP_INT_H
+#define RL_HTTP_INT_H
+
+#include "http.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <unistd.h>
+#include <microhttpd.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <linux/sockios.h>
+
+#include "api.h"
+#include "deadline.h"
+#include "election.h"
+#include "election_watch.h"
+#include "hold.h"
+#include "listener.h"
+#include "log.h"
+#include "quarantine.h"
+#include "quorum.h"
+#include "rules.h"
+#include "semaphore.h"
+#include "semaphore_api.h"
+
+#define HTTP_IDLE_TIMEOUT_S 60
+#define HTTP_CONNECTION_MEMORY 16384
+#define HTTP_WATCH_INTERVAL_MS 100   /* how often gone clients and slow requests are looked for */
+#define HTTP_TRIM_AFTER_CLOSES 256   /* return freed connection memory to the system */
+#define HTTP_HANDSHAKE_GRACE_MS 50   /* quiescing: a handshake under way completes within this */
+#define HTTP_QUEUE_TAKE_MAX_MS 1000  /* quiescing: the most time spent emptying the queues */
+
+/* One connection, from libmicrohttpd's start notice to its close notice.
+ * Every field is guarded by the server's reg_lock. */
+typedef struct conn_info {
+    struct conn_info *prev, *next;
+    int fd;
+    struct sockaddr_storage peer; /* for --max-connections-per-ip */
+    socklen_t peer_len;
+    uint64_t phase_start_us;    /* connect, or the end of the last request */
+    bool busy;                  /* a complete request is being served */
+    bool shut;                  /* closed for --request-timeout-ms */
+    struct req_ctx *suspended;  /* the request waiting for the engine, if any */
+} conn_info;
+
+/* A grant answered to a client that had already sent its FIN: it may have
+ * half-closed (and reads the answer) or closed (and its kernel answers the
+ * grant with a reset). The grant stays with the engine until the watcher
+ * knows which: every byte acknowledged, or a reset (then it is released as
+ * undelivered), or its validity over (nothing left to release). */
+typedef struct delivery_check {
+    struct delivery_check *next;
+    int fd;                     /* a duplicate of the connection's socket */
+    rl_engine *eng;
+    rl_handle *h;               /* the grant, until rl_finish */
+    uint64_t until_us;          /* the grant's validity ends */
+    bool arrived;               /* the verdict, once settled */
+} delivery_check;
+
+/* One event loop's share of the server: a libmicrohttpd daemon in external
+ * epoll mode, listening on the common address with SO_REUSEPORT, run by
+ * the loop of its master pool (mpool_set_io), with that loop's engine. A
+ * request is parsed, decided and answered on the loop that accepted it. */
+typedef struct http_shard {
+    http_server *s;
+    struct MHD_Daemon *daemon;
+    rl_engine *engine;
+    mpool *pool;
+    atomic_bool kick;           /* a connection was resumed: run the daemon now (in external
+                                   mode libmicrohttpd signals nothing itself) */
+    MHD_socket listen_fd;       /* while quiescing: the listener libmicrohttpd gave up */
+    int *taken, ntaken, taken_cap;   /* while quiescing: connections taken from its queue */
+} http_shard;
+
+/* The server's threads: the loops (requests, each with its engine's
+ * callbacks), the watcher (gone clients, slow requests) and the hold set's
+ * renewer (hold.h). The registry of connections is shared by all under
+ * reg_lock; libmicrohttpd is never called with reg_lock held (its own locks
+ * call back into ours). */
+struct http_server {
+    http_shard shards[HTTP_MAX_LOOPS];
+    int nshards;
+    const conf *cfg;
+    mpool *pool;                /* the first loop's: /readyz and /metrics report its view */
+    metrics *m;
+    hold_set *holds;            /* held streams; wakes resume their connections */
+    api_limits limits;
+    atomic_bool quiescing;      /* SIGTERM seen: no new connections */
+
+    pthread_mutex_t reg_lock;
+    pthread_cond_t reg_cond;    /* signalled when a request completes */
+    conn_info *conns;
+    delivery_check *checks;     /* grants whose delivery is not yet known */
+    int nrequests;              /* requests whose headers arrived and that have not completed:
+                                   the shutdown waits for them */
+    int nconns;                 /* connections in the registry, for --max-connections */
+    int closed_since_trim;
+    pthread_t watcher;
+    bool watching;
+    atomic_bool stop_watch;
+};
+
+typedef struct req_ctx {
+    http_server *s;
+    http_shard *sh;           /* the loop serving it */
+    rl_engine *eng;           /* the engine its request went to (engine_for) */
+    struct MHD_Connection *conn;
+    conn_info *ci;
+    atomic_int refs;          /* libmicrohttpd's, and the engine's until lock_done */
+    rl_handle *h;             /* the engine's request, until rl_finish */
+    bool susp;                /* suspended for the engine (reg_lock) */
+    bool gone;                /* the client went away before the answer (reg_lock) */
+    bool forced;              /* answered 503 by a shutdown before the engine answered */
+    bool close;               /* answer with Connection: close */
+    uint64_t start_us;
+    enum api_route route;
+    enum metrics_route mroute;
+    char *body;
+    size_t body_len;
+    bool too_large;
+    bool answered;            /* a response was queued */
+    bool submitted;           /* handed to the engine, connection suspended */
+    bool dapr;                /* answer in Dapr's wire format */
+    bool hold_reserved;       /* a place in s->holds is reserved for this acquire */
+    bool probed;              /* a held stream's client sent its FIN: a renewal was asked
+                                 for at once, which a closed client answers with a reset */
+    int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
+                                 socket, to learn whether the answer arrived (-1: none) */
+    hold *hold;               /* the held stream this request became, until on_completed */
+    election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
+    bool election;            /* an election route: answered by election_answer */
+    char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's) */
+    char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
+    sem_request *sem;         /* a semaphore route: its request and, once done, its result */
+    sem_result *sem_res;
+    sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
+    atomic_bool result_ready;
+    rl_request req;
+    rl_result res;
+} req_ctx;
+
+/* http.c */
+void ctx_wake(req_ctx *ctx);
+enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allow,
+                          long long retry_after_s, bool json);
+enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
+                           const char *allow);
+void ctx_unref(req_ctx *ctx);
+bool ctx_resume(req_ctx *ctx, const rl_result *res);
+bool ctx_unsuspend(req_ctx *ctx);
+bool client_gone(int fd);
+bool client_done_sending(int fd);
+enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                           const char *method, const char *version,
+                           const char *upload_data, size_t *upload_data_size,
+                           void **con_cls);
+void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                  enum MHD_RequestTerminationCode toe);
+size_t unescape(void *cls, struct MHD_Connection *c, char *s);
+void mhd_log(void *cls, const char *fmt, va_list ap);
+
+/* http_ops.c */
+enum MHD_Result serve_readyz(req_ctx *ctx);
+enum MHD_Result serve_metrics(req_ctx *ctx);
+
+/* http_locks.c */
+void hold_wake(void *arg);
+bool reserve_hold(req_ctx *ctx);
+enum MHD_Result too_many_holds(req_ctx *ctx);
+enum MHD_Result stream_refused(req_ctx *ctx);
+enum MHD_Result stream_answer(req_ctx *ctx, unsigned status);
+enum MHD_Result lock_answer(req_ctx *ctx);
+rl_engine *engine_of_name(void *arg, const char *name);
+rl_engine *engine_for(const req_ctx *ctx);
+enum MHD_Result submit(req_ctx *ctx);
+enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store);
+
+/* http_recipes.c */
+enum MHD_Result election_answer(req_ctx *ctx);
+enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw);
+void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
+enum MHD_Result sem_answer(req_ctx *ctx);
+enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name);
+
+/* http_conns.c */
+bool check_delivery(req_ctx *ctx);
+void settle_deliveries(http_server *s, bool finally);
+void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                   enum MHD_ConnectionNotificationCode code);
+void *watch_main(void *arg);
+
+#endif

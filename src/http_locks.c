@@ -1,0 +1,247 @@
+/* http_locks.c - the lock and Dapr routes, and held streams' answers
+ * (http_int.h). */
+#include "http_int.h"
+
+/* Engine callback, on the loop thread. */
+static void lock_done(void *arg, const rl_result *res)
+{
+    req_ctx *ctx = arg;
+    if (ctx->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
+        hold_released(ctx->s->holds, ctx->req.name, ctx->req.token);
+    ctx_resume(ctx, res);   /* when a shutdown answered first, rl_finish releases a grant */
+    ctx_unref(ctx);
+}
+
+/* A hold has something to read: resume its connection if it is suspended
+ * waiting for that (called with the hold set's mutex held; never after
+ * hold_close). */
+void hold_wake(void *arg)
+{
+    req_ctx *ctx = arg;
+    if (ctx_unsuspend(ctx))
+        ctx_wake(ctx);
+}
+
+/* libmicrohttpd asks for the next part of a held stream. With nothing to
+ * send, the connection is suspended until hold_wake (or the watcher, when
+ * the client leaves) resumes it: suspended before the hold is asked, so a
+ * wake between the two is never lost. */
+static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    req_ctx *ctx = cls;
+    http_server *s = ctx->s;
+    (void)pos;
+    if (ctx->gone)
+        return MHD_CONTENT_READER_END_WITH_ERROR;   /* the client left: close */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    long n = ctx->hold ? hold_read(ctx->hold, buf, max) : election_watch_read(ctx->watch, buf, max);
+    if (n != 0) {
+        /* A wake came in between and resumed ahead of the suspension:
+         * this suspension takes that resume back (libmicrohttpd pairs them). */
+        if (!ctx_unsuspend(ctx))
+            MHD_suspend_connection(ctx->conn);
+        return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    MHD_suspend_connection(ctx->conn);
+    return 0;
+}
+
+
+/* A place for ctx's held stream among --max-holds, kept until the stream
+ * starts (or on_completed gives it back). */
+bool reserve_hold(req_ctx *ctx)
+{
+    ctx->hold_reserved = hold_reserve(ctx->s->holds);
+    return ctx->hold_reserved;
+}
+
+enum MHD_Result too_many_holds(req_ctx *ctx)
+{
+    char *body = api_error_json(API_E_TOO_MANY_HOLDS, "too many held streams are open already (--max-holds)");
+    return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
+}
+
+/* A held stream that could not start: the service is stopping, or out of
+ * memory. */
+enum MHD_Result stream_refused(req_ctx *ctx)
+{
+    bool stopping = atomic_load(&ctx->s->quiescing);
+    return send_error(ctx, stopping ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
+                      stopping ? "the service is shutting down" : "out of memory", NULL);
+}
+
+/* A granted acquire with "hold": a 201 whose body is the held stream. */
+static enum MHD_Result hold_answer(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us,
+                           ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    if (!ctx->hold) {
+        /* Stopping (or out of memory): the grant is not delivered, so
+         * rl_finish releases it. */
+        ctx->forced = true;
+        return stream_refused(ctx);
+    }
+    ctx->hold_reserved = false;   /* the reservation is the hold now */
+    return stream_answer(ctx, 201);
+}
+
+/* An NDJSON answer read from ctx's hold or watch (hold_reader). */
+enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, hold_reader,
+                                                               ctx, NULL);
+    if (!r)
+        return MHD_NO;   /* on_completed closes the hold, which releases */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result rc = MHD_queue_response(ctx->conn, status, r);
+    MHD_destroy_response(r);
+    ctx->answered = true;
+    metrics_request(ctx->s->m, ctx->mroute, (int)status, mpool_now_us() - ctx->start_us);
+    return rc;
+}
+
+enum MHD_Result lock_answer(req_ctx *ctx)
+{
+    int status;
+    long long retry_after_s = 0;
+    /* A grant nobody will read is not sent: on_completed releases it. */
+    if (ctx->res.outcome == RL_CANCELLED ||
+        (ctx->res.outcome == RL_OK && ctx->req.op == RL_ACQUIRE && ctx->ci && client_gone(ctx->ci->fd))) {
+        ctx->gone = true;
+        return MHD_NO;
+    }
+    if (ctx->election)
+        return election_answer(ctx);
+    if (ctx->sem)
+        return sem_answer(ctx);
+    if (ctx->req.hold && ctx->res.outcome == RL_OK)
+        return hold_answer(ctx);
+    /* A grant to a client that sent its FIN is answered, and the watcher
+     * learns whether it arrived (delivery_check). */
+    if (ctx->res.outcome == RL_OK && ctx->req.op == RL_ACQUIRE && ctx->ci &&
+        client_done_sending(ctx->ci->fd))
+        ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
+    if (ctx->dapr) {
+        char *body = api_dapr_result_json(ctx->req.op == RL_RELEASE, &ctx->res, &status);
+        if (!body)
+            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return send_body(ctx, status, body, NULL, 0, true);
+    }
+    char *body = api_result_json(&ctx->req, &ctx->res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+/* The engine a request goes to. Every acquire, extension and release of
+ * one name goes to the loop that owns the name (by hash); an inspection
+ * stays on its own loop. The owner's one connection to each master then
+ * carries every write of the name in order: each master sees acquires in
+ * the same order, so two of them never split the vote between them; and a
+ * release a lagging master missed is remembered and replayed on the very
+ * connection whose next vote it must precede. (With writes of one name on
+ * two loops, a paused master came back holding a released lock while the
+ * other loop's replay was still to come: one free-name acquire in four
+ * failed in faults::sigstop_two_masters_cycles.) The waiters of one name
+ * also sleep in one engine, served in arrival order. This is the one
+ * hand-off between loops: with N loops, N-1 of N writes take it. */
+int http_loop_of(const char *name, int nloops)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (const char *c = name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return (int)(h % (uint64_t)nloops);
+}
+
+rl_engine *engine_of_name(void *arg, const char *name)
+{
+    http_server *s = arg;
+    return s->shards[s->nshards == 1 ? 0 : http_loop_of(name, s->nshards)].engine;
+}
+
+rl_engine *engine_for(const req_ctx *ctx)
+{
+    if (ctx->s->nshards == 1 || ctx->req.op == RL_INSPECT)
+        return ctx->sh->engine;
+    return engine_of_name(ctx->s, ctx->req.name);
+}
+
+/* Hands ctx->req to the engine; lock_done resumes the connection. */
+enum MHD_Result submit(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    /* Suspend before submitting: the engine may answer (and resume) at once. */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+    atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
+    rl_handle *h = NULL;
+    ctx->eng = engine_for(ctx);
+    if (rl_submit(ctx->eng, &ctx->req, lock_done, ctx, &h) < 0) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        rl_result down = {.outcome = RL_SHUTTING_DOWN};
+        ctx_resume(ctx, &down);
+        return MHD_YES;
+    }
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->h = h;   /* from now on the watcher may cancel it */
+    pthread_mutex_unlock(&s->reg_lock);
+    return MHD_YES;
+}
+
+enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name)
+{
+    http_server *s = ctx->s;
+    if (!rules_name_valid(name, strlen(name)))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the lock name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    enum rl_op op = api_op_of(method);
+    enum api_err err;
+    char msg[160];
+    bool token_in_body;
+    memset(&ctx->req, 0, sizeof ctx->req);
+    if (api_parse_body(op, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+                       &token_in_body, &err, msg, sizeof msg) < 0)
+        return send_error(ctx, err, msg, NULL);
+    snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
+    ctx->req.queued = true;
+    if (op == RL_EXTEND || op == RL_RELEASE) {
+        const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    }
+    ctx->mroute = op == RL_ACQUIRE  ? METRICS_ROUTE_ACQUIRE
+                  : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
+                  : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
+                                     : METRICS_ROUTE_INSPECT;
+    if (ctx->req.hold && !reserve_hold(ctx))
+        return too_many_holds(ctx);
+    return submit(ctx);
+}
+
+/* POST /v1.0-alpha1/lock|unlock/{store}, in Dapr's wire format. */
+enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
+{
+    http_server *s = ctx->s;
+    bool unlock = ctx->route == ROUTE_DAPR_UNLOCK;
+    const char *code;
+    char msg[200];
+    ctx->dapr = true;
+    if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
+                       &s->limits, &ctx->req, &code, msg, sizeof msg) < 0)
+        return send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
+    ctx->req.queued = true;
+    return submit(ctx);
+}

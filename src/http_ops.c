@@ -1,0 +1,178 @@
+/* http_ops.c - /readyz and /metrics (http_int.h). */
+#include "http_int.h"
+
+/* ---- operational routes ---- */
+
+/* Master i as every loop sees it (each has its own connection): up only
+ * where up on every loop, quarantined where any loop found it so, counters
+ * summed. */
+static void status_of(http_server *s, int i, master_status *out)
+{
+    mpool_status(s->shards[0].pool, i, out);
+    for (int k = 1; k < s->nshards; k++) {
+        master_status o;
+        mpool_status(s->shards[k].pool, i, &o);
+        out->up &= o.up;
+        out->subscribed &= o.subscribed;
+        if (o.quarantined) {
+            out->quarantined = true;
+            if (o.quarantine_left_ms > out->quarantine_left_ms)
+                out->quarantine_left_ms = o.quarantine_left_ms;
+        }
+        if (o.marker < out->marker)
+            out->marker = o.marker;
+        if (!out->policy[0])
+            memcpy(out->policy, o.policy, sizeof out->policy);
+        if (out->persistence == 0)
+            out->persistence = o.persistence;
+        out->may_lose_locks |= o.may_lose_locks;
+        if (o.restarts > out->restarts)
+            out->restarts = o.restarts;
+        out->errors += o.errors;
+        out->replies += o.replies;
+        out->refusals += o.refusals;
+        if (!out->reason[0])
+            memcpy(out->reason, o.reason, sizeof out->reason);
+        if (o.refusing && !out->refusing) {
+            out->refusing = true;
+            memcpy(out->refusal, o.refusal, sizeof out->refusal);
+        }
+        out->reply_us_sum += o.reply_us_sum;
+    }
+}
+
+enum MHD_Result serve_readyz(req_ctx *ctx)
+{
+    mpool *p = ctx->s->pool;
+    int n = mpool_size(p), up = 0, voting = 0, refusing = 0, quarantined = 0, marked = 0;
+    char refusal[sizeof ((master_status *)0)->refusal] = "";
+    char down[sizeof ((master_status *)0)->addr + sizeof ((master_status *)0)->reason + 4] = "";
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
+    for (int i = 0; arr && i < n; i++) {
+        master_status st;
+        status_of(ctx->s, i, &st);
+        up += st.up;
+        voting += st.up && !st.quarantined && !st.refusing;
+        refusing += st.refusing;
+        quarantined += st.quarantined;
+        marked += st.marker == QMARK_PENDING || st.marker == QMARK_READY;
+        if (st.refusing && !refusal[0])
+            memcpy(refusal, st.refusal, sizeof refusal);
+        if (!st.up && st.reason[0] && !down[0])
+            snprintf(down, sizeof down, "%s: %s", st.addr, st.reason);
+        cJSON *mo = cJSON_CreateObject();
+        if (!mo)
+            break;
+        cJSON_AddStringToObject(mo, "addr", st.addr);
+        cJSON_AddBoolToObject(mo, "up", st.up);
+        if (!st.up && st.reason[0])
+            cJSON_AddStringToObject(mo, "reason", st.reason);
+        cJSON_AddBoolToObject(mo, "tls", st.tls);
+        cJSON_AddBoolToObject(mo, "quarantined", st.quarantined);
+        cJSON_AddBoolToObject(mo, "notices", st.subscribed);
+        cJSON_AddBoolToObject(mo, "refusing", st.refusing);
+        if (st.refusing)
+            cJSON_AddStringToObject(mo, "refusal", st.refusal);
+        if (st.quarantined)
+            cJSON_AddNumberToObject(mo, "quarantine_left_ms", (double)st.quarantine_left_ms);
+        static const char *const markers[] = {"unknown", "missing", "pending", "ready"};
+        static const char *const persist[] = {"unknown", "off", "always", "everysec", "no"};
+        cJSON_AddStringToObject(mo, "marker", markers[st.marker + 1]);
+        cJSON_AddStringToObject(mo, "persistence", persist[st.persistence]);
+        cJSON_AddStringToObject(mo, "maxmemory_policy", st.policy[0] ? st.policy : "unknown");
+        cJSON_AddBoolToObject(mo, "may_lose_locks", st.may_lose_locks);
+        cJSON_AddItemToArray(arr, mo);
+    }
+    if (!arr) {
+        cJSON_Delete(o);
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    }
+    /* Ready when a majority can vote: quarantined masters answer but do not count. */
+    bool ready = voting >= quorum_of(n);
+    cJSON_AddStringToObject(o, "status", ready ? "ready" : "not_ready");
+    if (!ready) {
+        char why[600];
+        if (quarantined && !marked)
+            snprintf(why, sizeof why, "the masters are not set up as one cluster yet: set-up needs "
+                     "every master to answer, and %d of %d do", up, n);
+        else if (refusing)
+            snprintf(why, sizeof why, "%d of %d masters answer lock commands with an error (%s)",
+                     refusing, n, refusal);
+        else if (quarantined)
+            snprintf(why, sizeof why, "%d of %d masters sit out in restart quarantine", quarantined, n);
+        else
+            snprintf(why, sizeof why, "%d of %d masters answer%s%s", up, n, down[0] ? "; " : "", down);
+        cJSON_AddStringToObject(o, "reason", why);
+    }
+    cJSON_AddNumberToObject(o, "masters_up", up);
+    cJSON_AddNumberToObject(o, "masters_voting", voting);
+    cJSON_AddNumberToObject(o, "masters_refusing", refusing);
+    cJSON_AddNumberToObject(o, "masters_total", n);
+    cJSON_AddNumberToObject(o, "quorum", quorum_of(n));
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
+}
+
+/* The per-master families of /metrics: one sample per master each. */
+static const struct {
+    const char *name, *type, *help;
+} master_families[] = {
+    {"redlockd_master_up", "gauge", "1 while the master answers PING on its connection."},
+    {"redlockd_master_errors_total", "counter", "Connections to the master lost, refused or timed out."},
+    {"redlockd_master_quarantined", "gauge", "1 while the master is in restart quarantine (its votes do not count)."},
+    {"redlockd_master_restarts_total", "counter", "Restarts of the master seen (its run_id changed)."},
+    {"redlockd_master_notices_up", "gauge", "1 while subscribed to the master's release notices."},
+    {"redlockd_master_may_lose_locks", "gauge",
+     "1 while the master may lose locks: maxmemory-policy other than noeviction, or appendonly off."},
+    {"redlockd_master_refusing", "gauge",
+     "1 while the master answers lock commands with an error (OOM, READONLY, NOPERM ...)."},
+    {"redlockd_master_refusals_total", "counter", "Lock commands the master answered with an error."},
+};
+
+static unsigned long long master_family_value(const master_status *st, size_t family)
+{
+    switch (family) {
+    case 0: return st->up;
+    case 1: return st->errors;
+    case 2: return st->quarantined;
+    case 3: return st->restarts;
+    case 4: return st->subscribed;
+    case 5: return st->may_lose_locks;
+    case 6: return st->refusing;
+    default: return st->refusals;
+    }
+}
+
+enum MHD_Result serve_metrics(req_ctx *ctx)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int rc = metrics_render(ctx->s->m, &buf, &len, &cap);
+    mpool *p = ctx->s->pool;
+    int n = mpool_size(p);
+    master_status st[MASTER_MAX];
+    for (int i = 0; i < n; i++)
+        status_of(ctx->s, i, &st[i]);
+    for (size_t f = 0; f < sizeof master_families / sizeof master_families[0]; f++) {
+        rc |= metrics_appendf(&buf, &len, &cap, "# HELP %s %s\n# TYPE %s %s\n", master_families[f].name,
+                              master_families[f].help, master_families[f].name, master_families[f].type);
+        for (int i = 0; i < n; i++)
+            rc |= metrics_appendf(&buf, &len, &cap, "%s{master=\"%s\"} %llu\n", master_families[f].name,
+                                  st[i].addr, master_family_value(&st[i], f));
+    }
+    rc |= metrics_appendf(&buf, &len, &cap,
+                          "# HELP redlockd_master_reply_seconds Time from sending a command to its reply.\n"
+                          "# TYPE redlockd_master_reply_seconds summary\n");
+    for (int i = 0; i < n; i++)
+        rc |= metrics_appendf(&buf, &len, &cap,
+                              "redlockd_master_reply_seconds_sum{master=\"%s\"} %.6f\n"
+                              "redlockd_master_reply_seconds_count{master=\"%s\"} %llu\n",
+                              st[i].addr, (double)st[i].reply_us_sum / 1e6, st[i].addr, st[i].replies);
+    if (rc) {
+        free(buf);
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    }
+    return send_body(ctx, 200, buf, NULL, 0, false);
+}

@@ -1,0 +1,256 @@
+/* http_recipes.c - the election and semaphore routes (http_int.h). */
+#include "http_int.h"
+
+/* ---- elections (docs/elections.md; the pure parts in election.c) ---- */
+
+/* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
+enum MHD_Result election_answer(req_ctx *ctx)
+{
+    if (ctx->req.op == RL_INSPECT && ctx->res.outcome == RL_OK) {
+        election_state st;
+        election_state_of(&ctx->res, &st);
+        char *body = election_state_json(ctx->label, &st, ctx->candidate_q[0] ? ctx->candidate_q : NULL);
+        if (!body)
+            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return send_body(ctx, 200, body, NULL, 0, true);
+    }
+    rl_request shown = ctx->req;   /* errors name the election, not its lock */
+    snprintf(shown.name, sizeof shown.name, "%s", ctx->label);
+    int status;
+    long long retry_after_s = 0;
+    char *body = api_result_json(&shown, &ctx->res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+/* POST: a campaign, answered at once with its stream ("campaigning"). */
+static enum MHD_Result election_campaign(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    char candidate[ELECTION_CANDIDATE_MAX + 1], value[ELECTION_VALUE_MAX + 1], msg[200];
+    if (election_parse_campaign(ctx->body ? ctx->body : "", ctx->body_len, s->limits.default_ttl_ms,
+                                s->limits.max_ttl_ms, &ctx->req, candidate, value, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    election_owner(candidate, value, ctx->req.owner, sizeof ctx->req.owner);
+    if (!hold_reserve(s->holds))
+        return too_many_holds(ctx);
+    ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->req, ctx->label, candidate,
+                              ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    if (!ctx->hold) {
+        hold_unreserve(s->holds);
+        return stream_refused(ctx);
+    }
+    return stream_answer(ctx, 201);
+}
+
+enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw)
+{
+    http_server *s = ctx->s;
+    size_t len = strlen(raw) - (ctx->route == ROUTE_ELECTION_VALUE ? strlen("/value") : 0);
+    if (!rules_name_valid(raw, len))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the election name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    memcpy(ctx->label, raw, len);
+    ctx->label[len] = '\0';
+    ctx->election = true;
+    memset(&ctx->req, 0, sizeof ctx->req);
+    if (!strcmp(method, "POST"))
+        return election_campaign(ctx);
+    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    char msg[200];
+    if (!strcmp(method, "GET")) {
+        const char *watch = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "watch");
+        const char *cand = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "candidate");
+        if (cand && !election_candidate_valid(cand))
+            return send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
+        if (cand)
+            snprintf(ctx->candidate_q, sizeof ctx->candidate_q, "%s", cand);
+        if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
+            return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
+        if (watch && !strcmp(watch, "true")) {
+            ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->req.name,
+                                              ctx->label, hold_wake, ctx);
+            if (!ctx->watch)
+                return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+            return stream_answer(ctx, 200);
+        }
+        ctx->req.op = RL_INSPECT;
+        return submit(ctx);
+    }
+    bool token_in_body = false;
+    if (!strcmp(method, "PUT")) {
+        ctx->req.op = RL_PROCLAIM;
+        if (election_parse_value(ctx->body ? ctx->body : "", ctx->body_len, ctx->req.owner,
+                                 ctx->req.token, msg, sizeof msg) < 0)
+            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+        token_in_body = ctx->req.token[0] != '\0';
+    } else {   /* DELETE: resign */
+        enum api_err err;
+        if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+                           &token_in_body, &err, msg, sizeof msg) < 0)
+            return send_error(ctx, err, msg, NULL);
+        election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    }
+    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+    const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+    if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    return submit(ctx);
+}
+
+/* ---- semaphores (docs/semaphores.md; the pure parts in semaphore_api.c) ---- */
+
+static void sem_ignore(void *arg, const sem_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* Permits nobody will receive: released on every master at once. */
+void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
+{
+    sem_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return;   /* (they expire with their ttl) */
+    r->op = SEM_RELEASE;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    for (int i = 0; i < res->npermits; i++)
+        memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
+    if (r->ntokens)
+        sem_submit(r, engine_of_name, s, pool, sem_ignore, NULL, NULL);
+    free(r);
+}
+
+/* The semaphore's answer, on an engine's thread: resumes the connection,
+ * unless a shutdown answered it already (then what it won goes back). */
+static void sem_done(void *arg, const sem_result *res)
+{
+    req_ctx *ctx = arg;
+    http_server *s = ctx->s;
+    for (int i = 0; ctx->sem->op == SEM_RELEASE && i < res->npermits; i++) {
+        /* a permit kept by a held stream: the stream ends with "released" */
+        int slot;
+        char token[TOKEN_MAX_LEN + 1], slot_name[RL_INTERNAL_NAME_MAX + 1];
+        if (sem_token_split(res->permits[i].token, SEM_LIMIT_MAX, &slot, token, sizeof token)) {
+            sem_slot_name(ctx->sem->name, slot, slot_name, sizeof slot_name);
+            hold_released(s->holds, slot_name, token);
+        }
+    }
+    pthread_mutex_lock(&s->reg_lock);
+    bool was = ctx->susp;
+    if (was) {
+        memcpy(ctx->sem_res, res, sizeof *res);
+        ctx->res.outcome = res->outcome;
+        atomic_store(&ctx->result_ready, true);
+        ctx->susp = false;
+        if (ctx->ci)
+            ctx->ci->suspended = NULL;
+    }
+    pthread_mutex_unlock(&s->reg_lock);
+    if (was)
+        ctx_wake(ctx);
+    else if (ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
+        sem_give_back(s, ctx->sh->pool, ctx->sem->name, res);
+    ctx_unref(ctx);
+}
+
+/* A permit taken with "hold": a 201 whose body is the held stream of its
+ * slot's lock. */
+static enum MHD_Result sem_hold_answer(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    const sem_permit *p = &ctx->sem_res->permits[0];
+    rl_request slot = {.op = RL_ACQUIRE, .ttl_ms = ctx->sem_res->ttl_ms};
+    rl_result grant = {.outcome = RL_OK, .ttl_ms = ctx->sem_res->ttl_ms, .fence = p->fence,
+                       .validity_ms = p->validity_ms};
+    hold_permit_of of = {.limit = ctx->sem->limit, .slot = p->slot};
+    int slot_no;
+    sem_token_split(p->token, SEM_LIMIT_MAX, &slot_no, grant.token, sizeof grant.token);
+    sem_slot_name(ctx->sem->name, p->slot, slot.name, sizeof slot.name);
+    sem_limit_name(ctx->sem->name, of.limit_name, sizeof of.limit_name);
+    snprintf(of.semaphore, sizeof of.semaphore, "%s", ctx->sem->name);
+    of.limit_engine = engine_of_name(s, of.limit_name);
+    /* The validity counts from the request's arrival: earlier than the
+     * slot's own acquire, so never more than the masters hold. */
+    ctx->hold = hold_permit(s->holds, engine_of_name(s, slot.name), &slot, &grant, ctx->start_us, &of,
+                            ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    if (!ctx->hold) {
+        sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
+        ctx->forced = true;   /* (on_completed gives nothing back twice) */
+        return stream_refused(ctx);
+    }
+    ctx->hold_reserved = false;   /* the reservation is the hold now */
+    return stream_answer(ctx, 201);
+}
+
+enum MHD_Result sem_answer(req_ctx *ctx)
+{
+    if (ctx->forced)
+        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    if (ctx->sem->op == SEM_ACQUIRE && ctx->sem->hold && ctx->sem_res->outcome == RL_OK)
+        return sem_hold_answer(ctx);
+    int status;
+    long long retry_after_s = 0;
+    char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
+    if (!body && status != 204)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
+}
+
+enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
+{
+    http_server *s = ctx->s;
+    if (!rules_name_valid(name, strlen(name)))
+        return send_error(ctx, API_E_BAD_NAME,
+                          "the semaphore name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    ctx->sem = calloc(1, sizeof *ctx->sem);
+    ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
+    if (!ctx->sem || !ctx->sem_res)
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    sem_request *r = ctx->sem;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    char msg[200];
+    const char *body = ctx->body ? ctx->body : "";
+    int rc = 0;
+    if (!strcmp(method, "POST")) {
+        rc = sem_parse_acquire(body, ctx->body_len, &s->limits, r, msg, sizeof msg);
+    } else if (!strcmp(method, "GET")) {
+        r->op = SEM_INSPECT;
+        const char *limit = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "limit");
+        char *end = NULL;
+        long l = limit ? strtol(limit, &end, 10) : 0;
+        if (limit && (!*limit || *end || l < 1 || l > SEM_LIMIT_MAX)) {
+            snprintf(msg, sizeof msg, "limit must be a whole number from 1 to %d", SEM_LIMIT_MAX);
+            rc = -1;
+        }
+        r->limit = (int)l;
+    } else {
+        const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        rc = sem_parse_tokens(!strcmp(method, "PATCH"), hdr, query, body, ctx->body_len, &s->limits, r, msg,
+                              sizeof msg);
+    }
+    if (rc < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    if (r->hold && !reserve_hold(ctx))
+        return too_many_holds(ctx);
+    /* Suspend before submitting: the answer may come at once. */
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+    atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
+    if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        rl_result down = {.outcome = RL_SHUTTING_DOWN};
+        ctx_resume(ctx, &down);
+        ctx->forced = true;
+    }
+    return MHD_YES;
+}
