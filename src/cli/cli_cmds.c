@@ -1,0 +1,217 @@
+/* cli_cmds.c - the commands of one call each, and elect --observe
+ * (cli_int.h). */
+#include "cli_int.h"
+
+/* ---- acquire, extend, release, status, ready ---- */
+
+int cmd_acquire(const cli_args *a)
+{
+    char path[256], body[512];
+    lock_path(a->name, path, sizeof path);
+    uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
+    long long cap = CLI_SERVER_MAX_WAIT_MS;
+    answer ans = {0};
+    int code;
+    for (;;) {
+        long long w = next_wait(a->wait_ms, deadline, cap);
+        if (cli_acquire_body(a->ttl_ms, w, false, a->owner, body, sizeof body) < 0) {
+            say("out of memory");
+            code = CLI_EXIT_SOFTWARE;
+            break;
+        }
+        uint64_t t0 = now_us();
+        if (call("POST", path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
+            code = unreachable(&ans);
+            break;
+        }
+        if (ans.status == 201) {
+            char tok[300];
+            if (a->json)
+                printf("%s\n", ans.body);
+            else if (json_str(ans.body, "token", tok, sizeof tok))
+                printf("%s\n", tok);
+            else {
+                say("the service granted the lock but sent no token: %.200s", ans.body);
+                code = CLI_EXIT_PROTOCOL;
+                break;
+            }
+            code = fflush(stdout) == 0 ? CLI_EXIT_OK : CLI_EXIT_SOFTWARE;
+            break;
+        }
+        long long newcap;
+        if (ans.status == 400 && w > 0 && cli_wait_cap(ans.body, &newcap) && newcap < w) {
+            cap = newcap;
+            continue;
+        }
+        int exit_code = cli_answer_exit(ans.status, ans.body);
+        if (exit_code == CLI_EXIT_NOT_ACQUIRED && wait_left(a->wait_ms, deadline)) {
+            if ((long long)((now_us() - t0) / 1000) + 50 < w || w == 0)
+                back_off(&ans, a->wait_ms, deadline);
+            continue;
+        }
+        code = refused(&ans);
+        break;
+    }
+    answer_reset(&ans);
+    return code;
+}
+
+int cmd_extend(const cli_args *a)
+{
+    char path[256], body[64] = "{}";
+    lock_path(a->name, path, sizeof path);
+    if (a->ttl_ms >= 0)
+        snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", a->ttl_ms);
+    answer ans = {0};
+    int code;
+    if (call("PATCH", path, body, a->token, CALL_TIMEOUT_MS, &ans) < 0)
+        code = unreachable(&ans);
+    else if (ans.status == 200) {
+        if (a->json)
+            printf("%s\n", ans.body);
+        code = CLI_EXIT_OK;
+    } else
+        code = refused(&ans);
+    answer_reset(&ans);
+    return code;
+}
+
+int cmd_release(const cli_args *a)
+{
+    char path[256];
+    lock_path(a->name, path, sizeof path);
+    answer ans = {0};
+    int code;
+    if (call("DELETE", path, NULL, a->token, CALL_TIMEOUT_MS, &ans) < 0)
+        code = unreachable(&ans);
+    else if (ans.status == 204)
+        code = CLI_EXIT_OK;
+    else
+        code = refused(&ans);
+    answer_reset(&ans);
+    return code;
+}
+
+int cmd_status(const cli_args *a)
+{
+    char path[256], line[600];
+    lock_path(a->name, path, sizeof path);
+    answer ans = {0};
+    int code;
+    if (call("GET", path, NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0)
+        code = unreachable(&ans);
+    else if (ans.status != 200)
+        code = refused(&ans);
+    else {
+        int held = cli_format_status(ans.body, line, sizeof line);
+        if (held < 0) {
+            say("an answer redlock does not understand: %.200s", ans.body);
+            code = CLI_EXIT_PROTOCOL;
+        } else {
+            printf("%s\n", a->json ? ans.body : line);
+            code = held ? CLI_EXIT_OK : CLI_EXIT_NOT_HELD;
+        }
+    }
+    answer_reset(&ans);
+    return code;
+}
+
+int cmd_ready(const cli_args *a)
+{
+    answer ans = {0};
+    char line[600];
+    int code;
+    if (call("GET", "/readyz", NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0)
+        code = unreachable(&ans);
+    else if (ans.status != 200 && ans.status != 503)
+        code = refused(&ans);
+    else if (cli_format_ready(ans.body, line, sizeof line) < 0) {
+        say("an answer redlock does not understand (HTTP %ld): %.200s", ans.status, ans.body);
+        code = CLI_EXIT_PROTOCOL;
+    } else {
+        if (a->json)
+            printf("%s\n", ans.body);
+        if (ans.status == 200) {
+            if (!a->json)
+                printf("%s\n", line);
+            code = CLI_EXIT_OK;
+        } else {
+            say("%s", line);
+            code = CLI_EXIT_UNAVAILABLE;
+        }
+    }
+    answer_reset(&ans);
+    return code;
+}
+
+/* ---- elect --observe ---- */
+
+static int on_watch_line(const char *line, void *arg)
+{
+    (void)arg;
+    char out[400];
+    if (cli_format_election_event(line, out, sizeof out) == 0) {
+        printf("%s\n", out);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+typedef struct watch {
+    CURL *h;
+    int kind;           /* 0 unknown yet, 1 the stream, 2 an error answer (into ans) */
+    cli_lines lines;
+    answer ans;
+} watch;
+
+static size_t on_watch(char *p, size_t size, size_t n, void *arg)
+{
+    watch *w = arg;
+    if (w->kind == 0) {
+        long status = 0;
+        curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &status);
+        w->kind = status == 200 ? 1 : 2;
+    }
+    if (w->kind == 2)
+        return on_body(p, size, n, &w->ans);
+    return cli_lines_feed(&w->lines, p, size * n, on_watch_line, NULL) < 0 ? 0 : size * n;
+}
+
+/* Prints the election's changes until the stream ends (the service
+ * stopped or cannot be reached: 69) or a signal ends redlock. */
+int cmd_observe(const cli_args *a)
+{
+    char path[300], seg[220];
+    if (rules_name_path(a->name, seg, sizeof seg) < 0)
+        return CLI_EXIT_USAGE;
+    snprintf(path, sizeof path, "/elections/%s?watch=true", seg);
+    watch w;
+    memset(&w, 0, sizeof w);
+    struct curl_slist *hdrs = NULL;
+    w.h = new_request("GET", path, NULL, NULL, 0, &hdrs, &w.ans);
+    if (!w.h) {
+        say("out of memory");
+        return CLI_EXIT_SOFTWARE;
+    }
+    curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch);
+    curl_easy_setopt(w.h, CURLOPT_WRITEDATA, &w);
+    CURLcode rc = curl_easy_perform(w.h);
+    long status = 0;
+    curl_easy_getinfo(w.h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(w.h);
+    curl_slist_free_all(hdrs);
+    int code = CLI_EXIT_UNAVAILABLE;
+    if (w.kind == 2) {
+        w.ans.status = status;
+        code = refused(&w.ans);
+    } else if (rc != CURLE_OK && !w.kind) {
+        if (!w.ans.errbuf[0])
+            snprintf(w.ans.errbuf, sizeof w.ans.errbuf, "%s", curl_easy_strerror(rc));
+        code = unreachable(&w.ans);
+    } else {
+        say("the watch ended: %s", rc == CURLE_OK ? "the service closed it" : curl_easy_strerror(rc));
+    }
+    cli_lines_free(&w.lines);
+    answer_reset(&w.ans);
+    return code;
+}

@@ -1,0 +1,279 @@
+/* cli_http.c - the service: its address and token, one HTTP call and its
+ * answer, waiting between tries (cli_int.h). */
+#include "cli_int.h"
+
+char g_url[2048];            /* the service, without a trailing '/' */
+char g_auth[600];            /* "Authorization: Bearer ..." or "" */
+
+void say(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "redlock: %s\n", line);
+}
+
+uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void sleep_ms(long long ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+double random_unit(void)
+{
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)(now_us() ^ ((uint64_t)getpid() << 16));
+    return (double)rand_r(&seed) / ((double)RAND_MAX + 1.0);
+}
+
+/* ---- configuration from flags and the environment ---- */
+
+int set_url(const char *url)
+{
+    if (!url || !*url)
+        url = getenv("REDLOCK_URL");
+    if (!url || !*url)
+        url = CLI_DEFAULT_URL;
+    size_t n = strlen(url);
+    while (n && url[n - 1] == '/')
+        n--;
+    if (n == 0 || n >= sizeof g_url - 300) {
+        say("bad --url / REDLOCK_URL");
+        return -1;
+    }
+    memcpy(g_url, url, n);
+    g_url[n] = '\0';
+    return 0;
+}
+
+/* The token from --auth-token-file (its first word) or REDLOCK_AUTH_TOKEN. */
+int set_auth(const char *file)
+{
+    char tok[512] = "";
+    if (file) {
+        FILE *f = fopen(file, "r");
+        if (!f) {
+            say("--auth-token-file: cannot open %s: %s", file, strerror(errno));
+            return -1;
+        }
+        size_t n = fread(tok, 1, sizeof tok - 1, f);
+        fclose(f);
+        tok[n] = '\0';
+        char *s = tok;
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+            s++;
+        size_t k = 0;
+        while (s[k] > 0x20 && s[k] < 0x7f)
+            k++;
+        s[k] = '\0';
+        memmove(tok, s, k + 1);
+        if (!*tok) {
+            say("--auth-token-file: %s holds no token", file);
+            return -1;
+        }
+    } else {
+        const char *env = getenv("REDLOCK_AUTH_TOKEN");
+        if (!env || !*env)
+            return 0;
+        snprintf(tok, sizeof tok, "%s", env);
+        for (char *p = tok; *p; p++)
+            if (*p <= 0x20 || *p >= 0x7f) {
+                say("REDLOCK_AUTH_TOKEN must be one word of printable ASCII");
+                return -1;
+            }
+    }
+    snprintf(g_auth, sizeof g_auth, "Authorization: Bearer %s", tok);
+    return 0;
+}
+
+void answer_reset(answer *a)
+{
+    free(a->body);
+    memset(a, 0, sizeof *a);
+}
+
+size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    answer *a = arg;
+    size_t add = size * n;
+    if (a->len + add > MAX_BODY_BYTES)
+        return 0;
+    char *b = realloc(a->body, a->len + add + 1);
+    if (!b)
+        return 0;
+    memcpy(b + a->len, p, add);
+    a->body = b;
+    a->len += add;
+    a->body[a->len] = '\0';
+    return add;
+}
+
+/* Close-on-exec sockets: CMD must not keep the held stream open. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+/* An easy handle for method on path ("/locks/NAME"), with body (NULL: none)
+ * and the lock's token (NULL: none). Its headers go into *hdrs (the caller
+ * frees them after the transfer); the body goes into a unless the caller
+ * sets its own write function. NULL when out of memory. */
+CURL *new_request(const char *method, const char *path, const char *body,
+                  const char *lock_token, long timeout_ms, struct curl_slist **hdrs,
+                  answer *a)
+{
+    CURL *h = curl_easy_init();
+    if (!h)
+        return NULL;
+    char url[sizeof g_url + 256], line[400];
+    snprintf(url, sizeof url, "%s%s", g_url, path);
+    struct curl_slist *l = curl_slist_append(NULL, "Expect:");
+    if (l && body)
+        l = curl_slist_append(l, "Content-Type: application/json");
+    if (l && g_auth[0])
+        l = curl_slist_append(l, g_auth);
+    if (l && lock_token) {
+        snprintf(line, sizeof line, "Lock-Token: %s", lock_token);
+        l = curl_slist_append(l, line);
+    }
+    if (!l) {
+        curl_easy_cleanup(h);
+        return NULL;
+    }
+    *hdrs = l;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+        curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, body);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "redlock/" REDLOCKD_VERSION);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, a);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, a->errbuf);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    if (timeout_ms > 0)
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 10L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 5L);
+    return h;
+}
+
+/* One call, to its end. Returns 0 with a->status set, or -1 when no answer
+ * came (a->errbuf says why). */
+int call(const char *method, const char *path, const char *body, const char *lock_token,
+         long timeout_ms, answer *a)
+{
+    answer_reset(a);
+    struct curl_slist *hdrs = NULL;
+    CURL *h = new_request(method, path, body, lock_token, timeout_ms, &hdrs, a);
+    if (!h) {
+        snprintf(a->errbuf, sizeof a->errbuf, "out of memory");
+        return -1;
+    }
+    CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a->status);
+    else if (!a->errbuf[0])
+        snprintf(a->errbuf, sizeof a->errbuf, "%s", curl_easy_strerror(rc));
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdrs);
+    if (!a->body)
+        a->body = calloc(1, 1);
+    return rc == CURLE_OK && a->body ? 0 : -1;
+}
+
+int unreachable(const answer *a)
+{
+    say("unreachable: %s: %s", g_url, a->errbuf[0] ? a->errbuf : "no answer");
+    return CLI_EXIT_UNAVAILABLE;
+}
+
+/* Reports an answer the command does not want; returns its exit code. */
+int refused(const answer *a)
+{
+    char line[600];
+    cli_format_error(a->status, a->body, line, sizeof line);
+    say("%s", line);
+    return cli_answer_exit(a->status, a->body);
+}
+
+/* "/locks/NAME" for a name cli_parse_args accepted (so it fits and is valid). */
+void lock_path(const char *name, char *out, size_t outlen)
+{
+    char seg[RULES_NAME_MAX + 8];   /* "..", the longest to grow, becomes "%2E%2E" */
+    if (rules_name_path(name, seg, sizeof seg) < 0)
+        seg[0] = '\0';
+    snprintf(out, outlen, "/locks/%s", seg);
+}
+
+/* A string field of a JSON answer, copied into out; NULL when absent. */
+const char *json_str(const char *body, const char *field, char *out, size_t outlen)
+{
+    cJSON *o = body ? cJSON_Parse(body) : NULL;
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
+    const char *got = NULL;
+    if (cJSON_IsString(v) && strlen(v->valuestring) < outlen) {
+        memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+        got = out;
+    }
+    cJSON_Delete(o);
+    return got;
+}
+
+/* An integer field of a JSON answer; -1 when absent. */
+long long json_int(const char *body, const char *field)
+{
+    cJSON *o = body ? cJSON_Parse(body) : NULL;
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
+    long long got = cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+    cJSON_Delete(o);
+    return got;
+}
+
+/* ---- waiting between tries (acquire, run --limit) ---- */
+
+/* The wait_ms of the next try: what is left of --wait, at most what the
+ * service allows one call (learnt from a 400 naming its largest). */
+long long next_wait(long long wait_ms, uint64_t deadline_us, long long cap)
+{
+    if (wait_ms == CLI_WAIT_FOREVER)
+        return cap;
+    uint64_t now = now_us();
+    long long left = deadline_us > now ? (long long)((deadline_us - now) / 1000) : 0;
+    return left < cap ? left : cap;
+}
+
+bool wait_left(long long wait_ms, uint64_t deadline_us)
+{
+    return wait_ms == CLI_WAIT_FOREVER || now_us() + 1000 < deadline_us;
+}
+
+/* After a refusal that came sooner than the wait asked for: sleeps a short
+ * random time within what is left of the wait. */
+void back_off(const answer *a, long long wait_ms, uint64_t deadline_us)
+{
+    long long d = cli_retry_delay_ms(json_int(a->body, "retry_after_ms"), random_unit());
+    if (wait_ms != CLI_WAIT_FOREVER) {
+        uint64_t now = now_us();
+        long long left = deadline_us > now ? (long long)((deadline_us - now) / 1000) : 0;
+        if (d > left)
+            d = left;
+    }
+    sleep_ms(d);
+}

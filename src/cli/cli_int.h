@@ -1,0 +1,142 @@
+/* cli_int.h - what the files of the `redlock` client share (cli_parse.h
+ * is its pure part: arguments, values, answers). Which file holds what:
+ *   redlock.c      main: parse, then one command
+ *   cli_http.c     the service: its address and token, one HTTP call and
+ *                  its answer, waiting between tries
+ *   cli_cmds.c     acquire, extend, release, status, ready, elect --observe
+ *   cli_run.c      run and elect: the held stream's state machine, signals
+ *   cli_child.c    CMD: its environment, descriptors, process group, exit
+ *   cli_permit.c   run --limit: a permit renewed by PATCH
+ */
+#ifndef RL_CLI_INT_H
+#define RL_CLI_INT_H
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_parse.h"
+
+#ifndef REDLOCKD_VERSION
+#define REDLOCKD_VERSION "dev"
+#endif
+
+#define CONNECT_TIMEOUT_MS 5000L
+#define CALL_TIMEOUT_MS 30000L      /* a call that does not wait */
+#define RELEASE_TIMEOUT_MS 5000L    /* run's DELETE after CMD exits */
+#define MAX_BODY_BYTES (1 << 20)
+
+extern char **environ;
+
+
+/* ---- HTTP ---- */
+
+typedef struct answer {
+    long status;                 /* 0: no answer; errbuf says why */
+    char *body;                  /* NUL-terminated, never NULL after a call */
+    size_t len;
+    char errbuf[CURL_ERROR_SIZE];
+} answer;
+
+
+enum run_phase { ACQUIRING, HOLDING, DONE };
+
+typedef struct run {
+    const cli_args *a;
+    enum run_phase phase;
+    int exit_code;
+    /* the acquire, then the held stream */
+    CURLM *multi;
+    CURL *h;                      /* NULL between tries */
+    struct curl_slist *hdrs;
+    answer ans;                   /* a refusal's body (the stream's lines go to lines) */
+    cli_lines lines;
+    int kind;                     /* 0 unknown yet, 1 held stream, 2 an ordinary answer */
+    char path[256];
+    char owner[RULES_OWNER_MAX + 1];
+    long long cap;                /* largest wait_ms the service takes */
+    long long asked_ms;           /* wait_ms of the try under way */
+    uint64_t sent_us, deadline_us, retry_at_us;
+    /* the lock */
+    bool acquired;
+    char token[300];
+    long long fence;
+    uint64_t valid_until_us;      /* from when the last acquired/renewed event was read */
+    bool lost, releasing;
+    char why[300];                /* what happened to the lock */
+    /* CMD */
+    pid_t child;                  /* also its process group; 0 before it starts */
+    bool reaped, tty;
+    int status;                   /* waitpid's, once reaped */
+    bool term_sent, kill_sent;
+    uint64_t kill_at_us;
+} run;
+
+extern char g_url[2048];            /* the service, without a trailing '/' */
+extern char g_auth[600];            /* "Authorization: Bearer ..." or "" */
+extern int sig_pipe[2];             /* the signal handlers' self-pipe */
+
+/* cli_http.c */
+void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t now_us(void);
+double random_unit(void);
+int set_url(const char *url);
+int set_auth(const char *file);
+void answer_reset(answer *a);
+size_t on_body(char *p, size_t size, size_t n, void *arg);
+CURL *new_request(const char *method, const char *path, const char *body,
+                  const char *lock_token, long timeout_ms, struct curl_slist **hdrs,
+                  answer *a);
+int call(const char *method, const char *path, const char *body, const char *lock_token,
+         long timeout_ms, answer *a);
+int unreachable(const answer *a);
+int refused(const answer *a);
+void lock_path(const char *name, char *out, size_t outlen);
+const char *json_str(const char *body, const char *field, char *out, size_t outlen);
+long long json_int(const char *body, const char *field);
+long long next_wait(long long wait_ms, uint64_t deadline_us, long long cap);
+bool wait_left(long long wait_ms, uint64_t deadline_us);
+void back_off(const answer *a, long long wait_ms, uint64_t deadline_us);
+
+/* cli_cmds.c */
+int cmd_acquire(const cli_args *a);
+int cmd_extend(const cli_args *a);
+int cmd_release(const cli_args *a);
+int cmd_status(const cli_args *a);
+int cmd_ready(const cli_args *a);
+int cmd_observe(const cli_args *a);
+
+/* cli_run.c */
+void lose(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void on_signals(run *r);
+int setup_signals(void);
+void default_owner(char *out, size_t outlen);
+long until_ms(uint64_t t, uint64_t now, long cap);
+int cmd_run(const cli_args *a);
+
+/* cli_child.c */
+void note_inherited_fds(void);
+int spawn(run *r);
+void take_back_tty(run *r);
+void reap(run *r);
+bool group_alive(const run *r);
+int child_exit_code(int st);
+
+/* cli_permit.c */
+int cmd_run_permit(const cli_args *a);
+
+#endif

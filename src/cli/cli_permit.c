@@ -1,0 +1,160 @@
+/* cli_permit.c - run --limit: one permit of a semaphore, renewed by PATCH
+ * (cli_int.h). */
+#include "cli_int.h"
+
+/* ---- run --limit: a semaphore's permit ---- */
+
+/* Takes one permit of the semaphore a->name of a->limit within --wait:
+ * 0 with *r's token, fence and validity, else the exit code. */
+static int permit_take(const cli_args *a, run *r)
+{
+    char body[600], owner[RULES_OWNER_MAX + 40] = "";
+    uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
+    answer ans = {0};
+    if (r->owner[0])
+        snprintf(owner, sizeof owner, ",\"owner\":\"%s\"", r->owner);   /* printable, no quotes */
+    for (;;) {
+        long long w = next_wait(a->wait_ms, deadline, CLI_SERVER_MAX_WAIT_MS);
+        int n = a->ttl_ms >= 0 ? snprintf(body, sizeof body, "{\"limit\":%d,\"wait_ms\":%lld,\"ttl_ms\":%lld%s}",
+                                          a->limit, w, a->ttl_ms, owner)
+                               : snprintf(body, sizeof body, "{\"limit\":%d,\"wait_ms\":%lld%s}", a->limit, w,
+                                          owner);
+        if (n < 0 || (size_t)n >= sizeof body)
+            return CLI_EXIT_SOFTWARE;
+        uint64_t t0 = now_us();
+        if (call("POST", r->path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
+            int code = unreachable(&ans);
+            answer_reset(&ans);
+            return code;
+        }
+        if (ans.status == 201) {
+            cJSON *o = cJSON_Parse(ans.body);
+            const cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "permits"), 0);
+            const char *tok = cJSON_GetStringValue(cJSON_GetObjectItem(p, "token"));
+            bool ok = tok && strlen(tok) < sizeof r->token;
+            if (ok) {
+                snprintf(r->token, sizeof r->token, "%s", tok);
+                r->fence = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "fence"));
+                r->valid_until_us = t0 + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "validity_ms")) * 1000u;
+            }
+            cJSON_Delete(o);
+            answer_reset(&ans);
+            if (!ok) {
+                say("the service granted a permit but sent no token");
+                return CLI_EXIT_PROTOCOL;
+            }
+            return 0;
+        }
+        int code = cli_answer_exit(ans.status, ans.body);
+        if (code == CLI_EXIT_NOT_ACQUIRED && wait_left(a->wait_ms, deadline)) {
+            if ((long long)((now_us() - t0) / 1000) + 50 < w || w == 0)
+                back_off(&ans, a->wait_ms, deadline);
+            continue;
+        }
+        code = refused(&ans);
+        answer_reset(&ans);
+        return code;
+    }
+}
+
+/* Extends the permit; false when it is lost (r->why says how). No quorum
+ * is tried again while the validity lasts. */
+static bool permit_renew(const cli_args *a, run *r, bool first)
+{
+    char body[64] = "{}";
+    if (a->ttl_ms >= 0)
+        snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", a->ttl_ms);
+    answer ans = {0};
+    uint64_t t0 = now_us();
+    long budget = first ? CALL_TIMEOUT_MS : (long)((r->valid_until_us > t0 ? r->valid_until_us - t0 : 0) / 1000);
+    bool ok = false;
+    if (budget > 0 && call("PATCH", r->path, body, r->token, budget, &ans) == 0 && ans.status == 200) {
+        long long v = json_int(ans.body, "validity_ms");
+        r->valid_until_us = t0 + (uint64_t)(v > 0 ? v : 0) * 1000u;
+        ok = v > 0;
+    } else if (ans.status == 409) {
+        char line[600];
+        cli_format_error(ans.status, ans.body, line, sizeof line);
+        lose(r, "lost: the permit is no longer held: %s", line);
+    }
+    answer_reset(&ans);
+    return ok;
+}
+
+/* run --limit: CMD with one permit of a semaphore, renewed by redlock. */
+int cmd_run_permit(const cli_args *a)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    char seg[220];
+    rules_name_path(a->name, seg, sizeof seg);
+    snprintf(r.path, sizeof r.path, "/semaphores/%s", seg);
+    if (a->owner)
+        snprintf(r.owner, sizeof r.owner, "%s", a->owner);
+    else
+        default_owner(r.owner, sizeof r.owner);
+    for (char *p = r.owner; *p; p++)
+        if (*p == '"' || *p == '\\')
+            *p = '_';
+    note_inherited_fds();
+    if (setup_signals() < 0) {
+        say("cannot start: %s", strerror(errno));
+        return CLI_EXIT_SOFTWARE;
+    }
+    int code = permit_take(a, &r);
+    if (code)
+        return code;
+    /* The answer's validity counts from when the acquire was sent, long ago
+     * after a wait: a renewal first, whose validity counts from now. */
+    if (!permit_renew(a, &r, true)) {
+        say("%s", r.lost ? r.why : "lost: the permit could not be renewed after the wait");
+        return CLI_EXIT_LOST;
+    }
+    long long ttl = a->ttl_ms >= 0 ? a->ttl_ms : (long long)((r.valid_until_us - now_us()) / 1000);
+    uint64_t next_renew = now_us() + (uint64_t)(ttl / 3) * 1000u;
+    if (spawn(&r) < 0)
+        return CLI_EXIT_SOFTWARE;
+    for (;;) {
+        uint64_t now = now_us();
+        if (!r.lost && now >= r.valid_until_us)
+            lose(&r, "lost: the permit's validity ran out before a renewal succeeded");
+        if (!r.lost && now >= next_renew) {
+            if (permit_renew(a, &r, false))
+                next_renew = now_us() + (uint64_t)(ttl / 3) * 1000u;
+            else
+                next_renew = now_us() + 200000u;   /* again soon, while validity lasts */
+        }
+        if (r.lost && !r.term_sent) {
+            char grace[32];
+            cli_format_ms(a->grace_ms, grace, sizeof grace);
+            say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r.why, grace);
+            kill(-r.child, SIGTERM);
+            r.term_sent = true;
+            r.kill_at_us = now + (uint64_t)a->grace_ms * 1000u;
+        }
+        if (r.term_sent && !r.kill_sent && now >= r.kill_at_us) {
+            kill(-r.child, SIGKILL);
+            r.kill_sent = true;
+        }
+        if (r.reaped && (!r.lost || r.kill_sent || !group_alive(&r)))
+            break;
+        long timeout = r.lost ? 50 : until_ms(next_renew < r.valid_until_us ? next_renew : r.valid_until_us,
+                                              now_us(), 1000);
+        struct pollfd pfd = {sig_pipe[0], POLLIN, 0};
+        poll(&pfd, 1, (int)timeout);
+        on_signals(&r);
+    }
+    if (r.lost)
+        return CLI_EXIT_LOST;
+    code = child_exit_code(r.status);
+    answer rel = {0};
+    if (call("DELETE", r.path, NULL, r.token, RELEASE_TIMEOUT_MS, &rel) < 0)
+        say("release: unreachable (%s); the permit expires with its ttl", rel.errbuf);
+    else if (rel.status == 409) {
+        say("lost: the permit was no longer held when the command exited");
+        code = CLI_EXIT_LOST;
+    }
+    answer_reset(&rel);
+    return code;
+}
