@@ -7,7 +7,7 @@
  * script goes with its body (EVAL) the first time on each connection and by
  * EVALSHA after; NOSCRIPT (a cache flushed while connected) is answered by
  * sending the body again (also after the batch was answered, for a script
- * that must still run: master_batch_resend).
+ * that must still run: master_undo_resend).
  *
  * A batch is freed when its last reference goes (batch_drop): one per record
  * still waiting on a master, one until its callback has run, one while it is
@@ -160,7 +160,7 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
     if (noscript && b->completed) {
         /* Answered without m (it was paused or slow): whatever must still
          * run there (a release, a settle) goes out again with its body. */
-        master_batch_resend(p, m, b, now);
+        master_undo_resend(p, m, b, now);
         mpool_batch_answer(p, b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
         return;
     }
@@ -231,7 +231,7 @@ void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, in
         }
         if (!master_votes(m) || batch_append(p, m, b, i, now, b->deadline_us) < 0) {
             b->replies[i].kind = MREPLY_FAIL;
-            master_batch_redo(p, m, b, now);
+            master_undo_redo(p, m, b, now);
             continue;
         }
         b->replies[i].kind = MREPLY_FAIL;   /* until it answers */

@@ -96,7 +96,7 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
     struct mrecord *r;
     while ((r = master_pop(m))) {
         if (r->kind == REC_BATCH) {
-            master_batch_redo(p, m, r->batch, now);   /* may not have run */
+            master_undo_redo(p, m, r->batch, now);   /* may not have run */
             mpool_batch_answer(p, r->batch, r->slot, &failed);
         } else if (r->kind == REC_UNDO)
             master_undo_keep(m, r->undo, now);   /* it may not have run: send it again */

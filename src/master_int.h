@@ -250,10 +250,10 @@ void master_log_error(struct master *m, const char *script, const char *error, u
 /* Queues u to run when m is back; takes u (freed at once if expired). */
 void master_undo_keep(struct master *m, struct undo *u, uint64_t now);
 /* m could not take batch b: remembers it if its script is redo_when_back. */
-void master_batch_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
+void master_undo_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
 /* m answered NOSCRIPT to b after b was complete: sends a redo_when_back
  * script again, with its body. */
-void master_batch_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
+void master_undo_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
 /* Writes m's remembered releases on its new connection, before anything else. */
 void master_undo_flush(struct master *m, uint64_t now);
 /* Frees m's remembered releases (the pool is being freed). */

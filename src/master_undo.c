@@ -3,7 +3,7 @@
  * answer) waits in that master's queue (undo_head..undo_tail) and is written
  * first on its next connection, before any command sent after it, for up to
  * the pool's redo_us. One that a master answered NOSCRIPT after its batch
- * was over (master_batch_resend) goes out again at once, with its body,
+ * was over (master_undo_resend) goes out again at once, with its body,
  * behind what was sent since: safe because it replays as redo_as, which
  * matches one grant's own value only.
  *
@@ -83,7 +83,7 @@ static struct undo *undo_of(mpool *p, struct master *m, const struct mbatch *b, 
 /* m could not take batch b (not voting, or its connection dropped before
  * the answer): a redo_when_back script waits to run when m is back, ahead
  * of anything sent to m later. */
-void master_batch_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
+void master_undo_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
 {
     struct undo *u = undo_of(p, m, b, now);
     if (u)
@@ -110,7 +110,7 @@ static int undo_send(struct master *m, struct undo *u, uint64_t now)
  * redo_when_back script still has to run there, so it goes out again now,
  * with its body, as a remembered one would. Left alone, a release would
  * leave the lock on m for its whole TTL. */
-void master_batch_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
+void master_undo_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
 {
     struct undo *u = undo_of(p, m, b, now);
     if (u && undo_send(m, u, now) < 0) {
