@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "dlist.h"
 #include "grpc_api.h"
 #include "listener.h"
 #include "log.h"
@@ -123,12 +124,7 @@ static void wake(grpc_server *s)
 
 static void call_unlink(grpc_server *s, gcall *call)
 {
-    if (call->prev)
-        call->prev->next = call->next;
-    else
-        s->calls = call->next;
-    if (call->next)
-        call->next->prev = call->prev;
+    DLIST_UNLINK(s->calls, call, prev, next);
 }
 
 /* Engine callback, on the engine's loop thread. */
@@ -232,10 +228,7 @@ static void submit_call(gstream *st, const rl_request *req)
     call->method = st->method;
     call->eng = s->loops[s->nloops == 1 ? 0 : http_loop_of(req->name, s->nloops)].engine;
     pthread_mutex_lock(&s->mu);
-    call->next = s->calls;
-    if (s->calls)
-        s->calls->prev = call;
-    s->calls = call;
+    DLIST_PUSH(s->calls, call, prev, next);
     s->inflight++;
     pthread_mutex_unlock(&s->mu);
     st->call = call;
@@ -347,10 +340,7 @@ static int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, v
     st->id = frame->hd.stream_id;
     st->auth_ok = c->s->cfg->auth_token == NULL;
     st->start_us = mpool_now_us();
-    st->next = c->streams;
-    if (c->streams)
-        c->streams->prev = st;
-    c->streams = st;
+    DLIST_PUSH(c->streams, st, prev, next);
     nghttp2_session_set_stream_user_data(sess, st->id, st);
     return 0;
 }
@@ -438,12 +428,7 @@ static void stream_free(gconn *c, gstream *st)
 {
     if (st->call)
         st->call->st = NULL;   /* its answer, when it comes, has nowhere to go */
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        c->streams = st->next;
-    if (st->next)
-        st->next->prev = st->prev;
+    DLIST_UNLINK(c->streams, st, prev, next);
     free(st->body);
     free(st->resp);
     free(st);
@@ -475,12 +460,7 @@ static void conn_close(gconn *c)
     nghttp2_session_del(c->sess);
     c->sess = NULL;
     close(c->fd);   /* also leaves the epoll set */
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    DLIST_UNLINK(s->conns, c, prev, next);
     s->nconns--;
     c->next = s->dead;
     s->dead = c;
@@ -614,10 +594,7 @@ static void accept_all(grpc_server *s)
             close(fd);
             continue;
         }
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
+        DLIST_PUSH(s->conns, c, prev, next);
         s->nconns++;
         if (s->quiesced)
             conn_goaway(c);

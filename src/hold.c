@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "deadline.h"
+#include "dlist.h"
 #include "master.h"   /* mpool_now_us: the clock the engine counts validity on */
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
@@ -114,12 +115,7 @@ static void free_if_done(hold *h)
     if (!h->closed || h->engine_refs > 0 || h->release_at_us)
         return;
     hold_set *s = h->s;
-    if (h->prev)
-        h->prev->next = h->next;
-    else
-        s->list = h->next;
-    if (h->next)
-        h->next->prev = h->prev;
+    DLIST_UNLINK(s->list, h, prev, next);
     s->open--;
     s->used--;
     free(h);
@@ -498,10 +494,7 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
     }
     if (try_now)
         h->next_try_us = mpool_now_us();
-    h->next = s->list;
-    if (s->list)
-        s->list->prev = h;
-    s->list = h;
+    DLIST_PUSH(s->list, h, prev, next);
     s->open++;
     pthread_cond_signal(&s->changed);
     pthread_mutex_unlock(&s->mu);

@@ -119,10 +119,7 @@ void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context
             ci->shut = true;
             shutdown(ci->fd, SHUT_RDWR);
         }
-        ci->next = s->conns;
-        if (s->conns)
-            s->conns->prev = ci;
-        s->conns = ci;
+        DLIST_PUSH(s->conns, ci, prev, next);
         s->nconns++;
         pthread_mutex_unlock(&s->reg_lock);
         *socket_context = ci;
@@ -132,12 +129,7 @@ void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context
     if (!ci)
         return;
     pthread_mutex_lock(&s->reg_lock);
-    if (ci->prev)
-        ci->prev->next = ci->next;
-    else
-        s->conns = ci->next;
-    if (ci->next)
-        ci->next->prev = ci->prev;
+    DLIST_UNLINK(s->conns, ci, prev, next);
     s->nconns--;
     s->closed_since_trim++;
     pthread_mutex_unlock(&s->reg_lock);

@@ -41,6 +41,7 @@
 
 #include "api.h"
 #include "deadline.h"
+#include "dlist.h"
 #include "election.h"
 #include "election_watch.h"
 #include "hold.h"

@@ -33,12 +33,7 @@ void op_maybe_free(rl_task *op)
     if (!op->answered || op->armed || op->caller_ref)
         return;
     rl_engine *e = op->e;
-    if (op->aprev)
-        op->aprev->anext = op->anext;
-    else
-        e->all = op->anext;
-    if (op->anext)
-        op->anext->aprev = op->aprev;
+    DLIST_UNLINK(e->all, op, aprev, anext);
     free(op);
 }
 
@@ -287,10 +282,7 @@ static void op_start(void *arg)
                  op->req.notice_name);
     else if (e->cfg.notify)
         snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
-    op->anext = e->all;
-    if (e->all)
-        e->all->aprev = op;
-    e->all = op;
+    DLIST_PUSH(e->all, op, aprev, anext);
     op->arrival_us = mpool_now_us();
     op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
     /* New work waits its turn; extensions and releases never do: they keep

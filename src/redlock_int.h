@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "deadline.h"
+#include "dlist.h"
 #include "log.h"
 #include "master.h"
 #include "metrics.h"

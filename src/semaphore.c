@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "dlist.h"
+
 typedef struct sem_task {
     atomic_int refs;                /* the task's own until done, and the caller's handle */
     atomic_bool cancelled;
@@ -134,12 +136,7 @@ static uint64_t notice_gen;
 /* sleep_mu held. */
 static void sleep_unlink(sem_sleep *z)
 {
-    if (z->prev)
-        z->prev->next = z->next;
-    else
-        sleepers = z->next;
-    if (z->next)
-        z->next->prev = z->prev;
+    DLIST_UNLINK(sleepers, z, prev, next);
     z->linked = false;
 }
 
@@ -260,10 +257,7 @@ static bool sleep_until_retry(sem_task *t)
     bool hearing = t->subscribed && t->held_left_ms > 0 && rl_engine_notices_up(t->limit_eng);
     pthread_mutex_lock(&sleep_mu);
     hearing = hearing && notice_gen == t->round_gen;
-    z->next = sleepers;
-    if (sleepers)
-        sleepers->prev = z;
-    sleepers = z;
+    DLIST_PUSH(sleepers, z, prev, next);
     z->linked = true;
     bool cancelled = atomic_load(&t->cancelled);   /* (sem_cancel looked before z was linked) */
     pthread_mutex_unlock(&sleep_mu);
