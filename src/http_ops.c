@@ -115,35 +115,39 @@ enum MHD_Result serve_readyz(req_ctx *ctx)
     return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
 }
 
+/* A master_status field as a sample's value. */
+#define MASTER_VALUE(field) \
+    static unsigned long long value_##field(const master_status *st) { return (unsigned long long)st->field; }
+MASTER_VALUE(up)
+MASTER_VALUE(errors)
+MASTER_VALUE(quarantined)
+MASTER_VALUE(restarts)
+MASTER_VALUE(subscribed)
+MASTER_VALUE(may_lose_locks)
+MASTER_VALUE(refusing)
+MASTER_VALUE(refusals)
+
 /* The per-master families of /metrics: one sample per master each. */
 static const struct {
     const char *name, *type, *help;
+    unsigned long long (*value)(const master_status *st);
 } master_families[] = {
-    {"redlockd_master_up", "gauge", "1 while the master answers PING on its connection."},
-    {"redlockd_master_errors_total", "counter", "Connections to the master lost, refused or timed out."},
-    {"redlockd_master_quarantined", "gauge", "1 while the master is in restart quarantine (its votes do not count)."},
-    {"redlockd_master_restarts_total", "counter", "Restarts of the master seen (its run_id changed)."},
-    {"redlockd_master_notices_up", "gauge", "1 while subscribed to the master's release notices."},
+    {"redlockd_master_up", "gauge", "1 while the master answers PING on its connection.", value_up},
+    {"redlockd_master_errors_total", "counter", "Connections to the master lost, refused or timed out.",
+     value_errors},
+    {"redlockd_master_quarantined", "gauge", "1 while the master is in restart quarantine (its votes do not count).",
+     value_quarantined},
+    {"redlockd_master_restarts_total", "counter", "Restarts of the master seen (its run_id changed).",
+     value_restarts},
+    {"redlockd_master_notices_up", "gauge", "1 while subscribed to the master's release notices.", value_subscribed},
     {"redlockd_master_may_lose_locks", "gauge",
-     "1 while the master may lose locks: maxmemory-policy other than noeviction, or appendonly off."},
+     "1 while the master may lose locks: maxmemory-policy other than noeviction, or appendonly off.",
+     value_may_lose_locks},
     {"redlockd_master_refusing", "gauge",
-     "1 while the master answers lock commands with an error (OOM, READONLY, NOPERM ...)."},
-    {"redlockd_master_refusals_total", "counter", "Lock commands the master answered with an error."},
+     "1 while the master answers lock commands with an error (OOM, READONLY, NOPERM ...).", value_refusing},
+    {"redlockd_master_refusals_total", "counter", "Lock commands the master answered with an error.",
+     value_refusals},
 };
-
-static unsigned long long master_family_value(const master_status *st, size_t family)
-{
-    switch (family) {
-    case 0: return st->up;
-    case 1: return st->errors;
-    case 2: return st->quarantined;
-    case 3: return st->restarts;
-    case 4: return st->subscribed;
-    case 5: return st->may_lose_locks;
-    case 6: return st->refusing;
-    default: return st->refusals;
-    }
-}
 
 enum MHD_Result serve_metrics(req_ctx *ctx)
 {
@@ -160,7 +164,7 @@ enum MHD_Result serve_metrics(req_ctx *ctx)
                               master_families[f].help, master_families[f].name, master_families[f].type);
         for (int i = 0; i < n; i++)
             rc |= metrics_appendf(&buf, &len, &cap, "%s{master=\"%s\"} %llu\n", master_families[f].name,
-                                  st[i].addr, master_family_value(&st[i], f));
+                                  st[i].addr, master_families[f].value(&st[i]));
     }
     rc |= metrics_appendf(&buf, &len, &cap,
                           "# HELP redlockd_master_reply_seconds Time from sending a command to its reply.\n"
