@@ -258,9 +258,8 @@ int main(int argc, char **argv)
     /* Every engine drains before any refuses: a request read on one loop
      * may be decided on another (its name's owner), and a client may still
      * send one more request on a kept-alive connection until its answer
-     * says Connection: close. Closing each engine as soon as it had drained
-     * answered such requests 503 shutting_down while the next engine still
-     * drained; now they all close together. */
+     * says Connection: close; an engine that closed while another still
+     * drained would answer such a request 503 shutting_down. */
     uint64_t drain_end = mpool_now_us() + SHUTDOWN_DRAIN_MS * 1000ULL;
     int left = 0;
     for (int k = 0; k < nloops; k++) {
