@@ -3,7 +3,8 @@
  * JSON bodies of answers.
  *
  * Pure (cJSON only, no sockets) so the unit tests hold every bad-input case of
- * the contract (api/openapi.yaml, docs/api.md). Strings returned as char * are malloc'd; the caller frees.
+ * the contract (api/openapi.yaml, docs/api.md). Strings returned as char *
+ * are malloc'd; the caller frees.
  */
 #ifndef RL_API_H
 #define RL_API_H
