@@ -831,6 +831,42 @@ size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *close
     return n;
 }
 
+int h_raw_post(h_cluster *c, const char *path, const char *body)
+{
+    int fd = h_raw_connect(c, NULL);
+    char req[1024];
+    snprintf(req, sizeof req,
+             "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s", path, strlen(body), body);
+    h_raw_send(fd, req);
+    return fd;
+}
+
+int h_raw_acquire(h_cluster *c, const char *name, const char *body)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/locks/%s", name);
+    return h_raw_post(c, path, body);
+}
+
+void h_raw_reset(int fd)
+{
+    struct linger l = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(fd);
+}
+
+int h_keys_left(h_cluster *c, const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < c->n; i++) {
+        redisReply *r = h_redis(c, i, "EXISTS lock:%s", name);
+        n += r ? (int)r->integer : 0;
+        freeReplyObject(r);
+    }
+    return n;
+}
+
 static long long cmdstat_calls(h_cluster *c, int i, const char *cmd)
 {
     redisReply *x = h_redis(c, i, "INFO commandstats");

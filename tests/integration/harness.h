@@ -131,6 +131,13 @@ void h_stream_close(h_stream *s);
  * NUL-terminated in buf. They abort the test on a socket error. */
 int h_raw_connect(h_cluster *c, const char *src);
 void h_raw_send(int fd, const char *s);
+/* A raw POST of path with a JSON body (h_raw_acquire: /locks/name), sent
+ * on a new connection; returns its socket, for the answer or a close. */
+int h_raw_post(h_cluster *c, const char *path, const char *body);
+int h_raw_acquire(h_cluster *c, const char *name, const char *body);
+/* Closes fd with a reset (SO_LINGER 0), as a client killed with unread
+ * data does: the connection fails at once, not just half of it. */
+void h_raw_reset(int fd);
 size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *closed);
 
 /* Does GET /locks/name say the lock is held? */
@@ -138,6 +145,9 @@ bool h_held(h_cluster *c, const char *name);
 
 /* The sum of every sample of a metric family in /metrics. */
 long long h_metric(h_cluster *c, const char *family);
+
+/* Lock keys of name on every master (a test asserts none is left). */
+int h_keys_left(h_cluster *c, const char *name);
 
 /* Scripts (EVAL and EVALSHA) master i has run so far. */
 long long h_script_calls(h_cluster *c, int i);

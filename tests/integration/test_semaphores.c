@@ -198,21 +198,12 @@ Test(semaphores, a_waiter_that_leaves_stops_waiting)
     start_two();
     h_resp one = take(C, "left", "{\"limit\":1,\"ttl_ms\":20000}");
     cr_assert_eq(one.status, 201, "%s", one.body);
-    int fd = h_raw_connect(C, NULL);
-    const char *body = "{\"limit\":1,\"wait_ms\":20000}";
-    char req[512];
-    snprintf(req, sizeof req,
-             "POST /semaphores/left HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n%s",
-             strlen(body), body);
-    h_raw_send(fd, req);
+    int fd = h_raw_post(C, "/semaphores/left", "{\"limit\":1,\"wait_ms\":20000}");
     usleep(300000);
     long long before = h_script_calls(C, 0);
     usleep(2500000);
     long long waiting = h_script_calls(C, 0) - before;
-    struct linger l = {1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-    close(fd);        /* a reset: the client is gone */
+    h_raw_reset(fd);  /* the client is gone */
     usleep(300000);   /* the watcher looks every 100 ms */
     before = h_script_calls(C, 0);
     usleep(2500000);

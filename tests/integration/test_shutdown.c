@@ -5,12 +5,14 @@
  * masters, the real binary, raw sockets to see what the kernel did. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -164,4 +166,172 @@ Test(shutdown, sigterm_answers_or_refuses_every_new_connection, .timeout = 120)
     cr_assert_gt(refused, 0, "the clients were still connecting when the service stopped");
     cr_assert_eq(reset, 0, "%ld connections were reset with their request unanswered", reset);
     cr_assert_eq(other, 0, "%ld connections ended otherwise", other);
+}
+
+/* ---- SIGTERM under load ---- */
+
+
+struct loader {
+    int id;
+    atomic_bool stop;
+    long sent, answered, no_answer, refused;
+    CURLcode last_error;        /* of the last request without an answer */
+    long last_new_conn;         /* it opened a new connection (1) or reused one (0) */
+    char tokens[4096][24];
+    int ntokens;
+};
+
+static size_t sink_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct { char buf[1024]; size_t len; } *b = arg;
+    size_t add = size * n;
+    if (b->len + add < sizeof b->buf) {
+        memcpy(b->buf + b->len, p, add);
+        b->len += add;
+        b->buf[b->len] = '\0';
+    }
+    return add;
+}
+
+/* Acquires (many with a wait, on a few names) and releases until the
+ * daemon stops; keeps the token of every grant it received. */
+static void *load(void *arg)
+{
+    struct loader *l = arg;
+    CURL *h = curl_easy_init();
+    char url[128], body[64];
+    while (!atomic_load(&l->stop)) {
+        int name = rand() % 4;
+        snprintf(url, sizeof url, "%s/locks/st-%d", C->base, name);
+        snprintf(body, sizeof body, "{\"ttl_ms\":20000,\"wait_ms\":%d}", l->id % 2 ? 3000 : 0);
+        struct { char buf[1024]; size_t len; } b = {"", 0};
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "POST");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+        l->sent++;
+        CURLcode rc = curl_easy_perform(h);
+        if (rc == CURLE_COULDNT_CONNECT) {
+            l->refused++;   /* the listener is closed: the service is stopping */
+            break;
+        }
+        if (rc != CURLE_OK) {
+            l->no_answer++;
+            l->last_error = rc;
+            curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &l->last_new_conn);
+            continue;
+        }
+        l->answered++;
+        long status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        if (status != 201)
+            continue;
+        cJSON *j = cJSON_Parse(b.buf);
+        cJSON *t = cJSON_GetObjectItem(j, "token");
+        if (cJSON_IsString(t) && l->ntokens < 4096)
+            snprintf(l->tokens[l->ntokens++], 24, "%s", t->valuestring);
+        char hdr[300], rurl[128];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", cJSON_IsString(t) ? t->valuestring : "");
+        cJSON_Delete(j);
+        snprintf(rurl, sizeof rurl, "%s/locks/st-%d", C->base, name);
+        struct curl_slist *hs = curl_slist_append(NULL, hdr);
+        curl_easy_setopt(h, CURLOPT_URL, rurl);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hs);
+        b.len = 0;
+        curl_easy_perform(h);   /* a release that fails leaves a known token: not a ghost */
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(hs);
+    }
+    curl_easy_cleanup(h);
+    return NULL;
+}
+
+/* SIGTERM under 64-client load: every request the service accepted is
+ * answered (waiting acquires with 409), and no lock is left on the masters
+ * whose token no client received. */
+Test(shutdown, sigterm_under_load_leaves_no_ghost_locks, .timeout = 90)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, "--master-timeout-ms", "500", NULL);
+    enum { N = 64 };
+    static struct loader l[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        memset(&l[i], 0, sizeof l[i]);
+        l[i].id = i;
+        pthread_create(&t[i], NULL, load, &l[i]);
+    }
+    /* 300 more acquires wait on held names: each must be answered 409 by
+     * the shutdown, not dropped with its connection. */
+    enum { W = 300 };
+    static int wfd[W];
+    for (int i = 0; i < 4; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "/locks/held-%d", i);
+        h_resp h = h_http(C, "POST", path, "{\"ttl_ms\":60000}", NULL);
+        cr_assert_eq(h.status, 201);
+        h_resp_free(&h);
+    }
+    for (int i = 0; i < W; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "held-%d", i % 4);
+        wfd[i] = h_raw_acquire(C, name, "{\"wait_ms\":20000}");
+    }
+    usleep(1500000);
+    pid_t pid = C->daemon;
+    kill(pid, SIGTERM);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    C->daemon = 0;
+    for (int i = 0; i < N; i++)
+        atomic_store(&l[i].stop, true);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    long sent = 0, answered = 0, no_answer = 0;
+    for (int i = 0; i < N; i++) {
+        sent += l[i].sent;
+        answered += l[i].answered;
+        no_answer += l[i].no_answer;
+        if (l[i].no_answer)
+            fprintf(stderr, "client %d: %ld without an answer, the last: %s (on a %s connection)\n", i,
+                    l[i].no_answer, curl_easy_strerror(l[i].last_error),
+                    l[i].last_new_conn ? "new" : "reused");
+    }
+    fprintf(stderr, "sigterm under load: %ld requests, %ld answered, %ld closed without an answer\n",
+            sent, answered, no_answer);
+    cr_assert_gt(answered, 100, "the load ran");
+    cr_assert_eq(no_answer, 0, "%ld of %ld requests got a closed connection instead of an answer",
+                 no_answer, sent);
+    int waiting_409 = 0;
+    for (int i = 0; i < W; i++) {
+        char buf[1024];
+        bool eof;
+        h_raw_read_all(wfd[i], buf, sizeof buf, 2000, &eof);
+        waiting_409 += !strncmp(buf, "HTTP/1.1 409", 12);
+        close(wfd[i]);
+    }
+    fprintf(stderr, "sigterm: %d of %d waiting acquires answered 409\n", waiting_409, W);
+    cr_assert_eq(waiting_409, W, "%d of %d waiting acquires got a closed connection instead of 409",
+                 W - waiting_409, W);
+    int ghosts = 0;
+    for (int m = 0; m < C->n; m++)
+        for (int k = 0; k < 4; k++) {
+            redisReply *v = h_redis(C, m, "GET lock:st-%d", k);
+            if (v && v->type == REDIS_REPLY_STRING) {
+                bool known = false;
+                for (int i = 0; i < N && !known; i++)
+                    for (int j = 0; j < l[i].ntokens && !known; j++)
+                        known = !strcmp(l[i].tokens[j], v->str);
+                ghosts += !known;
+            }
+            freeReplyObject(v);
+        }
+    cr_assert_eq(ghosts, 0, "%d lock keys on the masters hold a token no client received", ghosts);
 }
