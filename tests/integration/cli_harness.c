@@ -1,0 +1,285 @@
+/* cli_harness.c - what the tests of the `redlock` client share (see
+ * cli_harness.h): this binary as CMD, the checker of intervals, and running
+ * redlock against a started service. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_harness.h"
+
+h_cluster *C;
+char T[64];         /* this test's folder: outputs, logs, markers */
+char SELF[512];     /* this test binary, run as CMD */
+
+/* ---- CMD: this binary as a child ---- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void log_line(int fd, char kind)
+{
+    char line[160];
+    const char *fence = getenv("REDLOCK_FENCE");
+    int n = snprintf(line, sizeof line, "%c %llu %d %s\n", kind, (unsigned long long)mono_ns(),
+                     (int)getpid(), fence ? fence : "0");
+    if (write(fd, line, (size_t)n) != n)   /* O_APPEND: one line per write, whole */
+        _exit(90);
+}
+
+/* CLI_TEST_CHILD=interval: appends "S <ns> <pid> <fence>" to CLI_TEST_LOG,
+ * sleeps CLI_TEST_SLEEP_MS, appends "E ...", exits 0 (91 without a token). */
+__attribute__((constructor)) static void cli_test_child(void)
+{
+    const char *mode = getenv("CLI_TEST_CHILD");
+    if (!mode || strcmp(mode, "interval") != 0)
+        return;
+    int fd = open(getenv("CLI_TEST_LOG"), O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0)
+        _exit(92);
+    log_line(fd, 'S');
+    long ms = atol(getenv("CLI_TEST_SLEEP_MS") ? getenv("CLI_TEST_SLEEP_MS") : "10");
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    log_line(fd, 'E');
+    _exit(getenv("REDLOCK_TOKEN") || getenv("CLI_TEST_UNLOCKED") ? 0 : 91);
+}
+
+/* ---- the overlap checker ---- */
+
+typedef struct interval {
+    unsigned long long start, end;
+    int pid;
+    long long fence;
+} interval;
+
+static int by_start(const void *a, const void *b)
+{
+    const interval *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Reads a log of S/E lines. Returns the number of intervals that began
+ * before an earlier one ended; *n gets the intervals, *fence_bad those whose
+ * fence is not above the one before, *open those without an end. */
+int overlaps(const char *path, int *n, int *fence_bad, int *open_ones)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log %s", path);
+    static interval iv[4096];
+    int k = 0;
+    char kind;
+    unsigned long long t;
+    int pid;
+    long long fence;
+    *open_ones = 0;
+    while (fscanf(f, " %c %llu %d %lld", &kind, &t, &pid, &fence) == 4) {
+        if (kind == 'S') {
+            cr_assert_lt(k, 4096);
+            iv[k++] = (interval){t, 0, pid, fence};
+            continue;
+        }
+        int j = k - 1;
+        while (j >= 0 && !(iv[j].pid == pid && iv[j].end == 0))
+            j--;
+        cr_assert_geq(j, 0, "an end without a start in %s", path);
+        iv[j].end = t;
+    }
+    fclose(f);
+    qsort(iv, (size_t)k, sizeof iv[0], by_start);
+    int bad = 0;
+    unsigned long long last_end = 0;
+    *fence_bad = 0;
+    for (int i = 0; i < k; i++) {
+        if (iv[i].end == 0) {
+            (*open_ones)++;
+            continue;
+        }
+        if (i > 0 && iv[i].start < last_end)
+            bad++;
+        if (i > 0 && iv[i].fence <= iv[i - 1].fence)
+            (*fence_bad)++;
+        if (iv[i].end > last_end)
+            last_end = iv[i].end;
+    }
+    *n = k;
+    return bad;
+}
+
+/* ---- running redlock ---- */
+
+void cli_setup(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(T, sizeof T, "/tmp/redlock-cli-XXXXXX");
+    cr_assert(mkdtemp(T), "mkdtemp: %s", strerror(errno));
+    ssize_t n = readlink("/proc/self/exe", SELF, sizeof SELF - 1);
+    cr_assert_gt(n, 0);
+    SELF[n] = '\0';
+    unsetenv("REDLOCK_URL");
+    unsetenv("REDLOCK_AUTH_TOKEN");
+}
+
+void cli_teardown(void)
+{
+    h_cluster_free(C);
+    C = NULL;
+    if (getenv("H_KEEP")) {
+        fprintf(stderr, "cli: kept %s\n", T);
+        return;
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", T);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cli: could not remove %s\n", T);
+}
+
+
+const char *bin(void)
+{
+    const char *b = getenv("REDLOCK_BIN");
+    return b ? b : "redlock";
+}
+
+void path_of(char *out, size_t outlen, const char *file)
+{
+    snprintf(out, outlen, "%s/%s", T, file);
+}
+
+/* Starts redlock with args (NULL-terminated), its stdout and stderr in
+ * T/tag.out and T/tag.err. */
+pid_t start_v(const char *tag, const char *const *args)
+{
+    char out[400], err[400];
+    snprintf(out, sizeof out, "%s/%s.out", T, tag);
+    snprintf(err, sizeof err, "%s/%s.err", T, tag);
+    const char *argv[64];
+    int a = 0;
+    argv[a++] = bin();
+    while (*args && a < 63)
+        argv[a++] = *args++;
+    argv[a] = NULL;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0)
+            _exit(120);
+        dup2(o, 1);
+        dup2(e, 2);
+        int nul = open("/dev/null", O_RDONLY);
+        dup2(nul, 0);
+        execv(argv[0], (char *const *)argv);
+        _exit(121);
+    }
+    return pid;
+}
+
+/* Waits for pid; its exit code, or 128+N for a signal. Kills it and fails
+ * the test after timeout_ms. */
+int finish(pid_t pid, int timeout_ms)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (h_now_us() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            cr_assert_fail("redlock still ran after %d ms", timeout_ms);
+        }
+        usleep(5000);
+    }
+}
+
+int run_v(const char *tag, const char *const *args)
+{
+    return finish(start_v(tag, args), 30000);
+}
+
+/* The contents of T/file ("" if absent); static, overwritten by the next call
+ * of the same slot (0..3). */
+const char *slurp(int slot, const char *file)
+{
+    static char bufs[4][8192];
+    char p[400];
+    path_of(p, sizeof p, file);
+    char *b = bufs[slot & 3];
+    b[0] = '\0';
+    FILE *f = fopen(p, "r");
+    if (f) {
+        size_t n = fread(b, 1, sizeof bufs[0] - 1, f);
+        b[n] = '\0';
+        fclose(f);
+    }
+    return b;
+}
+
+const char *out_of(const char *tag)
+{
+    char f[128];
+    snprintf(f, sizeof f, "%s.out", tag);
+    return slurp(0, f);
+}
+
+const char *err_of(const char *tag)
+{
+    char f[128];
+    snprintf(f, sizeof f, "%s.err", tag);
+    return slurp(1, f);
+}
+
+/* Waits up to timeout_ms for T/file to exist with content. */
+bool wait_file(const char *file, int timeout_ms)
+{
+    uint64_t until = h_now_us() + (uint64_t)timeout_ms * 1000;
+    while (h_now_us() < until) {
+        if (slurp(2, file)[0])
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+void start_service(int n, ...)
+{
+    C = h_cluster_start(n, NULL);
+    va_list ap;
+    va_start(ap, n);
+    const char *extra[8] = {0};
+    for (int i = 0; i < 7; i++)
+        if (!(extra[i] = va_arg(ap, const char *)))
+            break;
+    va_end(ap);
+    h_daemon_start(C, extra[0], extra[1], extra[2], extra[3], extra[4], extra[5], extra[6], NULL);
+    setenv("REDLOCK_URL", C->base, 1);
+}
+
+/* A sh -c script for CMD that traps the signals redlock passes on, writes
+ * the one it got into T/got and exits 10 + its number (INT 12, HUP 11,
+ * TERM 25); T/started gets its pid once it runs. */
+const char *trapping_child(char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "trap 'echo INT > %1$s/got; exit 12' INT; trap 'echo TERM > %1$s/got; exit 25' TERM; "
+             "trap 'echo HUP > %1$s/got; exit 11' HUP; echo $$ > %1$s/started; "
+             "while :; do sleep 0.05; done", T);
+    return buf;
+}
