@@ -1,0 +1,444 @@
+/* grpc_conns.c - the gRPC server's connections and thread (grpc_int.h). */
+#include "grpc_int.h"
+
+static log_limit conn_log_limit = LOG_LIMIT_INIT;
+
+/* ---- connections (gRPC thread) ---- */
+
+/* Closes c; its memory waits in s->dead until free_dead. */
+static void conn_close(gconn *c)
+{
+    grpc_server *s = c->s;
+    if (c->dead)
+        return;
+    c->dead = true;
+    while (c->streams)
+        stream_free(c, c->streams);
+    nghttp2_session_del(c->sess);
+    c->sess = NULL;
+    close(c->fd);   /* also leaves the epoll set */
+    DLIST_UNLINK(s->conns, c, prev, next);
+    s->nconns--;
+    c->next = s->dead;
+    s->dead = c;
+}
+
+static void free_dead(grpc_server *s)
+{
+    while (s->dead) {
+        gconn *c = s->dead;
+        s->dead = c->next;
+        free(c->wbuf);
+        free(c);
+    }
+}
+
+static int want_out(gconn *c, bool on)
+{
+    if (c->want_out == on)
+        return 0;
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c};
+    if (epoll_ctl(c->s->ep, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+        return -1;
+    c->want_out = on;
+    return 0;
+}
+
+/* Sends what nghttp2 has to send, as far as the socket takes it. -1: the
+ * connection is broken. */
+static int conn_flush(gconn *c)
+{
+    for (;;) {
+        while (c->woff < c->wlen) {
+            ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return want_out(c, true);
+            if (n <= 0)
+                return -1;
+            c->woff += (size_t)n;
+        }
+        c->wlen = c->woff = 0;
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(c->sess, &data);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        if ((size_t)n > c->wcap) {
+            uint8_t *nb = realloc(c->wbuf, (size_t)n);
+            if (!nb)
+                return -1;
+            c->wbuf = nb;
+            c->wcap = (size_t)n;
+        }
+        memcpy(c->wbuf, data, (size_t)n);
+        c->wlen = (size_t)n;
+    }
+    return want_out(c, false);
+}
+
+static int conn_read(gconn *c)
+{
+    uint8_t buf[GRPC_READ_CHUNK];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0)
+            return -1;   /* closed or broken */
+        c->last_us = mpool_now_us();
+        ssize_t used = nghttp2_session_mem_recv(c->sess, buf, (size_t)n);
+        if (used < 0) {
+            unsigned long long sup;
+            if (log_allow(&conn_log_limit, c->last_us, &sup))
+                log_event(LOG_LEVEL_DEBUG, "grpc_bad_input", "error", nghttp2_strerror((int)used),
+                          NULL);
+            /* nghttp2 queued a GOAWAY for most errors: send it if we can. */
+            conn_flush(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Done with a connection when neither side has anything more to say. */
+static bool conn_finished(gconn *c)
+{
+    return !nghttp2_session_want_read(c->sess) && !nghttp2_session_want_write(c->sess) &&
+           c->woff == c->wlen;
+}
+
+static void conn_goaway(gconn *c)
+{
+    if (c->goaway)
+        return;
+    c->goaway = true;
+    nghttp2_submit_goaway(c->sess, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->sess),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+}
+
+static void accept_all(grpc_server *s)
+{
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;   /* EAGAIN, or out of descriptors: the next turn tries again */
+        gconn *c = s->nconns < s->cfg->max_connections ? calloc(1, sizeof *c) : NULL;
+        if (!c || nghttp2_session_server_new2(&c->sess, s->cbs, c, s->opt) != 0) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->kind = GK_CONN;
+        c->s = s;
+        c->fd = fd;
+        c->start_us = c->last_us = mpool_now_us();
+        nghttp2_settings_entry iv[] = {
+            {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS},
+            {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, GRPC_MAX_HEADER_BYTES},
+        };
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (nghttp2_submit_settings(c->sess, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
+            epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            nghttp2_session_del(c->sess);
+            free(c);
+            close(fd);
+            continue;
+        }
+        DLIST_PUSH(s->conns, c, prev, next);
+        s->nconns++;
+        if (s->quiesced)
+            conn_goaway(c);
+        if (conn_flush(c) < 0)
+            conn_close(c);
+    }
+}
+
+/* Takes the engines' answers and sends them. */
+static void take_answers(grpc_server *s)
+{
+    uint64_t v;
+    ssize_t n = read(s->wake_fd, &v, sizeof v);
+    (void)n;
+    pthread_mutex_lock(&s->mu);
+    gcall *list = s->done;
+    s->done = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (list) {
+        gcall *call = list;
+        list = call->next_done;
+        gconn *c = call->st ? call->st->c : NULL;
+        call_answered(call);
+        if (c && !c->dead && conn_flush(c) < 0)
+            conn_close(c);
+    }
+}
+
+/* Once a second: a stream that has not ended within --request-timeout-ms
+ * is reset; a connection that sent no whole call that long after its
+ * start, or nothing for GRPC_IDLE_TIMEOUT_MS with no call open, is closed. */
+static void sweep(grpc_server *s, uint64_t now)
+{
+    uint64_t req_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
+    for (gconn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        for (gstream *st = c->streams; st; st = st->next)
+            if (!st->dispatched && now - st->start_us > req_us) {
+                st->dispatched = true;   /* reset once */
+                nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+            }
+        if (!c->streams && now - (c->served ? c->last_us : c->start_us) >
+                               (c->served ? GRPC_IDLE_TIMEOUT_MS * 1000ULL : req_us)) {
+            conn_goaway(c);
+            conn_flush(c);
+            conn_close(c);
+            continue;
+        }
+        if (conn_flush(c) < 0 || conn_finished(c))
+            conn_close(c);
+    }
+}
+
+/* The listener stops taking new SYNs, and what its queue holds is taken
+ * (each gets GOAWAY, which a client reads as "retry elsewhere") before it
+ * closes: a close would reset them (listener.h). */
+static void quiesce_now(grpc_server *s)
+{
+    s->quiesced = true;
+    if (s->listen_fd >= 0) {
+        if (!listener_drop_syns(s->listen_fd))
+            log_event(LOG_LEVEL_WARN, "listener_filter_failed", "error", strerror(errno), NULL);
+        accept_all(s);
+        epoll_ctl(s->ep, EPOLL_CTL_DEL, s->listen_fd, NULL);
+        close(s->listen_fd);
+        s->listen_fd = -1;
+    }
+    for (gconn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        conn_goaway(c);
+        if (conn_flush(c) < 0 || conn_finished(c))
+            conn_close(c);
+    }
+}
+
+/* Stopping: every call the engines took has answered, and every answer
+ * has left (or its connection is gone). */
+static bool all_sent(grpc_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    bool idle = s->inflight == 0 && !s->done;
+    pthread_mutex_unlock(&s->mu);
+    for (gconn *c = s->conns; idle && c; c = c->next)
+        idle = c->woff == c->wlen && !nghttp2_session_want_write(c->sess);
+    return idle;
+}
+
+static void *grpc_thread(void *arg)
+{
+    grpc_server *s = arg;
+    uint64_t next_sweep = mpool_now_us() + GRPC_SWEEP_MS * 1000ULL;
+    struct epoll_event evs[GRPC_EVENTS];
+    for (;;) {
+        if (atomic_load(&s->quiesce_req) && !s->quiesced)
+            quiesce_now(s);
+        if (atomic_load(&s->stop_req) && (atomic_load(&s->force_stop) || all_sent(s)))
+            break;
+        int n = epoll_wait(s->ep, evs, GRPC_EVENTS, atomic_load(&s->stop_req) ? 20 : GRPC_SWEEP_MS);
+        for (int i = 0; i < n; i++) {
+            enum gkind kind = *(enum gkind *)evs[i].data.ptr;
+            if (kind == GK_LISTEN) {
+                accept_all(s);
+            } else if (kind == GK_WAKE) {
+                take_answers(s);
+            } else {
+                gconn *c = evs[i].data.ptr;
+                if (c->dead)
+                    continue;   /* closed earlier in this turn */
+                int rc = 0;
+                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+                    rc = conn_read(c);
+                if (rc == 0 && !c->dead)
+                    rc = conn_flush(c);
+                if (rc < 0 || c->dead || conn_finished(c))
+                    conn_close(c);
+            }
+        }
+        uint64_t now = mpool_now_us();
+        if (now >= next_sweep) {
+            sweep(s, now);
+            next_sweep = now + GRPC_SWEEP_MS * 1000ULL;
+        }
+        free_dead(s);
+    }
+    atomic_store(&s->exited, true);
+    return NULL;
+}
+
+/* ---- start and stop ---- */
+
+static int bind_listener(const conf_addr *a, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char port[8];
+    snprintf(port, sizeof port, "%d", a->port);
+    int gai = getaddrinfo(a->host, port, &hints, &res);
+    if (gai != 0) {
+        snprintf(err, errlen, "--dapr-grpc-listen %s:%d: %s", a->host, a->port, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+            saved = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        snprintf(err, errlen, "--dapr-grpc-listen %s:%d: %s", a->host, a->port, strerror(saved));
+    return fd;
+}
+
+static void server_free(grpc_server *s)
+{
+    while (s->conns)
+        conn_close(s->conns);
+    free_dead(s);
+    while (s->calls) {   /* their engines never answered, and are gone */
+        gcall *call = s->calls;
+        s->calls = call->next;
+        free(call);
+    }
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
+    if (s->ep >= 0)
+        close(s->ep);
+    if (s->cbs)
+        nghttp2_session_callbacks_del(s->cbs);
+    if (s->opt)
+        nghttp2_option_del(s->opt);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, char *err,
+                        size_t errlen)
+{
+    grpc_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "--dapr-grpc-listen: out of memory");
+        return NULL;
+    }
+    s->cfg = cfg;
+    s->nloops = nloops < HTTP_MAX_LOOPS ? nloops : HTTP_MAX_LOOPS;
+    memcpy(s->loops, loops, sizeof loops[0] * (size_t)s->nloops);
+    s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
+    s->listen_tag.kind = GK_LISTEN;
+    s->wake_tag.kind = GK_WAKE;
+    s->wake_fd = s->ep = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    s->listen_fd = bind_listener(&cfg->dapr_grpc_listen, err, errlen);
+    if (s->listen_fd < 0) {
+        server_free(s);
+        return NULL;
+    }
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s->ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = &s->listen_tag};
+    struct epoll_event we = {.events = EPOLLIN, .data.ptr = &s->wake_tag};
+    if (s->wake_fd < 0 || s->ep < 0 || epoll_ctl(s->ep, EPOLL_CTL_ADD, s->listen_fd, &le) < 0 ||
+        epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake_fd, &we) < 0 ||
+        nghttp2_session_callbacks_new(&s->cbs) != 0 || nghttp2_option_new(&s->opt) != 0) {
+        snprintf(err, errlen, "--dapr-grpc-listen: %s", strerror(errno));
+        server_free(s);
+        return NULL;
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(s->cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(s->cbs, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(s->cbs, on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(s->cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(s->cbs, on_stream_close);
+    if (pthread_create(&s->thread, NULL, grpc_thread, s) != 0) {
+        snprintf(err, errlen, "--dapr-grpc-listen: cannot start a thread");
+        server_free(s);
+        return NULL;
+    }
+    s->running = true;
+    char addr[300];
+    snprintf(addr, sizeof addr, "%s:%d", cfg->dapr_grpc_listen.host, cfg->dapr_grpc_listen.port);
+    log_event(LOG_LEVEL_INFO, "grpc_listening", "addr", addr, NULL);
+    return s;
+}
+
+void grpc_quiesce(grpc_server *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->quiesce_req, true);
+    wake(s);
+}
+
+int grpc_stop(grpc_server *s, long long timeout_ms)
+{
+    if (!s || !s->running)
+        return 0;
+    atomic_store(&s->quiesce_req, true);
+    atomic_store(&s->stop_req, true);
+    wake(s);
+    /* The thread ends once every answer is sent; past the deadline it is
+     * told to end regardless. */
+    uint64_t until = mpool_now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000ULL;
+    while (!atomic_load(&s->exited) && mpool_now_us() < until)
+        usleep(5000);
+    atomic_store(&s->force_stop, true);
+    wake(s);
+    pthread_join(s->thread, NULL);
+    s->running = false;
+    /* The thread is gone: its connections are ours. Closed before the
+     * engines' callbacks start finishing calls themselves (stopped), as
+     * closing a stream touches its call. */
+    while (s->conns)
+        conn_close(s->conns);
+    free_dead(s);
+    pthread_mutex_lock(&s->mu);
+    s->stopped = true;
+    gcall *list = s->done;
+    s->done = NULL;
+    int left = s->inflight;
+    pthread_mutex_unlock(&s->mu);
+    while (list) {   /* answered after the thread ended: nobody to tell */
+        gcall *call = list;
+        list = call->next_done;
+        pthread_mutex_lock(&s->mu);
+        call_unlink(s, call);
+        pthread_mutex_unlock(&s->mu);
+        rl_finish(call->eng, call->h, false);
+        free(call);
+    }
+    return left;
+}
+
+void grpc_free(grpc_server *s)
+{
+    if (!s)
+        return;
+    server_free(s);
+}

@@ -1,0 +1,136 @@
+/* grpc_int.h - what the two files of the gRPC server share (grpc.h is its
+ * face to the rest): the server, its connections, streams and calls.
+ *   grpc.c        the calls: nghttp2's callbacks, each stream's message,
+ *                 the engine's request and its answer
+ *   grpc_conns.c  the connections and the server's thread: accept, read,
+ *                 write, sweep, quiesce, start and stop
+ */
+#ifndef RL_GRPC_INT_H
+#define RL_GRPC_INT_H
+
+#include "grpc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "dlist.h"
+#include "grpc_api.h"
+#include "listener.h"
+#include "log.h"
+#include "master.h"
+#include "redlock.h"
+
+#define GRPC_READ_CHUNK 16384
+#define GRPC_SWEEP_MS 1000      /* how often slow calls and idle connections are looked for */
+#define GRPC_EVENTS 64
+
+enum gkind { GK_LISTEN, GK_WAKE, GK_CONN };
+
+typedef struct gcall gcall;
+typedef struct gconn gconn;
+
+/* One call (an HTTP/2 stream), from its first HEADERS frame to its close.
+ * gRPC thread only. */
+typedef struct gstream {
+    struct gstream *prev, *next;   /* in its connection's list */
+    gconn *c;
+    int32_t id;
+    enum grpc_method method;
+    bool post;                     /* :method POST */
+    bool grpc_ct;                  /* content-type application/grpc[+proto|;...] */
+    bool auth_ok;                  /* the configured token came (or none is configured) */
+    bool too_large;                /* the body outgrew GRPC_MAX_MESSAGE_BYTES: dropped */
+    bool dispatched;               /* the request ended and was answered or handed on */
+    size_t header_bytes;           /* as SETTINGS_MAX_HEADER_LIST_SIZE counts them */
+    uint8_t *body;
+    size_t body_len;
+    gcall *call;                   /* waiting for the engine */
+    uint8_t *resp;                 /* the framed answer being sent */
+    size_t resp_len, resp_off;
+    uint64_t start_us;
+} gstream;
+
+struct gconn {
+    enum gkind kind;               /* first: epoll's data.ptr points here */
+    gconn *prev, *next;
+    grpc_server *s;
+    int fd;
+    nghttp2_session *sess;
+    gstream *streams;
+    uint8_t *wbuf;                 /* what nghttp2 gave and the socket did not take yet */
+    size_t wlen, woff, wcap;
+    bool want_out;                 /* EPOLLOUT is asked for */
+    bool served;                   /* a whole call came: the idle timeout applies, not the
+                                      request timeout */
+    bool goaway;                   /* GOAWAY sent */
+    bool dead;                     /* closed; freed at the end of the loop's turn, as events
+                                      of this turn may still name it */
+    uint64_t start_us, last_us;    /* connected; last bytes read */
+};
+
+/* A call handed to an engine. Its result comes on the engine's thread
+ * (call_done), which queues it for the gRPC thread. */
+struct gcall {
+    gcall *next_done;              /* in s->done (mu) */
+    gcall *prev, *next;            /* in s->calls (mu) */
+    grpc_server *s;
+    gstream *st;                   /* NULL once the stream closed (gRPC thread) */
+    enum grpc_method method;
+    rl_engine *eng;
+    rl_handle *h;                  /* until rl_finish */
+    rl_result res;                 /* set by call_done (mu) */
+};
+
+struct grpc_server {
+    const conf *cfg;
+    http_loop loops[HTTP_MAX_LOOPS];
+    int nloops;
+    api_limits limits;
+    struct { enum gkind kind; } listen_tag, wake_tag;
+    int listen_fd, wake_fd, ep;
+    pthread_t thread;
+    bool running;                  /* the thread was started and not yet joined */
+    gconn *conns;
+    gconn *dead;                   /* closed connections, until the turn ends */
+    int nconns;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
+    atomic_bool quiesce_req, stop_req, force_stop, exited;
+    bool quiesced;                 /* gRPC thread: the listener is closed, GOAWAY sent */
+
+    pthread_mutex_t mu;            /* guards the rest */
+    gcall *done;                   /* answered by an engine, not yet taken */
+    gcall *calls;                  /* every call handed to an engine and not yet finished */
+    int inflight;                  /* calls whose engine has not answered */
+    bool stopped;                  /* the thread has ended: call_done finishes calls itself */
+};
+
+/* grpc.c */
+void wake(grpc_server *s);
+void call_unlink(grpc_server *s, gcall *call);
+void call_answered(gcall *call);
+int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud);
+int on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *name,
+              size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud);
+int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
+                  size_t len, void *ud);
+int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud);
+void stream_free(gconn *c, gstream *st);
+int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *ud);
+
+#endif
