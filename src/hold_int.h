@@ -1,0 +1,110 @@
+/* hold_int.h - what the two files of held streams share (hold.h is their
+ * face to the rest): a hold, the set, and its events.
+ *   hold.c        the set, a hold's start and close, and its events
+ *   hold_renew.c  the renewer thread: extensions, losses, releases,
+ *                 campaigns, and the engine's answers to them
+ */
+#ifndef RL_HOLD_INT_H
+#define RL_HOLD_INT_H
+
+#include "hold.h"
+
+#include <linux/sockios.h>   /* SIOCOUTQ */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include "deadline.h"
+#include "dlist.h"
+#include "master.h"   /* mpool_now_us: the clock the engine counts validity on */
+
+#define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
+
+enum hold_end { END_NONE, END_LOST, END_RELEASED };
+
+struct hold {
+    hold_set *s;
+    rl_engine *e;                   /* the engine of the loop that granted it */
+    struct hold *prev, *next;       /* in s->list */
+    char name[RL_INTERNAL_NAME_MAX + 1];
+    char token[TOKEN_MAX_LEN + 1];
+    long long ttl_ms;
+    long long fence;
+    uint64_t valid_until_us;        /* end of the validity last obtained; the client is
+                                       told margin_us less (announced_until) */
+    uint64_t margin_us;             /* HOLD_TRANSIT_MARGIN_MS, at most a fifth of the ttl */
+    int fd;                         /* the connection's socket (-1: unknown); read only
+                                       while !closed */
+    uint64_t out_at_us;             /* when the last event was handed to the connection */
+    uint64_t next_try_us;           /* the next extension */
+    const char *fail_reason;        /* of the last failed extension: the "lost" reason if
+                                       validity runs out before one succeeds */
+    int engine_refs;                /* engine requests in flight that point here */
+    bool extending;                 /* an extension is in flight */
+    bool release_after;             /* release once that extension answers */
+    bool release_sent;
+    bool release_when_read;         /* release once the last event has left (hold_read) */
+    uint64_t release_at_us;         /* after a loss: release when the validity last
+                                       announced, and margin_us, have run out (0: no such
+                                       release due), even after hold_close */
+    bool closed;                    /* the connection let go (hold_close) */
+
+    /* An election's campaign (hold_campaign): no grant until elected. */
+    bool election;                  /* events are named for an election */
+    bool campaigning;               /* not elected yet: nothing to renew or release */
+    bool acquiring;                 /* the campaign's acquire is in flight */
+    rl_handle *acq;                 /* that acquire, until its rl_finish */
+    rl_request acq_req;             /* what the campaign acquires */
+    char label[RL_NAME_MAX + 1];    /* the election's or semaphore's name, as its events give it */
+    char candidate[RL_OWNER_MAX + 1];
+
+    /* A semaphore's permit (hold_permit): name is the slot's lock. */
+    bool permit;
+    hold_permit_of of;
+
+    /* what the stream has still to say, in this order */
+    bool pend_acquired;
+    bool pend_campaigning;
+    bool pend_renewed;
+    enum hold_end end;
+    const char *end_reason;         /* NULL: the event carries no reason */
+    bool end_formatted;
+    char out[HOLD_EVENT_MAX];       /* the event being handed out */
+    size_t out_len, out_off;
+    bool want_wake;                 /* hold_read answered 0 since the last wake */
+    hold_wake_fn wake;
+    void *arg;
+};
+
+struct hold_set {
+    int max;
+    pthread_mutex_t mu;
+    pthread_cond_t changed;         /* the renewer's wake-up: a hold came or its timer moved */
+    pthread_cond_t settled;         /* a release answered (hold_set_end_all waits) */
+    hold *list;
+    int used;                       /* holds open plus reservations */
+    int open;
+    int releases_pending;
+    bool ending;                    /* stopping: no renewals, new holds refused */
+    bool stop;
+    pthread_t renewer;
+    bool renewer_started;
+};
+
+/* hold.c */
+void notify(hold *h);
+void end_stream(hold *h, enum hold_end kind, const char *reason);
+void free_if_done(hold *h);
+
+/* hold_renew.c */
+void sock_arm(int fd, long long ttl_ms);
+void release_lock(hold *h);
+uint64_t announced_until(const hold *h);
+void *renewer_main(void *arg);
+
+#endif

@@ -1,0 +1,322 @@
+/* hold_renew.c - the renewer of held streams and the engine's answers to
+ * it (hold_int.h). */
+#include "hold_int.h"
+
+static void campaign_try(hold *h, uint64_t now);
+
+/* ---- engine answers (engine thread) ---- */
+
+static void release_done(void *arg, const rl_result *res)
+{
+    hold *h = arg;
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    /* Every release follows the stream's end (a close, a loss, a DELETE,
+     * a shutdown): nothing is left to tell. */
+    (void)res;
+    h->engine_refs--;
+    s->releases_pending--;
+    pthread_cond_broadcast(&s->settled);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the connection's socket ---- */
+
+/* Bounds how long the kernel keeps a connection whose peer went silent:
+ * what is sent must be acknowledged within ttl_ms (TCP_USER_TIMEOUT), and
+ * an idle connection is probed after a ttl. The hold itself stops renewing
+ * sooner (client_silent); this only frees the connection. Best effort. */
+void sock_arm(int fd, long long ttl_ms)
+{
+    if (fd < 0)
+        return;
+    unsigned int user_timeout_ms = (unsigned int)ttl_ms;
+    int on = 1, idle_s = ttl_ms >= 2000 ? (int)(ttl_ms / 1000) : 1, intvl_s = 1, cnt = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl_s, sizeof intvl_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+/* Has the client stopped acknowledging? True when the last event left at
+ * least a quarter of the ttl ago and the socket still holds bytes the
+ * client has not acknowledged (SIOCOUTQ: written and not yet acked). Asked
+ * before each extension, a third of the ttl after the last one, so a
+ * client that fell silent is found at the first extension after the first
+ * event it did not acknowledge. s->mu held, h not closed. */
+static bool client_silent(const hold *h, uint64_t now)
+{
+    if (h->fd < 0 || !h->out_at_us || now < h->out_at_us + (uint64_t)h->ttl_ms * 1000ULL / 4)
+        return false;
+    int unacked = 0;
+    return ioctl(h->fd, SIOCOUTQ, &unacked) == 0 && unacked > 0;
+}
+
+/* A request of op for h's lock and token. */
+static rl_request request_of(const hold *h, enum rl_op op)
+{
+    rl_request req = {.op = op, .ttl_ms = h->ttl_ms, .keep_on_fail = op == RL_EXTEND};
+    snprintf(req.name, sizeof req.name, "%s", h->name);
+    snprintf(req.token, sizeof req.token, "%s", h->token);
+    if (h->permit)   /* a slot's release notice goes to its semaphore's channel */
+        snprintf(req.notice_name, sizeof req.notice_name, "%s", h->of.limit_name);
+    return req;
+}
+
+static void ignore_answer(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* A permit's renewal also keeps its semaphore's limit for a ttl, as a PATCH
+ * of the permit does: the limit outlives every permit of it. */
+static void keep_limit(const hold *h)
+{
+    rl_request req = {.op = RL_SEM_LIMIT, .limit = -1, .ttl_ms = h->ttl_ms};
+    snprintf(req.name, sizeof req.name, "%s", h->of.limit_name);
+    (void)rl_submit(h->of.limit_engine, &req, ignore_answer, NULL, NULL);
+}
+
+/* The lock is lost: the stream says so now; what the token may still hold
+ * is released when the client closes the stream or when the validity it was
+ * told runs out, never sooner (until it has read "lost", the client may
+ * rely on that validity). */
+static void end_lost(hold *h, const char *reason)
+{
+    end_stream(h, END_LOST, reason);
+    h->release_at_us = h->valid_until_us;
+}
+
+/* Step 5 of Redlock for a hold that ends: release on every master, once,
+ * after any extension in flight (which could otherwise renew it after the
+ * release). s->mu held. */
+void release_lock(hold *h)
+{
+    if (h->release_sent || h->campaigning)
+        return;
+    if (h->extending) {
+        h->release_after = true;
+        return;
+    }
+    rl_request req = request_of(h, RL_RELEASE);
+    h->release_sent = true;
+    h->engine_refs++;
+    h->s->releases_pending++;
+    if (rl_submit(h->e, &req, release_done, h, NULL) < 0) {
+        /* The engine has stopped: the lock expires with its ttl. */
+        h->engine_refs--;
+        h->s->releases_pending--;
+        end_stream(h, END_LOST, "no_quorum");
+    }
+}
+
+static void extend_done(void *arg, const rl_result *res)
+{
+    hold *h = arg;
+    hold_set *s = h->s;
+    pthread_mutex_lock(&s->mu);
+    h->extending = false;
+    h->engine_refs--;
+    uint64_t now = mpool_now_us();
+    if (h->end == END_NONE && !h->closed) {
+        if (res->outcome == RL_OK) {
+            /* next_try_us was set when the extension was sent; validity
+             * counts from then too (the engine's own start is later). */
+            uint64_t sent = h->next_try_us;
+            h->valid_until_us = sent + (uint64_t)res->validity_ms * 1000ULL;
+            h->next_try_us = sent + (uint64_t)h->ttl_ms * 1000ULL / 3;
+            h->fail_reason = NULL;
+            h->pend_renewed = true;
+            notify(h);
+        } else if (res->outcome == RL_NOT_HELD) {
+            /* Gone for good; the failed extension kept what the token
+             * still holds (keep_on_fail), released by end_lost's rule. */
+            end_lost(h, res->reason == RL_REASON_HELD_BY_OTHER ? "held_by_other" : "expired");
+        } else {
+            /* No majority answered: try again while validity lasts. */
+            h->fail_reason = "no_quorum";
+            uint64_t retry = (uint64_t)h->ttl_ms * 1000ULL / 10;
+            if (retry < HOLD_RETRY_MIN_MS * 1000ULL)
+                retry = HOLD_RETRY_MIN_MS * 1000ULL;
+            h->next_try_us = now + retry;
+        }
+    }
+    if (h->closed || h->release_after) {
+        h->release_after = false;
+        release_lock(h);
+    }
+    pthread_cond_signal(&s->changed);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- campaigns ---- */
+
+#define HOLD_CAMPAIGN_RETRY_MAX_MS 1000   /* a campaign that met no quorum tries again this soon */
+
+static void publish_done(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+static void campaign_done(void *arg, const rl_result *res)
+{
+    hold *h = arg;
+    hold_set *s = h->s;
+    rl_engine *e = h->e;
+    pthread_mutex_lock(&s->mu);
+    rl_handle *acq = h->acq;
+    h->acq = NULL;
+    h->acquiring = false;
+    h->engine_refs--;
+    uint64_t now = mpool_now_us();
+    bool take = res->outcome == RL_OK && !h->closed && h->end == END_NONE && !s->ending;
+    if (take) {
+        /* Elected: from here on an ordinary hold of the grant. Validity
+         * counts from the deciding attempt's start (after a wait, later
+         * than the acquire was sent). */
+        uint64_t from = res->attempt_us ? res->attempt_us : now;
+        snprintf(h->token, sizeof h->token, "%s", res->token);
+        h->fence = res->fence;
+        h->valid_until_us = from + (uint64_t)res->validity_ms * 1000ULL;
+        h->next_try_us = from + (uint64_t)h->ttl_ms * 1000ULL / 3;
+        h->campaigning = false;
+        h->pend_campaigning = false;
+        h->pend_acquired = true;
+        notify(h);
+        /* Watches on every instance look at once (they re-read anyway). */
+        rl_request pub = {.op = RL_PUBLISH};
+        snprintf(pub.name, sizeof pub.name, "%s", h->name);
+        rl_submit(e, &pub, publish_done, NULL, NULL);
+    } else if (!h->closed && h->end == END_NONE && !s->ending) {
+        if (res->outcome == RL_SHUTTING_DOWN) {
+            end_stream(h, END_RELEASED, "shutting_down");
+        } else if (res->outcome == RL_LOCKED) {
+            h->next_try_us = now;   /* the engine waited already: wait again */
+        } else {
+            /* No quorum, too many waiters, no memory: not this campaign's
+             * fault; it goes on, a little later. */
+            uint64_t retry = (uint64_t)h->ttl_ms * 1000ULL / 10;
+            if (retry < HOLD_RETRY_MIN_MS * 1000ULL)
+                retry = HOLD_RETRY_MIN_MS * 1000ULL;
+            if (retry > HOLD_CAMPAIGN_RETRY_MAX_MS * 1000ULL)
+                retry = HOLD_CAMPAIGN_RETRY_MAX_MS * 1000ULL;
+            h->next_try_us = now + retry;
+        }
+    }
+    pthread_cond_signal(&s->changed);
+    free_if_done(h);
+    pthread_mutex_unlock(&s->mu);
+    /* A grant nobody takes (the client left, or the service stops) is
+     * released on every master at once. */
+    rl_finish(e, acq, take);
+}
+
+/* Starts the campaign's next acquire: it waits up to its wait_ms inside the
+ * engine (woken by release notices), and is tried again when that runs out.
+ * s->mu held. */
+static void campaign_try(hold *h, uint64_t now)
+{
+    h->acquiring = true;
+    h->engine_refs++;
+    if (rl_submit(h->e, &h->acq_req, campaign_done, h, &h->acq) < 0) {
+        h->acquiring = false;
+        h->engine_refs--;
+        h->acq = NULL;
+        h->next_try_us = now + HOLD_CAMPAIGN_RETRY_MAX_MS * 1000ULL;
+    }
+}
+
+/* ---- the renewer ---- */
+
+/* The end of the validity the client is told: margin_us before the
+ * validity obtained, so that an event that reaches the client up to
+ * margin_us late still promises nothing the masters do not hold. */
+uint64_t announced_until(const hold *h)
+{
+    return h->valid_until_us > h->margin_us ? h->valid_until_us - h->margin_us : 0;
+}
+
+static uint64_t lost_at(const hold *h)
+{
+    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL, end = announced_until(h);
+    return end > margin ? end - margin : 0;
+}
+
+/* One pass over the holds: declares loss where validity runs out, starts
+ * due extensions. Returns when the next pass is due. s->mu held. */
+static uint64_t renew_pass(hold_set *s, uint64_t now)
+{
+    uint64_t next = now + 1000000;   /* at least once a second */
+    for (hold *h = s->list; h; h = h->next) {
+        if (h->release_at_us && !s->ending) {
+            if (now >= h->release_at_us) {
+                h->release_at_us = 0;
+                release_lock(h);
+            } else if (h->release_at_us < next) {
+                next = h->release_at_us;
+            }
+        }
+        if (h->end != END_NONE || h->closed || s->ending)
+            continue;
+        if (h->campaigning) {
+            if (!h->acquiring && now >= h->next_try_us)
+                campaign_try(h, now);
+            if (!h->acquiring && h->next_try_us < next)
+                next = h->next_try_us;
+            continue;
+        }
+        if (now >= lost_at(h)) {
+            end_lost(h, h->fail_reason ? h->fail_reason : "expired");
+            continue;
+        }
+        if (!h->extending && now >= h->next_try_us && client_silent(h, now)) {
+            /* What was sent last is still unacknowledged: the client is
+             * dead or cut off. No more extensions: the lock goes when the
+             * validity last announced (and the margin for its transit) has
+             * run out, even if the connection is closed first, since a
+             * client cut off one way may still be reading. */
+            end_lost(h, "expired");
+            continue;
+        }
+        if (!h->extending && now >= h->next_try_us) {
+            rl_request req = request_of(h, RL_EXTEND);
+            h->next_try_us = now;   /* the extension's validity counts from here */
+            h->extending = true;
+            h->engine_refs++;
+            if (rl_submit(h->e, &req, extend_done, h, NULL) < 0) {
+                h->extending = false;
+                h->engine_refs--;
+                h->next_try_us = now + HOLD_RETRY_MIN_MS * 1000ULL;
+            } else if (h->permit) {
+                keep_limit(h);
+            }
+        }
+        uint64_t due = lost_at(h);
+        if (!h->extending && h->next_try_us < due)
+            due = h->next_try_us;
+        if (due < next)
+            next = due;
+    }
+    return next;
+}
+
+void *renewer_main(void *arg)
+{
+    hold_set *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        uint64_t now = mpool_now_us();
+        uint64_t next = renew_pass(s, now);
+        if (next > now) {
+            struct timespec until = deadline_after_ms((long long)((next - now + 999) / 1000));
+            pthread_cond_timedwait(&s->changed, &s->mu, &until);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
