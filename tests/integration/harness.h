@@ -46,6 +46,9 @@ typedef struct h_resp {
     double seconds;
 } h_resp;
 
+/* Prints what failed, with errno, and aborts the test. */
+void h_die(const char *what) __attribute__((noreturn));
+
 int h_free_port(void);
 uint64_t h_now_us(void);
 
@@ -154,5 +157,12 @@ long long h_script_calls(h_cluster *c, int i);
 
 /* Waits up to timeout_ms for GET path to answer want; returns true if it did. */
 bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms);
+
+/* Polls pred(arg) about every 10 ms until it holds or ms milliseconds
+ * pass, instead of a sleep long enough for the slowest machine; returns
+ * whether it held (the last poll is at or after the deadline). */
+bool h_eventually(bool (*pred)(void *arg), void *arg, int ms);
+/* Waits up to ms for /readyz to report n masters voting. */
+bool h_wait_voting(h_cluster *c, int n, int ms);
 
 #endif

@@ -112,22 +112,9 @@ Test(masters, master_restarted_empty_still_works)
     h_daemon_stop(C);
     h_daemon_start(C, "--max-ttl-ms", "1000", "--default-ttl-ms", "1000", "--fence-keep-ms", "1000", NULL);
     h_master_restart(C, 0);   /* no persistence: data and script cache gone */
-    uint64_t until = h_now_us() + 8000000;
-    bool seen_out = false;   /* it lost its data: it sits out first */
-    while (!seen_out && h_now_us() < until) {
-        h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
-        seen_out = h_int(&rz, "masters_voting") == 4;
-        h_resp_free(&rz);
-        usleep(5000);
-    }
-    cr_assert(seen_out, "the restarted master was never out of the vote");
-    bool all_voting = false;
-    while (!all_voting && h_now_us() < until) {
-        h_resp rz = h_http(C, "GET", "/readyz", NULL, NULL);
-        all_voting = h_int(&rz, "masters_voting") == 5;
-        h_resp_free(&rz);
-        usleep(20000);
-    }
+    /* it lost its data: it sits out first */
+    cr_assert(h_wait_voting(C, 4, 8000), "the restarted master was never out of the vote");
+    bool all_voting = h_wait_voting(C, 5, 8000);
     cr_assert(all_voting, "the restarted master never came back to vote");
     h_resp a = h_http(C, "POST", "/locks/after-restart", NULL, NULL);
     cr_assert_eq(a.status, 201, "%s", a.body);
