@@ -9,7 +9,10 @@
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -151,6 +154,31 @@ long long h_metric(h_cluster *c, const char *family);
 
 /* Lock keys of name on every master (a test asserts none is left). */
 int h_keys_left(h_cluster *c, const char *name);
+
+/* Load: n clients (threads), each with its own keep-alive connection,
+ * that acquire what next() names (with its body, or none) and release
+ * every grant by its token, until stop is set or the service refuses the
+ * connection (it has gone). Every answer and every failure is counted. */
+typedef struct h_loader h_loader;
+struct h_loader {
+    h_cluster *c;
+    int id;                           /* 0..n-1, set by h_load_start */
+    void (*next)(h_loader *l, char *name, size_t namelen, const char **body);
+    char (*tokens)[24];               /* if set: the tokens of the grants received */
+    int max_tokens, ntokens;
+    atomic_bool stop;
+    atomic_long sent, answered, five_xx, no_answer, refused;   /* acquires and releases */
+    long last_5xx;
+    char last_body[200];              /* of the last answer */
+    int last_error;                   /* CURLcode of the last request without an answer */
+    long last_new_conn;               /* whether it had opened a new connection (1) */
+};
+/* Starts l[0..n-1] (c, next and tokens set by the caller) on threads t. */
+void h_load_start(h_loader *l, int n, pthread_t *t);
+/* Stops them (unless they stopped themselves) and waits for them. */
+void h_load_join(h_loader *l, int n, pthread_t *t);
+long h_load_sum(const h_loader *l, int n, size_t counter_offset);
+#define H_LOAD_SUM(l, n, field) h_load_sum(l, n, offsetof(h_loader, field))
 
 /* Scripts (EVAL and EVALSHA) master i has run so far. */
 long long h_script_calls(h_cluster *c, int i);

@@ -308,76 +308,12 @@ Test(ops, metrics_parse_as_prometheus_text_and_move)
 
 /* ---- SIGTERM under load ---- */
 
-struct loader {
-    h_cluster *c;
-    int id;
-    atomic_long answered, five_xx, refused;
-    long last_5xx;
-    char last_body[200];
-};
-
-static size_t sink(char *p, size_t size, size_t n, void *arg)
+/* Clients 0 and 1 wait on a held name; the others take names of their own. */
+static void ops_next(h_loader *l, char *name, size_t len, const char **body)
 {
-    struct loader *l = arg;
-    size_t len = size * n < sizeof l->last_body - 1 ? size * n : sizeof l->last_body - 1;
-    memcpy(l->last_body, p, len);
-    l->last_body[len] = '\0';
-    return size * n;
-}
-
-static long call(CURL *h, struct loader *l, const char *method, const char *url, const char *body)
-{
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, l);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    long status = -1;
-    if (curl_easy_perform(h) == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    return status;
-}
-
-/* Counts an answer; false when there was none (the server is gone). */
-static bool tally(struct loader *l, long st)
-{
-    if (st < 0)
-        return false;
-    atomic_fetch_add(&l->answered, 1);
-    if (st >= 500) {
-        atomic_fetch_add(&l->five_xx, 1);
-        l->last_5xx = st;
-    }
-    return true;
-}
-
-/* Loops acquire (some with a wait on a held name) and release until the
- * server goes away; counts every answer and every 5xx. */
-static void *load(void *arg)
-{
-    struct loader *l = arg;
-    CURL *h = curl_easy_init();
-    char url[128];
-    for (;;) {
-        bool waiter = l->id < 2;
-        snprintf(url, sizeof url, "%s/locks/%s-%d", l->c->base, waiter ? "held" : "busy", waiter ? 0 : l->id);
-        long st = call(h, l, "POST", url, waiter ? "{\"wait_ms\":5000}" : NULL);
-        if (!tally(l, st))
-            break;
-        if (st == 201) {
-            char tok[64] = "", hdr[256];
-            const char *t = strstr(l->last_body, "\"token\":\"");
-            if (t)
-                sscanf(t + 9, "%63[^\"]", tok);
-            snprintf(hdr, sizeof hdr, "%s?token=%s", url, tok);
-            if (!tally(l, call(h, l, "DELETE", hdr, NULL)))
-                break;
-        }
-    }
-    curl_easy_cleanup(h);
-    return NULL;
+    bool waiter = l->id < 2;
+    snprintf(name, len, "%s-%d", waiter ? "held" : "busy", waiter ? 0 : l->id);
+    *body = waiter ? "{\"wait_ms\":5000}" : NULL;
 }
 
 Test(ops, sigterm_under_load_exits_zero_without_5xx)
@@ -386,16 +322,13 @@ Test(ops, sigterm_under_load_exits_zero_without_5xx)
     cr_assert_eq(held.status, 201);
     h_resp_free(&held);
     enum { N = 10 };
-    static struct loader l[N];
+    static h_loader l[N];
     pthread_t t[N];
-    for (int i = 0; i < N; i++) {
-        l[i] = (struct loader){.c = C, .id = i};
-        pthread_create(&t[i], NULL, load, &l[i]);
-    }
-    usleep(700000);
-    long before = 0;
     for (int i = 0; i < N; i++)
-        before += atomic_load(&l[i].answered);
+        l[i] = (h_loader){.c = C, .next = ops_next};
+    h_load_start(l, N, t);
+    usleep(700000);
+    long before = H_LOAD_SUM(l, N, answered);
     cr_assert_gt(before, 100, "the load is running");
     pid_t pid = C->daemon;
     kill(pid, SIGTERM);
@@ -404,17 +337,13 @@ Test(ops, sigterm_under_load_exits_zero_without_5xx)
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     double took = (double)(h_now_us() - t0) / 1e6;
     C->daemon = 0;
-    for (int i = 0; i < N; i++)
-        pthread_join(t[i], NULL);
+    h_load_join(l, N, t);   /* (each stops by itself once refused) */
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
     cr_assert_lt(took, 10.5, "shutdown took %.1f s", took);
-    long answered = 0;
-    for (int i = 0; i < N; i++) {
-        answered += atomic_load(&l[i].answered);
+    for (int i = 0; i < N; i++)
         cr_assert_eq(atomic_load(&l[i].five_xx), 0, "client %d got %ld answers >= 500 (last %ld: %s)", i,
                      atomic_load(&l[i].five_xx), l[i].last_5xx, l[i].last_body);
-    }
-    cr_assert_gt(answered, before);
+    cr_assert_gt(H_LOAD_SUM(l, N, answered), before);
     /* Waiters on the held name were answered 409 at once, not left hanging. */
     cr_assert_lt(took, 4.0, "waiting acquires held up the shutdown (%.1f s)", took);
 }

@@ -41,13 +41,14 @@ struct storm {
     int port;
     atomic_bool stop;
     atomic_long answered, refused, reset, gave_up, other;
+    char other_why[120];        /* the first connection that ended otherwise */
 };
 
 /* One connection: connect, send a request, read to the end; a client that
  * waits more than 20 ms for the answer leaves and tries again, as health
  * checkers and impatient callers do, so new connections keep coming while
  * the service stops. */
-static enum conn_end one_connection(int port)
+static enum conn_end one_connection(int port, char *why, size_t whylen)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -59,12 +60,14 @@ static enum conn_end one_connection(int port)
     if (connect(fd, (struct sockaddr *)&to, sizeof to) != 0) {
         int e = errno;
         close(fd);
+        snprintf(why, whylen, "connect: %s", strerror(e));
         return e == ECONNREFUSED ? CONN_REFUSED : CONN_OTHER;
     }
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     enum conn_end end = CONN_OTHER;
     if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1)) {
         end = errno == ECONNRESET || errno == EPIPE ? CONN_RESET : CONN_OTHER;
+        snprintf(why, whylen, "send: %s", strerror(errno));
         close(fd);
         return end;
     }
@@ -76,14 +79,17 @@ static enum conn_end one_connection(int port)
             got += (size_t)n;
             continue;
         }
-        if (n == 0)
+        if (n == 0) {
             end = got >= 12 && !strncmp(buf, "HTTP/1.1 ", 9) ? CONN_ANSWERED : CONN_OTHER;
-        else if (errno == EINTR)
+            snprintf(why, whylen, "closed after %zu bytes", got);
+        } else if (errno == EINTR) {
             continue;
-        else if ((errno == EAGAIN || errno == EWOULDBLOCK) && got == 0)
-            end = CONN_GAVE_UP;
-        else
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            end = CONN_GAVE_UP;   /* (the answer, or the rest of it, took longer) */
+        } else {
             end = errno == ECONNRESET && got == 0 ? CONN_RESET : CONN_OTHER;
+            snprintf(why, whylen, "recv after %zu bytes: %s", got, strerror(errno));
+        }
         break;
     }
     close(fd);
@@ -94,7 +100,9 @@ static void *storm_client(void *arg)
 {
     struct storm *s = arg;
     while (!atomic_load(&s->stop)) {
-        switch (one_connection(s->port)) {
+        char why[120] = "";
+        enum conn_end end = one_connection(s->port, why, sizeof why);
+        switch (end) {
         case CONN_ANSWERED:
             atomic_fetch_add(&s->answered, 1);
             break;
@@ -109,7 +117,8 @@ static void *storm_client(void *arg)
             atomic_fetch_add(&s->gave_up, 1);
             break;
         case CONN_OTHER:
-            atomic_fetch_add(&s->other, 1);
+            if (atomic_fetch_add(&s->other, 1) == 0)
+                snprintf(s->other_why, sizeof s->other_why, "%s", why);
             break;
         }
     }
@@ -157,6 +166,8 @@ Test(shutdown, sigterm_answers_or_refuses_every_new_connection, .timeout = 120)
         reset += s.reset;
         gave_up += s.gave_up;
         other += s.other;
+        if (s.other)
+            fprintf(stderr, "round %d: a connection ended otherwise: %s\n", round, s.other_why);
     }
     fprintf(stderr,
             "sigterm with new connections, %d rounds: %ld answered, %ld refused, %ld reset unanswered, "
@@ -171,85 +182,11 @@ Test(shutdown, sigterm_answers_or_refuses_every_new_connection, .timeout = 120)
 /* ---- SIGTERM under load ---- */
 
 
-struct loader {
-    int id;
-    atomic_bool stop;
-    long sent, answered, no_answer, refused;
-    CURLcode last_error;        /* of the last request without an answer */
-    long last_new_conn;         /* it opened a new connection (1) or reused one (0) */
-    char tokens[4096][24];
-    int ntokens;
-};
-
-static size_t sink_body(char *p, size_t size, size_t n, void *arg)
+/* Four names, half the clients waiting up to 3 s for a held one. */
+static void st_next(h_loader *l, char *name, size_t len, const char **body)
 {
-    struct { char buf[1024]; size_t len; } *b = arg;
-    size_t add = size * n;
-    if (b->len + add < sizeof b->buf) {
-        memcpy(b->buf + b->len, p, add);
-        b->len += add;
-        b->buf[b->len] = '\0';
-    }
-    return add;
-}
-
-/* Acquires (many with a wait, on a few names) and releases until the
- * daemon stops; keeps the token of every grant it received. */
-static void *load(void *arg)
-{
-    struct loader *l = arg;
-    CURL *h = curl_easy_init();
-    char url[128], body[64];
-    while (!atomic_load(&l->stop)) {
-        int name = rand() % 4;
-        snprintf(url, sizeof url, "%s/locks/st-%d", C->base, name);
-        snprintf(body, sizeof body, "{\"ttl_ms\":20000,\"wait_ms\":%d}", l->id % 2 ? 3000 : 0);
-        struct { char buf[1024]; size_t len; } b = {"", 0};
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "POST");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
-        l->sent++;
-        CURLcode rc = curl_easy_perform(h);
-        if (rc == CURLE_COULDNT_CONNECT) {
-            l->refused++;   /* the listener is closed: the service is stopping */
-            break;
-        }
-        if (rc != CURLE_OK) {
-            l->no_answer++;
-            l->last_error = rc;
-            curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &l->last_new_conn);
-            continue;
-        }
-        l->answered++;
-        long status = 0;
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-        if (status != 201)
-            continue;
-        cJSON *j = cJSON_Parse(b.buf);
-        cJSON *t = cJSON_GetObjectItem(j, "token");
-        if (cJSON_IsString(t) && l->ntokens < 4096)
-            snprintf(l->tokens[l->ntokens++], 24, "%s", t->valuestring);
-        char hdr[300], rurl[128];
-        snprintf(hdr, sizeof hdr, "Lock-Token: %s", cJSON_IsString(t) ? t->valuestring : "");
-        cJSON_Delete(j);
-        snprintf(rurl, sizeof rurl, "%s/locks/st-%d", C->base, name);
-        struct curl_slist *hs = curl_slist_append(NULL, hdr);
-        curl_easy_setopt(h, CURLOPT_URL, rurl);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hs);
-        b.len = 0;
-        curl_easy_perform(h);   /* a release that fails leaves a known token: not a ghost */
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-        curl_slist_free_all(hs);
-    }
-    curl_easy_cleanup(h);
-    return NULL;
+    snprintf(name, len, "st-%d", rand() % 4);
+    *body = l->id % 2 ? "{\"ttl_ms\":20000,\"wait_ms\":3000}" : "{\"ttl_ms\":20000,\"wait_ms\":0}";
 }
 
 /* SIGTERM under 64-client load: every request the service accepted is
@@ -259,14 +196,13 @@ Test(shutdown, sigterm_under_load_leaves_no_ghost_locks, .timeout = 90)
 {
     C = h_cluster_start(5, NULL);
     h_daemon_start(C, "--master-timeout-ms", "500", NULL);
-    enum { N = 64 };
-    static struct loader l[N];
+    enum { N = 64, TOKENS = 4096 };
+    static h_loader l[N];
+    static char tokens[N][TOKENS][24];
     pthread_t t[N];
-    for (int i = 0; i < N; i++) {
-        memset(&l[i], 0, sizeof l[i]);
-        l[i].id = i;
-        pthread_create(&t[i], NULL, load, &l[i]);
-    }
+    for (int i = 0; i < N; i++)
+        l[i] = (h_loader){.c = C, .next = st_next, .tokens = tokens[i], .max_tokens = TOKENS};
+    h_load_start(l, N, t);
     /* 300 more acquires wait on held names: each must be answered 409 by
      * the shutdown, not dropped with its connection. */
     enum { W = 300 };
@@ -289,21 +225,15 @@ Test(shutdown, sigterm_under_load_leaves_no_ghost_locks, .timeout = 90)
     int st = 0;
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     C->daemon = 0;
-    for (int i = 0; i < N; i++)
-        atomic_store(&l[i].stop, true);
-    for (int i = 0; i < N; i++)
-        pthread_join(t[i], NULL);
+    h_load_join(l, N, t);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
-    long sent = 0, answered = 0, no_answer = 0;
-    for (int i = 0; i < N; i++) {
-        sent += l[i].sent;
-        answered += l[i].answered;
-        no_answer += l[i].no_answer;
+    long sent = H_LOAD_SUM(l, N, sent), answered = H_LOAD_SUM(l, N, answered),
+         no_answer = H_LOAD_SUM(l, N, no_answer);
+    for (int i = 0; i < N; i++)
         if (l[i].no_answer)
             fprintf(stderr, "client %d: %ld without an answer, the last: %s (on a %s connection)\n", i,
-                    l[i].no_answer, curl_easy_strerror(l[i].last_error),
+                    atomic_load(&l[i].no_answer), curl_easy_strerror((CURLcode)l[i].last_error),
                     l[i].last_new_conn ? "new" : "reused");
-    }
     fprintf(stderr, "sigterm under load: %ld requests, %ld answered, %ld closed without an answer\n",
             sent, answered, no_answer);
     cr_assert_gt(answered, 100, "the load ran");
