@@ -149,7 +149,9 @@ size_t h_raw_read_all(int fd, char *buf, size_t cap, int timeout_ms, bool *close
 /* Does GET /locks/name say the lock is held? */
 bool h_held(h_cluster *c, const char *name);
 
-/* The sum of every sample of a metric family in /metrics. */
+/* The sum of every sample of a metric family in /metrics, or with labels
+ * (name{a="b"}) the one series' value; 0 when absent. The one reader of
+ * /metrics for tests that want values (test_ops also checks its format). */
 long long h_metric(h_cluster *c, const char *family);
 
 /* Lock keys of name on every master (a test asserts none is left). */

@@ -482,8 +482,9 @@ long long h_metric(h_cluster *c, const char *family)
     h_resp m = h_http(c, "GET", "/metrics", NULL, NULL);
     long long sum = 0;
     size_t fl = strlen(family);
+    bool series = strchr(family, '{') != NULL;   /* one series, labels and all */
     for (const char *line = m.body; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-        if (!strncmp(line, family, fl) && (line[fl] == ' ' || line[fl] == '{'))
+        if (!strncmp(line, family, fl) && (line[fl] == ' ' || (!series && line[fl] == '{')))
             sum += strtoll(strchr(line, ' ') + 1, NULL, 10);
     h_resp_free(&m);
     return sum;
