@@ -130,6 +130,9 @@ h_stream *h_stream_get(h_cluster *c, const char *path, int timeout_ms);
 int h_stream_event(h_stream *s, int timeout_ms, cJSON **ev, uint64_t *recv_us);
 /* Closes the socket (abruptly, as a client that leaves) and frees. */
 void h_stream_close(h_stream *s);
+/* A field of an event: its string ("" when absent), its number (-1). */
+const char *h_ev_str(const cJSON *ev, const char *f);
+long long h_ev_int(const cJSON *ev, const char *f);
 
 /* Raw clients, for tests where a client misbehaves: a socket connected to
  * the daemon from source address src (NULL: any); the whole of s written;
@@ -153,6 +156,9 @@ bool h_held(h_cluster *c, const char *name);
  * (name{a="b"}) the one series' value; 0 when absent. The one reader of
  * /metrics for tests that want values (test_ops also checks its format). */
 long long h_metric(h_cluster *c, const char *family);
+
+/* The status of POST /locks/name with body (NULL: none). */
+long h_acquire_status(h_cluster *c, const char *name, const char *body);
 
 /* Lock keys of name on every master (a test asserts none is left). */
 int h_keys_left(h_cluster *c, const char *name);

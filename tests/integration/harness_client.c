@@ -379,6 +379,28 @@ void h_stream_close(h_stream *s)
     free(s);
 }
 
+const char *h_ev_str(const cJSON *ev, const char *f)
+{
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(ev, f));
+    return v ? v : "";
+}
+
+long long h_ev_int(const cJSON *ev, const char *f)
+{
+    const cJSON *v = cJSON_GetObjectItem(ev, f);
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+}
+
+long h_acquire_status(h_cluster *c, const char *name, const char *body)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/locks/%s", name);
+    h_resp r = h_http(c, "POST", path, body, NULL);
+    long st = r.status;
+    h_resp_free(&r);
+    return st;
+}
+
 int h_raw_connect(h_cluster *c, const char *src)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -22,18 +22,6 @@ static void teardown(void)
 
 TestSuite(elections, .fini = teardown, .timeout = 120);
 
-static const char *ev_str(const cJSON *ev, const char *f)
-{
-    const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(ev, f));
-    return v ? v : "";
-}
-
-static long long ev_int(const cJSON *ev, const char *f)
-{
-    const cJSON *v = cJSON_GetObjectItem(ev, f);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
-}
-
 /* The next event of s within timeout_ms, which must be want; returned (free
  * with cJSON_Delete). */
 static cJSON *expect(h_stream *s, int timeout_ms, const char *want)
@@ -42,7 +30,7 @@ static cJSON *expect(h_stream *s, int timeout_ms, const char *want)
     uint64_t at;
     int rc = h_stream_event(s, timeout_ms, &ev, &at);
     cr_assert_eq(rc, 1, "no %s event within %d ms (rc %d)", want, timeout_ms, rc);
-    cr_assert_str_eq(ev_str(ev, "event"), want, "expected %s, got %s", want, ev_str(ev, "event"));
+    cr_assert_str_eq(h_ev_str(ev, "event"), want, "expected %s, got %s", want, h_ev_str(ev, "event"));
     return ev;
 }
 
@@ -57,9 +45,9 @@ static cJSON *expect_after_renewals(h_stream *s, int timeout_ms, const char *wan
         cr_assert_gt(left, 0, "no %s event within %d ms", want, timeout_ms);
         cr_assert_eq(h_stream_event(s, (int)left, &ev, &at), 1, "no %s event within %d ms", want,
                      timeout_ms);
-        if (!strcmp(ev_str(ev, "event"), want))
+        if (!strcmp(h_ev_str(ev, "event"), want))
             return ev;
-        cr_assert_str_eq(ev_str(ev, "event"), "renewed", "expected %s, got %s", want, ev_str(ev, "event"));
+        cr_assert_str_eq(h_ev_str(ev, "event"), "renewed", "expected %s, got %s", want, h_ev_str(ev, "event"));
         cJSON_Delete(ev);
     }
 }
@@ -78,7 +66,7 @@ static h_stream *campaign(h_cluster *c, const char *name, const char *candidate,
     cr_assert_eq(s->status, 201, "campaign: %ld %s", s->status, s->body ? s->body : "");
     cr_assert_str_eq(s->content_type, "application/x-ndjson");
     cJSON *ev = expect(s, 2000, "campaigning");
-    cr_assert_str_eq(ev_str(ev, "candidate"), candidate);
+    cr_assert_str_eq(h_ev_str(ev, "candidate"), candidate);
     cJSON_Delete(ev);
     return s;
 }
@@ -105,19 +93,19 @@ Test(elections, one_leader_at_a_time_across_two_instances)
     start_two();
     h_stream *a = campaign(C, "db", "a", "10.0.0.1:5432", 3000);
     cJSON *ea = expect(a, 3000, "elected");
-    long long t1 = ev_int(ea, "term");
+    long long t1 = h_ev_int(ea, "term");
     cr_assert_gt(t1, 0);
-    cr_assert_str_eq(ev_str(ea, "candidate"), "a");
-    cr_assert_gt(ev_int(ea, "validity_ms"), 0);
-    cr_assert_gt(strlen(ev_str(ea, "token")), 0);
+    cr_assert_str_eq(h_ev_str(ea, "candidate"), "a");
+    cr_assert_gt(h_ev_int(ea, "validity_ms"), 0);
+    cr_assert_gt(strlen(h_ev_str(ea, "token")), 0);
 
     h_stream *w = h_stream_get(P, "/elections/db?watch=true", 3000);
     cr_assert(w);
     cr_assert_eq(w->status, 200);
     cJSON *ws = expect(w, 2000, "state");
-    cr_assert_str_eq(ev_str(ws, "leader"), "a");
-    cr_assert_eq(ev_int(ws, "term"), t1);
-    cr_assert_str_eq(ev_str(ws, "value"), "10.0.0.1:5432");
+    cr_assert_str_eq(h_ev_str(ws, "leader"), "a");
+    cr_assert_eq(h_ev_int(ws, "term"), t1);
+    cr_assert_str_eq(h_ev_str(ws, "value"), "10.0.0.1:5432");
 
     h_stream *b = campaign(P, "db", "b", "10.0.0.2:5432", 3000);
     cJSON *ev = NULL;
@@ -140,7 +128,7 @@ Test(elections, one_leader_at_a_time_across_two_instances)
     h_stream_close(a);
     cJSON *eb = expect(b, 2500, "elected");
     double took_ms = (double)(h_now_us() - closed) / 1000.0;
-    long long t2 = ev_int(eb, "term");
+    long long t2 = h_ev_int(eb, "term");
     cr_assert_gt(t2, t1, "terms strictly increase");
     cr_log_info("elections: b elected %.1f ms after a's stream closed (ttl 3000)", took_ms);
     cr_assert_lt(took_ms, 2500.0);
@@ -148,8 +136,8 @@ Test(elections, one_leader_at_a_time_across_two_instances)
     cJSON *we = expect(w, 2000, "elected");
     cr_log_info("elections: the watch on the other instance told it %.1f ms after the close",
                 (double)(h_now_us() - closed) / 1000.0);
-    cr_assert_str_eq(ev_str(we, "leader"), "b");
-    cr_assert_eq(ev_int(we, "term"), t2);
+    cr_assert_str_eq(h_ev_str(we, "leader"), "b");
+    cr_assert_eq(h_ev_int(we, "term"), t2);
     r = get_election(C, "db", NULL);
     cr_assert_str_eq(h_str(&r, "leader"), "b");
     cr_assert_eq(h_int(&r, "term"), t2);
@@ -172,8 +160,8 @@ Test(elections, proclaim_and_resign)
     h_stream *a = campaign(C, "cfg", "a", "v1", 3000);
     cJSON *ea = expect(a, 3000, "elected");
     char token[300];
-    snprintf(token, sizeof token, "%s", ev_str(ea, "token"));
-    long long term = ev_int(ea, "term");
+    snprintf(token, sizeof token, "%s", h_ev_str(ea, "token"));
+    long long term = h_ev_int(ea, "term");
     h_stream *w = h_stream_get(C, "/elections/cfg?watch=true", 3000);
     cJSON_Delete(expect(w, 2000, "state"));
 
@@ -192,8 +180,8 @@ Test(elections, proclaim_and_resign)
     cr_assert_eq(h_int(&r, "term"), term);
     h_resp_free(&r);
     cJSON *wp = expect(w, 2000, "proclaimed");
-    cr_assert_str_eq(ev_str(wp, "value"), "v2");
-    cr_assert_eq(ev_int(wp, "term"), term);
+    cr_assert_str_eq(h_ev_str(wp, "value"), "v2");
+    cr_assert_eq(h_ev_int(wp, "term"), term);
 
     r = h_http(C, "DELETE", "/elections/cfg", NULL, hdr, NULL);
     cr_assert_eq(r.status, 204, "%ld %s", r.status, r.body);
@@ -225,7 +213,7 @@ Test(elections, paused_masters)
     start_two();
     h_stream *a = campaign(C, "pm", "a", "", 1500);
     cJSON *ea = expect(a, 3000, "elected");
-    long long t1 = ev_int(ea, "term");
+    long long t1 = h_ev_int(ea, "term");
     h_stream *b = campaign(P, "pm", "b", "", 1500);
     h_master_pause(C, 0);
     h_master_pause(C, 1);
@@ -236,13 +224,13 @@ Test(elections, paused_masters)
     cr_assert_eq(h_stream_event(b, 200, &ev, &at), 0, "b elected while a renews");
     h_master_pause(C, 2);
     cJSON *lost = expect_after_renewals(a, 3000, "lost");
-    cr_log_info("elections: lost with three of five paused: %s", ev_str(lost, "reason"));
+    cr_log_info("elections: lost with three of five paused: %s", h_ev_str(lost, "reason"));
     cr_assert_eq(h_stream_event(b, 500, &ev, &at), 0, "b elected without a majority");
     h_master_resume(C, 0);
     h_master_resume(C, 1);
     h_master_resume(C, 2);
     cJSON *eb = expect(b, 6000, "elected");
-    cr_assert_gt(ev_int(eb, "term"), t1);
+    cr_assert_gt(h_ev_int(eb, "term"), t1);
     cJSON_Delete(ea);
     cJSON_Delete(eb);
     cJSON_Delete(lost);
@@ -257,7 +245,7 @@ Test(elections, restarted_master)
     start_two();
     h_stream *a = campaign(C, "rm", "a", "", 1500);
     cJSON *ea = expect(a, 3000, "elected");
-    long long t1 = ev_int(ea, "term");
+    long long t1 = h_ev_int(ea, "term");
     h_master_kill(C, 4);
     h_master_restart(C, 4);
     for (int i = 0; i < 3; i++)
@@ -265,7 +253,7 @@ Test(elections, restarted_master)
     h_stream_close(a);
     h_stream *b = campaign(P, "rm", "b", "", 1500);
     cJSON *eb = expect(b, 4000, "elected");
-    cr_assert_gt(ev_int(eb, "term"), t1);
+    cr_assert_gt(h_ev_int(eb, "term"), t1);
     cJSON_Delete(ea);
     cJSON_Delete(eb);
     h_stream_close(b);

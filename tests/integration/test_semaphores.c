@@ -222,17 +222,6 @@ Test(semaphores, a_waiter_that_leaves_stops_waiting)
     h_resp_free(&one);
 }
 
-static const char *ev_str(const cJSON *ev, const char *f)
-{
-    return cJSON_GetStringValue(cJSON_GetObjectItem(ev, f));
-}
-
-static long long ev_int(const cJSON *ev, const char *f)
-{
-    const cJSON *v = cJSON_GetObjectItem(ev, f);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
-}
-
 /* "hold": true keeps one permit for as long as the stream is open: the
  * stream's "acquired" names the semaphore, the slot and the permit token;
  * renewals keep the permit (and the semaphore's limit) past its ttl, seen
@@ -249,14 +238,14 @@ Test(semaphores, a_held_stream_keeps_a_permit)
     cJSON *ev = NULL;
     uint64_t at;
     cr_assert_eq(h_stream_event(st, 3000, &ev, &at), 1, "no acquired event");
-    cr_assert_str_eq(ev_str(ev, "event"), "acquired");
-    cr_assert_str_eq(ev_str(ev, "name"), "kept");
-    cr_assert_eq(ev_int(ev, "limit"), 1);
-    cr_assert_eq(ev_int(ev, "slot"), 0);
-    cr_assert_gt(ev_int(ev, "fence"), 0);
-    cr_assert_gt(ev_int(ev, "validity_ms"), 0);
+    cr_assert_str_eq(h_ev_str(ev, "event"), "acquired");
+    cr_assert_str_eq(h_ev_str(ev, "name"), "kept");
+    cr_assert_eq(h_ev_int(ev, "limit"), 1);
+    cr_assert_eq(h_ev_int(ev, "slot"), 0);
+    cr_assert_gt(h_ev_int(ev, "fence"), 0);
+    cr_assert_gt(h_ev_int(ev, "validity_ms"), 0);
     char token[128];
-    snprintf(token, sizeof token, "%s", ev_str(ev, "token"));
+    snprintf(token, sizeof token, "%s", h_ev_str(ev, "token"));
     cr_assert_eq(strncmp(token, "0:", 2), 0, "the permit token %s names its slot", token);
     cJSON_Delete(ev);
     /* three ttls later the permit is still held, and so is the limit */
@@ -266,7 +255,7 @@ Test(semaphores, a_held_stream_keeps_a_permit)
         int r = h_stream_event(st, 500, &ev, &at);
         cr_assert_neq(r, -1, "the stream ended");
         if (r == 1) {
-            cr_assert_str_eq(ev_str(ev, "event"), "renewed");
+            cr_assert_str_eq(h_ev_str(ev, "event"), "renewed");
             renewed++;
             cJSON_Delete(ev);
         }
@@ -292,10 +281,10 @@ Test(semaphores, a_held_stream_keeps_a_permit)
     cr_assert_eq(r.status, 204, "%s", r.body);
     h_resp_free(&r);
     int got;
-    while ((got = h_stream_event(st, 2000, &ev, &at)) == 1 && !strcmp(ev_str(ev, "event"), "renewed"))
+    while ((got = h_stream_event(st, 2000, &ev, &at)) == 1 && !strcmp(h_ev_str(ev, "event"), "renewed"))
         cJSON_Delete(ev);
     cr_assert_eq(got, 1, "no event after the DELETE");
-    cr_assert_str_eq(ev_str(ev, "event"), "released");
+    cr_assert_str_eq(h_ev_str(ev, "event"), "released");
     cJSON_Delete(ev);
     cr_assert_eq(h_stream_event(st, 2000, &ev, &at), -1, "the stream ends after released");
     h_stream_close(st);
