@@ -83,6 +83,11 @@ static bool authorized(req_ctx *ctx, bool dapr)
     return diff == 0;
 }
 
+static enum MHD_Result unauthorized(req_ctx *ctx)
+{
+    return send_error(ctx, API_E_UNAUTHORIZED, "a valid Authorization: Bearer token is required", NULL);
+}
+
 void ctx_unref(req_ctx *ctx)
 {
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
@@ -209,8 +214,9 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         pthread_mutex_lock(&s->reg_lock);
         s->nrequests++;   /* until on_completed: a shutdown answers it first */
         pthread_mutex_unlock(&s->reg_lock);
-        const char *name;
-        ctx->route = api_route_of(url, &name);
+        /* Routed once: the path, and the name in it, stay as they are
+         * while the body arrives (url points into the connection). */
+        ctx->route = api_route_of(url, &ctx->route_name);
         ctx->mroute = ctx->route == ROUTE_HEALTHZ  ? METRICS_ROUTE_HEALTHZ
                       : ctx->route == ROUTE_READYZ ? METRICS_ROUTE_READYZ
                       : ctx->route == ROUTE_METRICS ? METRICS_ROUTE_METRICS
@@ -267,8 +273,8 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         pthread_mutex_unlock(&s->reg_lock);
     }
 
-    const char *name;
-    enum api_route route = api_route_of(url, &name);
+    const char *name = ctx->route_name;
+    enum api_route route = ctx->route;
     if (route == ROUTE_NOT_FOUND)
         return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
     if (!api_method_allowed(route, method))
@@ -285,8 +291,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         return serve_metrics(ctx);
     case ROUTE_LOCK:
         if (!authorized(ctx, false))
-            return send_error(ctx, API_E_UNAUTHORIZED,
-                              "a valid Authorization: Bearer token is required", NULL);
+            return unauthorized(ctx);
         return lock_dispatch(ctx, method, name);
     case ROUTE_DAPR_HEALTHZ:
         return send_body(ctx, 204, NULL, NULL, 0, true);
@@ -302,14 +307,12 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         return dapr_dispatch(ctx, name);
     case ROUTE_SEMAPHORE:
         if (!authorized(ctx, false))
-            return send_error(ctx, API_E_UNAUTHORIZED,
-                              "a valid Authorization: Bearer token is required", NULL);
+            return unauthorized(ctx);
         return sem_dispatch(ctx, method, name);
     case ROUTE_ELECTION:
     case ROUTE_ELECTION_VALUE:
         if (!authorized(ctx, false))
-            return send_error(ctx, API_E_UNAUTHORIZED,
-                              "a valid Authorization: Bearer token is required", NULL);
+            return unauthorized(ctx);
         return election_dispatch(ctx, method, name);
     case ROUTE_NOT_FOUND:
         break;

@@ -144,6 +144,7 @@ typedef struct req_ctx {
     bool close;               /* answer with Connection: close */
     uint64_t start_us;
     enum api_route route;
+    const char *route_name;   /* the name in the path (into libmicrohttpd's url) */
     enum metrics_route mroute;
     char *body;
     size_t body_len;
