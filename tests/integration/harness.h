@@ -198,6 +198,9 @@ bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms);
  * pass, instead of a sleep long enough for the slowest machine; returns
  * whether it held (the last poll is at or after the deadline). */
 bool h_eventually(bool (*pred)(void *arg), void *arg, int ms);
+/* Waits up to ms for master i to hold key (a grant answers once a
+ * majority said yes: the other masters' replies may still be on their way). */
+bool h_wait_key(h_cluster *c, int i, const char *key, int ms);
 /* Waits up to ms for /readyz to report n masters voting. */
 bool h_wait_voting(h_cluster *c, int n, int ms);
 

@@ -187,6 +187,27 @@ bool h_wait_status(h_cluster *c, const char *path, long want, int timeout_ms)
     return h_eventually(status_is, &w, timeout_ms);
 }
 
+struct key_want {
+    h_cluster *c;
+    int i;
+    const char *key;
+};
+
+static bool key_is_set(void *arg)
+{
+    const struct key_want *k = arg;
+    redisReply *v = h_redis(k->c, k->i, "GET %s", k->key);
+    bool set = v && v->type == REDIS_REPLY_STRING;
+    freeReplyObject(v);
+    return set;
+}
+
+bool h_wait_key(h_cluster *c, int i, const char *key, int ms)
+{
+    struct key_want k = {c, i, key};
+    return h_eventually(key_is_set, &k, ms);
+}
+
 struct voting_want {
     h_cluster *c;
     int n;

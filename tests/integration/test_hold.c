@@ -277,6 +277,7 @@ Test(hold, owner_is_reported_and_expires_with_the_lock)
     cr_assert(!strstr(g.body, h_str(&a, "token")), "GET never shows the token");
     h_resp_free(&g);
     for (int m = 0; m < 3; m++) {
+        cr_assert(h_wait_key(C, m, "lock:ow", 1000), "master %d missed the grant", m);
         redisReply *r = h_redis(C, m, "GET lock:ow");
         cr_assert(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, h_str(&a, "token")),
                   "the lock's value is the token alone");

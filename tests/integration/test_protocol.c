@@ -111,6 +111,7 @@ Test(protocol, key_prefix_default_and_empty)
     h_daemon_start(C, NULL);
     h_resp r = h_http(C, "POST", "/locks/res.1", NULL, NULL);
     cr_assert_eq(r.status, 201);
+    cr_assert(h_wait_key(C, 2, "lock:res.1", 1000));
     redisReply *v = h_redis(C, 2, "GET lock:res.1");
     cr_assert_eq(v->type, REDIS_REPLY_STRING);
     cr_assert_str_eq(v->str, h_str(&r, "token"));
