@@ -65,7 +65,7 @@ static void poll_done(void *arg, const rl_result *res);
 /* Starts a read. w->mu held; false when it could not (nothing changed). */
 static bool read_now(election_watch *w)
 {
-    if (w->closed || w->reading || mpool_is_stopping(w->pool))
+    if (w->closed || w->reading || loop_stopping(mpool_loop(w->pool)))
         return false;
     w->reading = true;
     w->refs++;
@@ -145,13 +145,13 @@ static void poll_done(void *arg, const rl_result *res)
     }
     if (confirm && read_now(w)) {
         w->gen++;   /* the read after it arms the next timer */
-    } else if (!w->closed && !mpool_is_stopping(w->pool)) {
+    } else if (!w->closed && !loop_stopping(mpool_loop(w->pool))) {
         struct tick *t = malloc(sizeof *t);
         if (t) {
             t->w = w;
             t->gen = ++w->gen;
             w->refs++;
-            if (mpool_after(w->pool, ELECTION_WATCH_POLL_MS * 1000ULL, tick_fired, t) < 0) {
+            if (loop_after(mpool_loop(w->pool), ELECTION_WATCH_POLL_MS * 1000ULL, tick_fired, t) < 0) {
                 w->refs--;
                 free(t);
             }

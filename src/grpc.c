@@ -228,7 +228,7 @@ int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud
     st->c = c;
     st->id = frame->hd.stream_id;
     st->auth_ok = c->s->cfg->auth_token == NULL;
-    st->start_us = mpool_now_us();
+    st->start_us = loop_now_us();
     DLIST_PUSH(c->streams, st, prev, next);
     nghttp2_session_set_stream_user_data(sess, st->id, st);
     return 0;

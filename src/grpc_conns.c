@@ -90,7 +90,7 @@ static int conn_read(gconn *c)
             break;
         if (n <= 0)
             return -1;   /* closed or broken */
-        c->last_us = mpool_now_us();
+        c->last_us = loop_now_us();
         ssize_t used = nghttp2_session_mem_recv(c->sess, buf, (size_t)n);
         if (used < 0) {
             unsigned long long sup;
@@ -138,7 +138,7 @@ static void accept_all(grpc_server *s)
         c->kind = GK_CONN;
         c->s = s;
         c->fd = fd;
-        c->start_us = c->last_us = mpool_now_us();
+        c->start_us = c->last_us = loop_now_us();
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS},
             {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, GRPC_MAX_HEADER_BYTES},
@@ -242,7 +242,7 @@ static bool all_sent(grpc_server *s)
 static void *grpc_thread(void *arg)
 {
     grpc_server *s = arg;
-    uint64_t next_sweep = mpool_now_us() + GRPC_SWEEP_MS * 1000ULL;
+    uint64_t next_sweep = loop_now_us() + GRPC_SWEEP_MS * 1000ULL;
     struct epoll_event evs[GRPC_EVENTS];
     for (;;) {
         if (atomic_load(&s->quiesce_req) && !s->quiesced)
@@ -269,7 +269,7 @@ static void *grpc_thread(void *arg)
                     conn_close(c);
             }
         }
-        uint64_t now = mpool_now_us();
+        uint64_t now = loop_now_us();
         if (now >= next_sweep) {
             sweep(s, now);
             next_sweep = now + GRPC_SWEEP_MS * 1000ULL;
@@ -405,8 +405,8 @@ int grpc_stop(grpc_server *s, long long timeout_ms)
     wake(s);
     /* The thread ends once every answer is sent; past the deadline it is
      * told to end regardless. */
-    uint64_t until = mpool_now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000ULL;
-    while (!atomic_load(&s->exited) && mpool_now_us() < until)
+    uint64_t until = loop_now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000ULL;
+    while (!atomic_load(&s->exited) && loop_now_us() < until)
         usleep(5000);
     atomic_store(&s->force_stop, true);
     wake(s);

@@ -88,7 +88,7 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
         return NULL;
     }
     if (try_now)
-        h->next_try_us = mpool_now_us();
+        h->next_try_us = loop_now_us();
     DLIST_PUSH(s->list, h, prev, next);
     s->open++;
     pthread_cond_signal(&s->changed);
@@ -158,7 +158,7 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
  * held. */
 static bool format_next(hold *h)
 {
-    uint64_t now = mpool_now_us(), until = announced_until(h);
+    uint64_t now = loop_now_us(), until = announced_until(h);
     long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
     if (h->pend_campaigning && h->end == END_NONE) {
@@ -265,7 +265,7 @@ void hold_renew_now(hold *h)
         h->pend_campaigning = true;
         notify(h);
     } else if (!h->extending && h->end == END_NONE && !h->closed) {
-        h->next_try_us = mpool_now_us();
+        h->next_try_us = loop_now_us();
         pthread_cond_signal(&s->changed);
     }
     pthread_mutex_unlock(&s->mu);

@@ -64,7 +64,7 @@ bool hold_reserve(hold_set *s);
 void hold_unreserve(hold_set *s);
 
 /* Turns a reservation into a hold of the grant res of req (an acquire that
- * answered RL_OK on engine e, which renews and releases it), sent at sent_us (mpool_now_us clock: the validity counts
+ * answered RL_OK on engine e, which renews and releases it), sent at sent_us (loop_now_us clock: the validity counts
  * from it). Queues "acquired". fd is the connection's TCP socket (-1 when
  * unknown): the hold sets its timeouts (TCP_USER_TIMEOUT, keepalive) and,
  * until hold_close, reads how much of what was sent the client has not

@@ -21,7 +21,7 @@
 
 #include "deadline.h"
 #include "dlist.h"
-#include "master.h"   /* mpool_now_us: the clock the engine counts validity on */
+#include "master.h"   /* loop_now_us (loop.h): the clock the engine counts validity on */
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
 

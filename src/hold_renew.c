@@ -120,7 +120,7 @@ static void extend_done(void *arg, const rl_result *res)
     pthread_mutex_lock(&s->mu);
     h->extending = false;
     h->engine_refs--;
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     if (h->end == END_NONE && !h->closed) {
         if (res->outcome == RL_OK) {
             /* next_try_us was set when the extension was sent; validity
@@ -173,7 +173,7 @@ static void campaign_done(void *arg, const rl_result *res)
     h->acq = NULL;
     h->acquiring = false;
     h->engine_refs--;
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     bool take = res->outcome == RL_OK && !h->closed && h->end == END_NONE && !s->ending;
     if (take) {
         /* Elected: from here on an ordinary hold of the grant. Validity
@@ -310,7 +310,7 @@ void *renewer_main(void *arg)
     hold_set *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        uint64_t now = mpool_now_us();
+        uint64_t now = loop_now_us();
         uint64_t next = renew_pass(s, now);
         if (next > now) {
             struct timespec until = deadline_after_ms((long long)((next - now + 999) / 1000));

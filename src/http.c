@@ -11,8 +11,8 @@ void ctx_wake(req_ctx *ctx)
     http_shard *sh = ctx->sh;
     MHD_resume_connection(ctx->conn);
     atomic_store(&sh->kick, true);
-    if (!mpool_on_loop(sh->pool))
-        mpool_post(sh->pool, kick_job, NULL);   /* wakes it; on the loop the kick is seen */
+    if (!loop_on(mpool_loop(sh->pool)))
+        loop_post(mpool_loop(sh->pool), kick_job, NULL);   /* wakes it; on the loop the kick is seen */
 }
 
 /* ---- answers ---- */
@@ -48,7 +48,7 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
     enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
-    metrics_request(ctx->s->m, ctx->mroute, status, mpool_now_us() - ctx->start_us);
+    metrics_request(ctx->s->m, ctx->mroute, status, loop_now_us() - ctx->start_us);
     return rc;
 }
 
@@ -210,7 +210,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         ctx->confirm_fd = -1;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         ctx->ci = ci ? ci->socket_context : NULL;
-        ctx->start_us = mpool_now_us();
+        ctx->start_us = loop_now_us();
         pthread_mutex_lock(&s->reg_lock);
         s->nrequests++;   /* until on_completed: a shutdown answers it first */
         pthread_mutex_unlock(&s->reg_lock);
@@ -350,7 +350,7 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     s->nrequests--;
     if (ctx->ci) {
         ctx->ci->busy = false;
-        ctx->ci->phase_start_us = mpool_now_us();   /* the next request's deadline starts */
+        ctx->ci->phase_start_us = loop_now_us();   /* the next request's deadline starts */
     }
     pthread_cond_broadcast(&s->reg_cond);
     pthread_mutex_unlock(&s->reg_lock);
@@ -386,7 +386,7 @@ void mhd_log(void *cls, const char *fmt, va_list ap)
     static log_limit limit = LOG_LIMIT_INIT;
     (void)cls;
     unsigned long long suppressed;
-    if (!log_allow(&limit, mpool_now_us(), &suppressed))
+    if (!log_allow(&limit, loop_now_us(), &suppressed))
         return;
     char msg[512], more[24];
     vsnprintf(msg, sizeof msg, fmt, ap);

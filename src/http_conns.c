@@ -44,7 +44,7 @@ static int delivery_state(const delivery_check *c, uint64_t now, bool finally)
  * finally): a grant that met a reset is released (rl_finish undelivered). */
 void settle_deliveries(http_server *s, bool finally)
 {
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     delivery_check *done = NULL;
     pthread_mutex_lock(&s->reg_lock);
     for (delivery_check **p = &s->checks; *p;) {
@@ -97,7 +97,7 @@ void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context
             return;
         }
         ci->fd = fdi->connect_fd;
-        ci->phase_start_us = mpool_now_us();
+        ci->phase_start_us = loop_now_us();
         const union MHD_ConnectionInfo *ai = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (ai && ai->client_addr) {
             ci->peer_len = ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
@@ -156,7 +156,7 @@ void *watch_main(void *arg)
     static log_limit slow_log = LOG_LIMIT_INIT;
     while (!atomic_load(&s->stop_watch)) {
         usleep(HTTP_WATCH_INTERVAL_MS * 1000);
-        uint64_t now = mpool_now_us();
+        uint64_t now = loop_now_us();
         unsigned long long slow = 0;
         bool trim = false;
         req_ctx *left_holds[64];

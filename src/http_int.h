@@ -89,7 +89,7 @@ typedef struct delivery_check {
 
 /* One event loop's share of the server: a libmicrohttpd daemon in external
  * epoll mode, listening on the common address with SO_REUSEPORT, run by
- * the loop of its master pool (mpool_set_io), with that loop's engine. A
+ * the loop of its master pool (loop_set_io), with that loop's engine. A
  * request is parsed, decided and answered on the loop that accepted it. */
 typedef struct http_shard {
     http_server *s;

@@ -28,7 +28,7 @@ static void loop_call_job(void *arg)
 static void run_on_loop(mpool *p, void (*fn)(void *), void *arg)
 {
     struct loop_call c = {fn, arg, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-    if (mpool_post(p, loop_call_job, &c) < 0) {
+    if (loop_post(mpool_loop(p), loop_call_job, &c) < 0) {
         fn(arg);   /* the loop has stopped: nobody else runs the daemon */
         return;
     }
@@ -62,13 +62,13 @@ static void shard_attach(void *arg)
 {
     http_shard *sh = arg;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(sh->daemon, MHD_DAEMON_INFO_EPOLL_FD);
-    mpool_set_io(sh->pool, di->epoll_fd, shard_run, shard_due, sh);
+    loop_set_io(mpool_loop(sh->pool), di->epoll_fd, shard_run, shard_due, sh);
 }
 
 static void shard_detach(void *arg)
 {
     http_shard *sh = arg;
-    mpool_set_io(sh->pool, -1, NULL, NULL, NULL);
+    loop_set_io(mpool_loop(sh->pool), -1, NULL, NULL, NULL);
 }
 
 /* Quiescing, on the loop: libmicrohttpd stops accepting and hands over its
@@ -120,7 +120,7 @@ static void shard_take_queue(http_shard *sh)
 static void take_queues_and_close(http_server *s)
 {
     struct pollfd p[HTTP_MAX_LOOPS];
-    uint64_t until = mpool_now_us() + HTTP_QUEUE_TAKE_MAX_MS * 1000ULL;
+    uint64_t until = loop_now_us() + HTTP_QUEUE_TAKE_MAX_MS * 1000ULL;
     for (;;) {
         int n = 0;
         for (int k = 0; k < s->nshards; k++) {
@@ -128,7 +128,7 @@ static void take_queues_and_close(http_server *s)
             if (s->shards[k].listen_fd != MHD_INVALID_SOCKET)
                 p[n++] = (struct pollfd){.fd = s->shards[k].listen_fd, .events = POLLIN};
         }
-        if (n == 0 || mpool_now_us() >= until || poll(p, (nfds_t)n, HTTP_HANDSHAKE_GRACE_MS) <= 0)
+        if (n == 0 || loop_now_us() >= until || poll(p, (nfds_t)n, HTTP_HANDSHAKE_GRACE_MS) <= 0)
             break;
     }
     /* Test hook: a shutdown preempted here, as on a busy node. */

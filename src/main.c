@@ -260,10 +260,10 @@ int main(int argc, char **argv)
      * send one more request on a kept-alive connection until its answer
      * says Connection: close; an engine that closed while another still
      * drained would answer such a request 503 shutting_down. */
-    uint64_t drain_end = mpool_now_us() + SHUTDOWN_DRAIN_MS * 1000ULL;
+    uint64_t drain_end = loop_now_us() + SHUTDOWN_DRAIN_MS * 1000ULL;
     int left = 0;
     for (int k = 0; k < nloops; k++) {
-        uint64_t now = mpool_now_us();
+        uint64_t now = loop_now_us();
         left += rl_engine_drain(loops[k].engine, now < drain_end ? (long long)(drain_end - now) / 1000 : 0);
     }
     for (int k = 0; k < nloops; k++)

@@ -38,7 +38,7 @@ static void retry_due(void *arg)
 {
     marker_check *mc = arg;
     mc->retry_armed = false;
-    if (!mpool_is_stopping(mc->p))
+    if (!loop_stopping(mpool_loop(mc->p)))
         check_start(mc);
 }
 
@@ -82,11 +82,11 @@ static void on_read(void *arg, const master_reply *replies)
         settled &= st[i] == QMARK_READY;
     }
     int acts = quarantine_plan(st, n, mc->auto_setup, act);
-    if (acts == 0 || mc->rounds >= MARKER_ROUNDS_MAX || mpool_is_stopping(mc->p)) {
+    if (acts == 0 || mc->rounds >= MARKER_ROUNDS_MAX || loop_stopping(mpool_loop(mc->p))) {
         bool none_marked = true;
         for (int i = 0; i < n; i++)
             none_marked &= st[i] == QMARK_MISSING;
-        uint64_t now = mpool_now_us();
+        uint64_t now = loop_now_us();
         if (none_marked && !mc->auto_setup && now >= mc->next_log_us) {
             log_event(LOG_LEVEL_WARN, "cluster_not_set_up", "why",
                       "no master holds a cluster marker and --cluster-setup is manual: "
@@ -144,11 +144,11 @@ static void check_start(marker_check *mc)
 static void check_done(marker_check *mc, bool settled)
 {
     mc->busy = false;
-    if (mc->again && !mpool_is_stopping(mc->p)) {
+    if (mc->again && !loop_stopping(mpool_loop(mc->p))) {
         check_start(mc);
         return;
     }
-    if (!settled && !mc->retry_armed && mpool_after(mc->p, MARKER_RETRY_US, retry_due, mc) == 0)
+    if (!settled && !mc->retry_armed && loop_after(mpool_loop(mc->p), MARKER_RETRY_US, retry_due, mc) == 0)
         mc->retry_armed = true;
 }
 

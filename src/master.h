@@ -2,11 +2,11 @@
  * one event-loop thread. A process runs one pool per event loop (--threads);
  * pools share nothing but the masters themselves.
  *
- * The pool's thread runs a poll() loop over the masters' sockets and any
- * other event source of its loop (mpool_set_io: the loop's HTTP server).
- * Work reaches it through mpool_post (any thread); everything else here is
- * called on the loop thread only, from posted jobs, batch callbacks or
- * timers.
+ * The pool is the client of an event loop (loop.h, mpool_loop): its
+ * thread polls the masters' sockets and any other event source of the loop
+ * (loop_set_io: the loop's HTTP server). Work reaches it through loop_post
+ * (any thread); everything else here is called on the loop thread only,
+ * from posted jobs, batch callbacks or loop timers.
  *
  * A batch sends one Lua script (EVALSHA, falling back to EVAL on NOSCRIPT) to a
  * set of masters at once: commands are appended to each connection's buffer
@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "loop.h"
 #include "token.h"
 
 #define MASTER_MAX CONF_MAX_MASTERS
@@ -168,32 +169,14 @@ int mpool_start(mpool *p);
 void mpool_stop(mpool *p);
 void mpool_free(mpool *p);
 
-/* Another event source the loop serves beside the masters (the HTTP
- * server of this loop): run(arg) is called on the loop thread when fd is
- * readable, and when due(arg, now) (the latest time it wants to run,
- * UINT64_MAX for no limit) has come. Call before mpool_start, or on the
- * loop thread; run NULL detaches it. */
-typedef void (*mpool_io_fn)(void *arg);
-typedef uint64_t (*mpool_io_due_fn)(void *arg, uint64_t now);
-void mpool_set_io(mpool *p, int fd, mpool_io_fn run, mpool_io_due_fn due, void *arg);
-
-/* True on the pool's loop thread. */
-bool mpool_on_loop(const mpool *p);
-
-/* Any thread: runs fn(arg) on the loop thread soon, in posting order.
- * Returns 0, or -1 on OOM or after stop (fn is then never run). */
-int mpool_post(mpool *p, void (*fn)(void *), void *arg);
-/* The same without waking the loop: fn runs on its next turn (a reply, a
- * timer, another job, or the idle ping within a second). For bookkeeping
- * that nothing waits for. */
-int mpool_post_lazy(mpool *p, void (*fn)(void *), void *arg);
+/* The event loop whose client the pool is (loop.h): post jobs and set
+ * timers there; its thread is the pool's. */
+rl_loop *mpool_loop(mpool *p);
 
 /* Any thread: a snapshot of master i. */
 void mpool_status(mpool *p, int i, master_status *out);
 int mpool_size(const mpool *p);
 
-/* CLOCK_MONOTONIC in microseconds. */
-uint64_t mpool_now_us(void);
 
 /* ---- loop thread only ---- */
 
@@ -248,10 +231,5 @@ void mpool_note_marker(mpool *p, int i, int state, long long ms_left);
 /* Loop thread: master i's run_id from its current connection ("" unknown). */
 const char *mpool_run_id(const mpool *p, int i);
 
-/* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM or
- * once the loop is ending. Timers still pending when the loop ends run then,
- * early, with mpool_is_stopping true: they must only clean up. */
-int mpool_after(mpool *p, uint64_t delay_us, void (*fn)(void *), void *arg);
-bool mpool_is_stopping(const mpool *p);
 
 #endif

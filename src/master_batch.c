@@ -14,7 +14,7 @@
  * in the FIFO.
  *
  * Depends on master_pipeline.c, master_undo.c (a release a master could not
- * take), master_marker.c (the guard) and master_timer.c.
+ * take), master_marker.c (the guard) and the loop (loop.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +194,7 @@ void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, in
                         const char *const *args, const size_t *lens, mpool_decide_fn decide,
                         mpool_done_fn done, void *arg)
 {
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     int argc = nargs + 3;
     /* One allocation holds the whole command: NOSCRIPT may need it again
      * after this call. */

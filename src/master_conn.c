@@ -6,7 +6,7 @@
  *
  * Depends on master_batch.c (batch replies, failed answers), master_undo.c
  * (remembering and replaying releases), master_marker.c, master_pipeline.c
- * master_timer.c and master_tls.c.
+ * the loop (loop.h) and master_tls.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -389,7 +389,7 @@ void mpool_status(mpool *p, int i, master_status *out)
     struct master *m = &p->masters[i];
     snprintf(out->addr, sizeof out->addr, "%s", m->name);
     out->up = atomic_load(&m->up);
-    uint64_t until = atomic_load(&m->quarantine_until_us), now = mpool_now_us();
+    uint64_t until = atomic_load(&m->quarantine_until_us), now = loop_now_us();
     out->marker = atomic_load(&m->marker);
     out->may_lose_locks = atomic_load(&m->may_lose);
     out->persistence = (enum master_persistence)atomic_load(&m->persistence);

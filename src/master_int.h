@@ -3,9 +3,8 @@
  * src/master_*.c include it; every other module includes master.h alone.
  *
  * Who owns what. A pool (struct mpool) and its masters belong to the pool's
- * loop thread: nothing below is touched elsewhere, except
- *  - the job queue (jobs_head, jobs_tail, stopping, signalled), under
- *    jobs_lock, which mpool_post takes on any thread; lazy_pending is atomic;
+ * loop thread (the job queue is the loop's, loop.h): nothing below is
+ * touched elsewhere, except
  *  - the atomics of struct master: written on the loop (marker and
  *    quarantine_until_us also by mpool_note_marker, which marker.h's shared
  *    check calls from another pool's loop), read by mpool_status and
@@ -15,30 +14,30 @@
  *    loop, read by mpool_status;
  *  - what mpool_new copies from the config (n, timeout_us, quarantine_us,
  *    redo_us, refuse_unsafe, password, username, tls (a reference to the
- *    shared TLS context), each master's addr and name), read only after; marker_fn, notice_*, io_* are set before mpool_start (io_*
- *    also on the loop thread).
+ *    shared TLS context), each master's addr and name), read only after;
+ *    marker_fn and notice_* are set before mpool_start.
  *
  * The files, top down, with the state each one writes and the files it
  * calls (calls only go down this list: no two files call each other):
- *   master_loop.c      the thread, the wake fd, posted jobs, the io hook;
- *                      mpool_new, start, stop, free    -> notice, conn, batch,
- *                                                         undo, pipeline, timer
+ *   master_loop.c      the pool as its loop's client (loop.h: the thread,
+ *                      posted jobs, timers, the clock); mpool_new, start,
+ *                      stop, free                      -> notice, conn, batch,
+ *                                                         undo, pipeline
  *   master_notice.c    the subscription connection (sub*, subscribed), the
- *                      channels wanted (chans)         -> conn, timer
+ *                      channels wanted (chans)         -> conn
  *   master_conn.c      a master's connection: ctx, state, backoff, lag, its
  *                      handshake (info, persists, policy) and its counters
  *                                                      -> batch, undo, marker,
- *                                                         pipeline, timer
+ *                                                         pipeline
  *   master_batch.c     batches (struct mbatch), the deadline FIFO and the
  *                      ready list                      -> undo, marker,
- *                                                         pipeline, timer
+ *                                                         pipeline
  *   master_undo.c      remembered releases (struct undo, undo_head/tail)
  *                                                      -> pipeline
  *   master_marker.c    the marker as reported (marker, quarantine_until_us),
- *                      reports to marker_fn            -> timer
+ *                      reports to marker_fn (on a loop timer)
  *   master_pipeline.c  command packing, each master's queue of records
  *                      awaiting replies (head, tail, want_write), error lines
- *   master_timer.c     the clock and the timer heap (timers, timers_final)
  *   master_tls.c       a connection's bytes, plain or TLS (OpenSSL on the
  *                      same socket; struct mtls), and the shared TLS context
  */
@@ -156,14 +155,6 @@ struct master {
     atomic_bool subscribed;     /* the prefix's SUBSCRIBE was confirmed */
 };
 
-/* A timer of mpool_after. */
-struct timer {
-    uint64_t when_us;           /* monotonic */
-    uint64_t seq;               /* FIFO among equal times */
-    void (*fn)(void *);
-    void *arg;
-};
-
 struct mpool {
     int n;                      /* masters */
     uint64_t timeout_us;        /* per-command reply deadline */
@@ -180,20 +171,10 @@ struct mpool {
     mpool_marker_fn marker_fn;  /* loop thread */
     void *marker_arg;
 
-    pthread_t thread;
-    bool started;
-    int wake_fd;                /* eventfd; -1 before start */
-
-    int io_fd;                  /* another event source on this loop (the HTTP server), -1 none */
-    mpool_io_fn io_run;
-    mpool_io_due_fn io_due;
-    void *io_arg;
-
-    pthread_mutex_t jobs_lock;
-    struct job *jobs_head, *jobs_tail;
-    bool stopping;              /* under jobs_lock */
-    bool signalled;             /* the wake fd was written since the last run; under jobs_lock */
-    atomic_bool lazy_pending;   /* jobs queued without a wake-up */
+    rl_loop *loop;              /* the loop whose client the pool is (master_loop.c) */
+    bool connected_once;        /* its first turn has started the connections */
+    int poll_who[LOOP_MAX_CLIENT_FDS];   /* whose each polled fd is: master i, or
+                                            MASTER_MAX + i its subscription */
 
     struct mbatch *fifo_head, *fifo_tail;   /* by deadline (all share one timeout) */
     struct mbatch *ready;       /* completed inside mpool_eval, callback owed */
@@ -205,10 +186,6 @@ struct mpool {
     void *notice_arg;
     struct chan *chans[MASTER_CHAN_BUCKETS]; /* channels wanted, refcounted; loop thread */
 
-    struct timer *timers;       /* min-heap by (when_us, seq) */
-    bool timers_final;          /* the loop is ending: timers run to clean up */
-    size_t ntimers, timers_cap; /* entries; allocated entries */
-    uint64_t timer_seq;         /* the next timer's seq */
 };
 
 /* New votes go to m: it is up and has no reply overdue. */
@@ -217,13 +194,6 @@ static inline bool master_votes(const struct master *m)
     return m->state == M_UP && !m->lagging;
 }
 
-/* ---- master_timer.c ---- */
-
-/* Runs the timers due by now. */
-void mpool_run_timers(mpool *p, uint64_t now);
-/* The loop is ending: runs every timer left, once, with mpool_is_stopping
- * true, and refuses new ones. */
-void mpool_finish_timers(mpool *p);
 
 /* ---- master_pipeline.c ---- */
 

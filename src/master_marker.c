@@ -4,7 +4,7 @@
  * state /readyz shows (marker, quarantine_until_us), and the report to the
  * marker callback when a master answers without a ready marker.
  *
- * Depends on master_timer.c (the report runs from a timer).
+ * Depends on the loop (loop.h: the report runs from a timer).
  */
 #include <stdio.h>
 
@@ -19,7 +19,7 @@ void master_marker_report(mpool *p, struct master *m)
 {
     if (!p->marker_fn || m->marker_report_due)
         return;
-    if (mpool_after(p, 0, marker_due, m) == 0)
+    if (loop_after(mpool_loop(p), 0, marker_due, m) == 0)
         m->marker_report_due = true;
 }
 
@@ -27,14 +27,14 @@ static void marker_due(void *arg)
 {
     struct master *m = arg;
     m->marker_report_due = false;
-    if (!mpool_is_stopping(m->pool))
+    if (!loop_stopping(mpool_loop(m->pool)))
         m->pool->marker_fn(m->pool->marker_arg, m->idx);
 }
 
 void mpool_note_marker(mpool *p, int i, int state, long long ms_left)
 {
     struct master *m = &p->masters[i];
-    uint64_t until = ms_left > 0 ? mpool_now_us() + (uint64_t)ms_left * 1000ULL : 0;
+    uint64_t until = ms_left > 0 ? loop_now_us() + (uint64_t)ms_left * 1000ULL : 0;
     int was = atomic_exchange(&m->marker, state);
     uint64_t was_until = atomic_exchange(&m->quarantine_until_us, until);
     char left[24];

@@ -4,7 +4,7 @@
  * backoff when lost; each message goes to the notice callback. Over TLS
  * too for a TLS master, the handshake under the connect deadline.
  *
- * Depends on master_conn.c (backoff, connect check, AUTH), master_timer.c
+ * Depends on master_conn.c (backoff, connect check, AUTH), the loop (loop.h)
  * and master_tls.c.
  */
 #include <stdlib.h>
@@ -171,7 +171,7 @@ void mpool_notice_want(mpool *p, const char *channel, bool on)
     }
     const char *argv[] = {on ? "SUBSCRIBE" : "UNSUBSCRIBE", channel};
     size_t lens[] = {on ? 9u : 11u, len};
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     for (int i = 0; i < p->n; i++) {
         struct master *m = &p->masters[i];
         if (m->sub && !m->sub_connecting && sub_command(m, 2, argv, lens) < 0)

@@ -51,7 +51,7 @@ bool is_vote(const master_reply *r, int min_ints)
 static void log_no_quorum(rl_engine *e, int answered)
 {
     unsigned long long suppressed;
-    if (!log_allow(&e->quorum_log, mpool_now_us(), &suppressed))
+    if (!log_allow(&e->quorum_log, loop_now_us(), &suppressed))
         return;
     char ok[16], total[16], more[24];
     snprintf(ok, sizeof ok, "%d", answered);
@@ -102,7 +102,7 @@ void op_answer(rl_task *op)
     if (op->wn) {
         /* A waiter answers with the holder's time left now, not as it was
          * when it last tried. */
-        uint64_t now = mpool_now_us(), until = op->wn->holder_until_us;
+        uint64_t now = loop_now_us(), until = op->wn->holder_until_us;
         if (op->res.outcome == RL_LOCKED && until)
             op->res.retry_after_ms = until > now ? (long long)((until - now) / 1000ULL) : 0;
         wait_leave(op);
@@ -283,7 +283,7 @@ static void op_start(void *arg)
     else if (e->cfg.notify)
         snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
     DLIST_PUSH(e->all, op, aprev, anext);
-    op->arrival_us = mpool_now_us();
+    op->arrival_us = loop_now_us();
     op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
     /* New work waits its turn; extensions and releases never do: they keep
      * and end the locks already granted. */
@@ -296,7 +296,7 @@ static void op_start(void *arg)
         else
             e->queue_head = op;
         e->queue_tail = op;
-        if (!e->queue_timer && mpool_after(e->pool, (uint64_t)e->cfg.queue_ms * 1000ULL, queue_expire, e) == 0)
+        if (!e->queue_timer && loop_after(mpool_loop(e->pool), (uint64_t)e->cfg.queue_ms * 1000ULL, queue_expire, e) == 0)
             e->queue_timer = true;
         return;
     }
@@ -306,7 +306,7 @@ static void op_start(void *arg)
 void op_run(rl_task *op)
 {
     rl_engine *e = op->e;
-    op->start_us = mpool_now_us();
+    op->start_us = loop_now_us();
     if (op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT))
         set_active(op, true);
 
@@ -387,7 +387,7 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     e->n = mpool_size(pool);
     e->nsleeping = cfg->waiters ? cfg->waiters : &e->own_sleeping;
     if (getrandom(&e->rng, sizeof e->rng, 0) != sizeof e->rng || e->rng == 0)
-        e->rng = 0x9E3779B97F4A7C15ULL ^ mpool_now_us();
+        e->rng = 0x9E3779B97F4A7C15ULL ^ loop_now_us();
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
@@ -425,7 +425,7 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, r
     pthread_mutex_unlock(&e->lock);
     if (handle)
         *handle = op;
-    if (mpool_post(e->pool, op_start, op) < 0) {
+    if (loop_post(mpool_loop(e->pool), op_start, op) < 0) {
         pthread_mutex_lock(&e->lock);
         if (--e->inflight == 0)
             pthread_cond_broadcast(&e->idle);
@@ -461,7 +461,7 @@ static void cancel_job(void *arg)
 void rl_cancel(rl_engine *e, rl_handle *h)
 {
     if (h)
-        mpool_post(e->pool, cancel_job, h);
+        loop_post(mpool_loop(e->pool), cancel_job, h);
 }
 
 struct finish {
@@ -497,7 +497,7 @@ void rl_finish(rl_engine *e, rl_handle *h, bool delivered)
     }
     /* A delivered answer leaves only memory to free: no need to wake the
      * loop for it. An undelivered grant must be released now. */
-    if (!f || (delivered ? mpool_post_lazy : mpool_post)(e->pool, finish_job, f) < 0)
+    if (!f || (delivered ? loop_post_lazy : loop_post)(mpool_loop(e->pool), finish_job, f) < 0)
         free(f);   /* the loop is gone (or no memory): rl_engine_free frees the task */
 }
 
@@ -519,7 +519,7 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms)
         pthread_mutex_lock(&e->sync_lock);
         unsigned want = e->sync_seen + 1;
         pthread_mutex_unlock(&e->sync_lock);
-        if (mpool_post(e->pool, sync_job, e) < 0)
+        if (loop_post(mpool_loop(e->pool), sync_job, e) < 0)
             return;
         pthread_mutex_lock(&e->sync_lock);
         while (e->sync_seen < want)
@@ -558,7 +558,7 @@ static void drain_waiting(void *arg)
 int rl_engine_drain(rl_engine *e, long long timeout_ms)
 {
     atomic_store(&e->draining, true);
-    mpool_post(e->pool, drain_waiting, e);
+    loop_post(mpool_loop(e->pool), drain_waiting, e);
     struct timespec until = deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&e->lock);
     while (e->inflight > 0)

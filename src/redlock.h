@@ -84,7 +84,7 @@ typedef struct rl_result {
                                          when it sent the request */
     long long ttl_ms;
     long long fence;
-    uint64_t attempt_us;              /* acquire: when the deciding attempt began (mpool_now_us
+    uint64_t attempt_us;              /* acquire: when the deciding attempt began (loop_now_us
                                          clock), from which validity_ms counts; after a wait
                                          that is later than the request */
     long long retry_after_ms;         /* with RL_LOCKED, RL_TOO_MANY_WAITERS, RL_OVERLOADED */

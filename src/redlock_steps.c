@@ -53,7 +53,7 @@ static void acquire_grant(rl_task *op)
         op_answer(op);
         return;
     }
-    long long elapsed_us = (long long)(mpool_now_us() - op->start_us);
+    long long elapsed_us = (long long)(loop_now_us() - op->start_us);
     long long validity = quorum_validity_ms(op->req.ttl_ms, elapsed_us, e->cfg.drift_factor);
     if (validity <= 0) {
         acquire_lapsed(op);
@@ -200,7 +200,7 @@ static void acquire_seed(const rl_task *op, char *buf, size_t len)
 void acquire_attempt(rl_task *op)
 {
     char seed[24];
-    op->start_us = mpool_now_us();   /* step 1 */
+    op->start_us = loop_now_us();   /* step 1 */
     acquire_seed(op, seed, sizeof seed);
     const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->value,
                           op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
@@ -235,7 +235,7 @@ void extend_voted(void *arg, const master_reply *replies)
         op_no_quorum(op, answered, replies);
         return;
     }
-    long long validity = quorum_validity_ms(op->req.ttl_ms, (long long)(mpool_now_us() - op->start_us),
+    long long validity = quorum_validity_ms(op->req.ttl_ms, (long long)(loop_now_us() - op->start_us),
                                             e->cfg.drift_factor);
     if (q == QUORUM_GRANTED && validity > 0) {
         op->res.outcome = RL_OK;
@@ -414,7 +414,7 @@ void inspect_voted(void *arg, const master_reply *replies)
         if (agree < q)
             continue;
         long long remaining = quorum_kth_largest(pttls, agree, q);
-        long long validity = quorum_validity_ms(remaining, (long long)(mpool_now_us() - op->start_us),
+        long long validity = quorum_validity_ms(remaining, (long long)(loop_now_us() - op->start_us),
                                                 e->cfg.drift_factor);
         if (validity > 0) {
             op->res.held = true;

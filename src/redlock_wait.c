@@ -142,19 +142,19 @@ static void acquire_timer(void *arg)
     unsigned gen = w->gen;
     free(w);
     op->armed--;
-    if (op->answered || mpool_is_stopping(op->e->pool)) {
+    if (op->answered || loop_stopping(mpool_loop(op->e->pool))) {
         /* Answered while asleep (a drain, a cancel), or the loop is ending:
          * nothing to do but let go. */
         if (!op->answered && op->wn)
             wait_leave(op);
-        if (!op->answered && mpool_is_stopping(op->e->pool))
+        if (!op->answered && loop_stopping(mpool_loop(op->e->pool)))
             op->answered = true;   /* the caller is gone with the HTTP server */
         op_maybe_free(op);
         return;
     }
     if (gen != op->gen || !op->sleeping)
         return;                  /* woken earlier by a release notice */
-    if (mpool_now_us() >= op->wait_deadline_us) {
+    if (loop_now_us() >= op->wait_deadline_us) {
         op_answer(op);           /* its own wait_ms is over: 409, on time */
         return;
     }
@@ -168,7 +168,7 @@ static void acquire_timer(void *arg)
         /* Sleep on until the holder's time as its waiters last learnt it
          * (a refusal, or a grant to one of them), so a crowd of waiters
          * costs one try per holder, not one per waiter. */
-        uint64_t now = mpool_now_us();
+        uint64_t now = loop_now_us();
         op->res.retry_after_ms =
             wn->holder_until_us > now ? (long long)((wn->holder_until_us - now) / 1000ULL) : 0;
         sleepers_unlink(op);
@@ -185,7 +185,7 @@ static void acquire_timer(void *arg)
 static void acquire_sleep(rl_task *op)
 {
     rl_engine *e = op->e;
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     uint64_t left_us = op->wait_deadline_us > now ? op->wait_deadline_us - now : 0;
     uint64_t delay_us;
     if (e->cfg.notify && op->res.retry_after_ms > 0 && mpool_notices_up(e->pool))
@@ -197,7 +197,7 @@ static void acquire_sleep(rl_task *op)
     if (delay_us > left_us)
         delay_us = left_us;
     struct wake *w = malloc(sizeof *w);
-    if (!w || mpool_after(e->pool, delay_us, acquire_timer, w) < 0) {
+    if (!w || loop_after(mpool_loop(e->pool), delay_us, acquire_timer, w) < 0) {
         free(w);
         op_answer(op);
         return;
@@ -215,7 +215,7 @@ void acquire_refused(rl_task *op)
 {
     rl_engine *e = op->e;
     op->res.outcome = op->cancelled ? RL_CANCELLED : RL_LOCKED;
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     if (op->cancelled || now >= op->wait_deadline_us || atomic_load(&e->draining)) {
         op_answer(op);
         return;
@@ -281,7 +281,7 @@ bool rl_engine_notices_up(rl_engine *e)
 
 int rl_engine_post(rl_engine *e, void (*fn)(void *), void *arg)
 {
-    return mpool_post(e->pool, fn, arg);
+    return loop_post(mpool_loop(e->pool), fn, arg);
 }
 
 void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen)
@@ -304,9 +304,9 @@ void queue_expire(void *arg)
 {
     rl_engine *e = arg;
     e->queue_timer = false;
-    if (mpool_is_stopping(e->pool))
+    if (loop_stopping(mpool_loop(e->pool)))
         return;
-    uint64_t now = mpool_now_us();
+    uint64_t now = loop_now_us();
     while (e->queue_head && e->queue_head->queued_until_us <= now) {
         rl_task *op = e->queue_head;
         e->queue_head = op->qnext;
@@ -317,7 +317,7 @@ void queue_expire(void *arg)
         op->res.retry_after_ms = 1000;
         op_answer(op);
     }
-    if (e->queue_head && mpool_after(e->pool, e->queue_head->queued_until_us - now, queue_expire, e) == 0)
+    if (e->queue_head && loop_after(mpool_loop(e->pool), e->queue_head->queued_until_us - now, queue_expire, e) == 0)
         e->queue_timer = true;
 }
 

@@ -109,7 +109,7 @@ static atomic_bool stop_waiting;   /* sem_stop_waiting was called */
  * lock acquire does (409). */
 static bool stopping(sem_task *t)
 {
-    return atomic_load(&stop_waiting) || mpool_is_stopping(t->pool) || rl_engine_draining(t->limit_eng);
+    return atomic_load(&stop_waiting) || loop_stopping(mpool_loop(t->pool)) || rl_engine_draining(t->limit_eng);
 }
 
 /* ---- waiting: a retry timer, or a notice that a slot was given back ---- */
@@ -169,7 +169,7 @@ static void retry_timer(void *arg)
 static void arm_retry(void *arg)
 {
     sem_sleep *z = arg;
-    if (mpool_after(z->pool, z->delay_us, retry_timer, z) < 0)
+    if (loop_after(mpool_loop(z->pool), z->delay_us, retry_timer, z) < 0)
         retry_timer(z);   /* at once: the pool is stopping, and the round says so */
 }
 
@@ -201,7 +201,7 @@ static void on_notice(void *arg, const char *key, size_t len)
         next = z->next;
         if (z->claimed || strlen(z->t->req.name) != nlen || memcmp(z->t->req.name, key, nlen))
             continue;
-        if (mpool_post(z->t->pool, next_round, z->t) < 0)
+        if (loop_post(mpool_loop(z->t->pool), next_round, z->t) < 0)
             continue;   /* the timer will */
         z->claimed = true;
         sleep_unlink(z);   /* the timer frees it */
@@ -263,9 +263,9 @@ static bool sleep_until_retry(sem_task *t)
     pthread_mutex_unlock(&sleep_mu);
     long long ms = hearing ? (t->held_left_ms + 1 < SEM_SLEEP_MAX_MS ? t->held_left_ms + 1 : SEM_SLEEP_MAX_MS)
                            : SEM_RETRY_MS / 2 + (long long)(rnd(t) % SEM_RETRY_MS);
-    uint64_t now = mpool_now_us(), left = t->deadline_us > now ? t->deadline_us - now : 0;
+    uint64_t now = loop_now_us(), left = t->deadline_us > now ? t->deadline_us - now : 0;
     z->delay_us = cancelled ? 0 : (uint64_t)ms * 1000ULL < left ? (uint64_t)ms * 1000ULL : left;
-    if (mpool_post(t->pool, arm_retry, z) < 0)
+    if (loop_post(mpool_loop(t->pool), arm_retry, z) < 0)
         retry_timer(z);   /* claims it unless a notice did */
     return true;
 }
@@ -274,7 +274,7 @@ static bool sleep_until_retry(sem_task *t)
 static void acquire_short(sem_task *t)
 {
     give_back(t);
-    if (mpool_now_us() < t->deadline_us && !stopping(t) && sleep_until_retry(t))
+    if (loop_now_us() < t->deadline_us && !stopping(t) && sleep_until_retry(t))
         return;
     t->res.outcome = RL_LOCKED;
     finish(t);
@@ -463,7 +463,7 @@ void sem_cancel(sem_handle *t)
     /* asleep between rounds: the next one, now, answers */
     pthread_mutex_lock(&sleep_mu);
     for (sem_sleep *z = sleepers; z; z = z->next)
-        if (z->t == t && !z->claimed && mpool_post(t->pool, next_round, t) == 0) {
+        if (z->t == t && !z->claimed && loop_post(mpool_loop(t->pool), next_round, t) == 0) {
             z->claimed = true;
             sleep_unlink(z);
             break;
@@ -477,7 +477,7 @@ void sem_stop_waiting(void)
     pthread_mutex_lock(&sleep_mu);
     for (sem_sleep *z = sleepers, *next; z; z = next) {
         next = z->next;
-        if (!z->claimed && mpool_post(z->t->pool, next_round, z->t) == 0) {
+        if (!z->claimed && loop_post(mpool_loop(z->t->pool), next_round, z->t) == 0) {
             z->claimed = true;
             sleep_unlink(z);
         }
@@ -510,8 +510,8 @@ int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, m
     sem_limit_name(req->name, t->limit_name, sizeof t->limit_name);
     t->limit_eng = engine_of(eng_arg, t->limit_name);
     if (getrandom(&t->rng, sizeof t->rng, 0) != sizeof t->rng)
-        t->rng = (unsigned)mpool_now_us();
-    t->deadline_us = mpool_now_us() + (uint64_t)req->wait_ms * 1000ULL;
+        t->rng = (unsigned)loop_now_us();
+    t->deadline_us = loop_now_us() + (uint64_t)req->wait_ms * 1000ULL;
     int rc;
     switch (req->op) {
     case SEM_ACQUIRE:
