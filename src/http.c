@@ -88,6 +88,21 @@ static enum MHD_Result unauthorized(req_ctx *ctx)
     return send_error(ctx, API_E_UNAUTHORIZED, "a valid Authorization: Bearer token is required", NULL);
 }
 
+/* Suspends ctx's connection before its request goes to the engine (whose
+ * answer may come at once, and resumes it): the registry knows it waits. */
+void suspend_for_engine(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    pthread_mutex_lock(&s->reg_lock);
+    ctx->susp = true;
+    if (ctx->ci)
+        ctx->ci->suspended = ctx;
+    pthread_mutex_unlock(&s->reg_lock);
+    MHD_suspend_connection(ctx->conn);
+    ctx->submitted = true;
+    metrics_inflight(s->m, 1);
+}
+
 void ctx_unref(req_ctx *ctx)
 {
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {

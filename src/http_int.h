@@ -176,6 +176,7 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
                           long long retry_after_s, bool json);
 enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
                            const char *allow);
+void suspend_for_engine(req_ctx *ctx);
 void ctx_unref(req_ctx *ctx);
 bool ctx_resume(req_ctx *ctx, const rl_result *res);
 bool ctx_unsuspend(req_ctx *ctx);

@@ -176,15 +176,7 @@ rl_engine *engine_for(const req_ctx *ctx)
 enum MHD_Result submit(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    /* Suspend before submitting: the engine may answer (and resume) at once. */
-    pthread_mutex_lock(&s->reg_lock);
-    ctx->susp = true;
-    if (ctx->ci)
-        ctx->ci->suspended = ctx;
-    pthread_mutex_unlock(&s->reg_lock);
-    MHD_suspend_connection(ctx->conn);
-    ctx->submitted = true;
-    metrics_inflight(s->m, 1);
+    suspend_for_engine(ctx);   /* the engine may answer (and resume) at once */
     atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
     rl_handle *h = NULL;
     ctx->eng = engine_for(ctx);

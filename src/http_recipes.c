@@ -236,15 +236,7 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     if (r->hold && !reserve_hold(ctx))
         return too_many_holds(ctx);
-    /* Suspend before submitting: the answer may come at once. */
-    pthread_mutex_lock(&s->reg_lock);
-    ctx->susp = true;
-    if (ctx->ci)
-        ctx->ci->suspended = ctx;
-    pthread_mutex_unlock(&s->reg_lock);
-    MHD_suspend_connection(ctx->conn);
-    ctx->submitted = true;
-    metrics_inflight(s->m, 1);
+    suspend_for_engine(ctx);   /* the answer may come at once */
     atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
     if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);

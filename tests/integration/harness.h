@@ -49,6 +49,11 @@ typedef struct h_resp {
     double seconds;
 } h_resp;
 
+/* A suite's init for tests with many raw clients: SIGPIPE ignored (they
+ * write to connections the server closed) and the descriptor limit raised
+ * to its maximum (a thousand sockets need more than 1024). */
+void h_client_setup(void);
+
 /* Prints what failed, with errno, and aborts the test. */
 void h_die(const char *what) __attribute__((noreturn));
 

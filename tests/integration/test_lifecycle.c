@@ -25,23 +25,12 @@
 static h_cluster *C;
 
 
-static void setup(void)
-{
-    signal(SIGPIPE, SIG_IGN);   /* writes to connections the server closed */
-    /* A thousand client sockets need more than the usual 1024 descriptors. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 static void teardown(void)
 {
     h_cluster_free(C);
 }
 
-TestSuite(lifecycle, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(lifecycle, .init = h_client_setup, .fini = teardown, .timeout = 120);
 
 /* A client whose connection breaks while its acquire waits is never
  * granted: it stops waiting within a second. One that only closed (a FIN,

@@ -22,17 +22,12 @@
 
 static h_cluster *C;
 
-static void setup(void)
-{
-    signal(SIGPIPE, SIG_IGN);   /* writes to connections the server closed */
-}
-
 static void teardown(void)
 {
     h_cluster_free(C);
 }
 
-TestSuite(shutdown, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(shutdown, .init = h_client_setup, .fini = teardown, .timeout = 120);
 
 /* What one connection came to. */
 enum conn_end { CONN_ANSWERED, CONN_REFUSED, CONN_RESET, CONN_GAVE_UP, CONN_OTHER };

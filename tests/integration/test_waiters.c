@@ -25,18 +25,6 @@ static h_cluster *peers[60];
 static int npeers;
 
 
-static void setup(void)
-{
-    signal(SIGPIPE, SIG_IGN);   /* writes to connections the server closed */
-    /* A thousand client sockets need more than the usual 1024 descriptors. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
-
 static void teardown(void)
 {
     for (int i = 0; i < npeers; i++)
@@ -45,7 +33,7 @@ static void teardown(void)
     h_cluster_free(C);
 }
 
-TestSuite(waiters, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(waiters, .init = h_client_setup, .fini = teardown, .timeout = 120);
 
 /* ---- waiting without polling ---- */
 
