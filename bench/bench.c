@@ -67,7 +67,7 @@ static int start_masters(const char *masters_arg, const char *dir, pid_t redis[N
             snprintf(log, sizeof log, "%s/redis.log", mdir);
             char *av[] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", mdir,
                           "--save", "", "--appendonly", "no", NULL};
-            redis[m] = spawn(av, log);
+            redis[m] = h_spawn(av, log);
             o += (size_t)snprintf(masters + o, mlen - o, "%s127.0.0.1:%d", m ? "," : "", master_port[m]);
         }
         for (int m = 0; m < NMASTERS; m++)
@@ -146,7 +146,7 @@ int main(int argc, char **argv)
         snprintf(threads, sizeof threads, "%d", row_threads[k]);
         char *av[] = {(char *)bin, "--listen", listen, "--masters", masters, "--log-level", "warn",
                       "--threads", threads, NULL};
-        daemon[k] = spawn(av, log);
+        daemon[k] = h_spawn(av, log);
         wait_port(http_port[k], "redlockd");
     }
     usleep(300000);   /* masters connected */
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
             snprintf(lg, sizeof lg, "%s/handoff-%d-%d.log", dir, v, k);
             char *hv[] = {(char *)bin, "--listen", l, "--masters", masters, "--log-level", "warn",
                           "--notify", v == 0 ? "on" : "off", NULL};
-            inst[k] = spawn(hv, lg);
+            inst[k] = h_spawn(hv, lg);
             wait_port(ports_ho[k], "redlockd");
         }
         usleep(300000);

@@ -108,7 +108,6 @@ double masters_cpu_s(void);
 double per_1000(double cpu_s, long cycles);
 double thread_cpu_s(void);
 void finish(result *r, samples *s, uint64_t elapsed_us);
-pid_t spawn(char *const argv[], const char *log);
 void wait_port(int port, const char *what);
 double proc_cpu_s(pid_t pid);
 long proc_kib(pid_t pid, const char *field);

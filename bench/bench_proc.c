@@ -110,24 +110,6 @@ void finish(result *r, samples *s, uint64_t elapsed_us)
 
 /* ---- processes ---- */
 
-pid_t spawn(char *const argv[], const char *log)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork");
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
 static bool tcp_ready(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -165,6 +165,11 @@ static pid_t spawn(char *const argv[], const char *log_path, bool is_daemon)
     return j.pid;
 }
 
+pid_t h_spawn(char *const argv[], const char *log_path)
+{
+    return spawn(argv, log_path, false);
+}
+
 static bool redis_ping(int port)
 {
     struct timeval tv = {0, 200000};

@@ -58,6 +58,9 @@ void h_client_setup(void);
 void h_die(const char *what) __attribute__((noreturn));
 
 int h_free_port(void);
+/* Starts argv[0] (searched in PATH) with its output appended to log_path;
+ * it is killed when this process ends. Its pid. */
+pid_t h_spawn(char *const argv[], const char *log_path);
 uint64_t h_now_us(void);
 
 /* Starts n masters (no persistence unless extra_redis says so). */
