@@ -244,7 +244,9 @@ static void notice_want(sem_task *t, bool on)
     t->subscribed = on;
 }
 
-/* Sleeps until the retry timer or a notice, whichever comes first. */
+/* Sleeps until the retry timer or a notice, whichever comes first. Once z
+ * is in the registry a notice may start the next round on another loop,
+ * which may end t: so everything of t is read before. */
 static bool sleep_until_retry(sem_task *t)
 {
     sem_sleep *z = calloc(1, sizeof *z);
@@ -254,18 +256,18 @@ static bool sleep_until_retry(sem_task *t)
     z->pool = t->pool;
     if (!t->subscribed)
         notice_want(t, true);   /* its confirmation wakes: nothing released before is missed */
-    bool hearing = t->subscribed && t->held_left_ms > 0 && rl_engine_notices_up(t->limit_eng);
+    bool may_hear = t->subscribed && t->held_left_ms > 0 && rl_engine_notices_up(t->limit_eng);
+    long long long_ms = t->held_left_ms + 1 < SEM_SLEEP_MAX_MS ? t->held_left_ms + 1 : SEM_SLEEP_MAX_MS;
+    long long short_ms = SEM_RETRY_MS / 2 + (long long)(rnd(t) % SEM_RETRY_MS);
+    uint64_t now = loop_now_us(), left = t->deadline_us > now ? t->deadline_us - now : 0;
     pthread_mutex_lock(&sleep_mu);
-    hearing = hearing && notice_gen == t->round_gen;
+    uint64_t us = (uint64_t)(may_hear && notice_gen == t->round_gen ? long_ms : short_ms) * 1000ULL;
+    /* (a cancel before z is linked found nothing to wake: the timer is due now) */
+    z->delay_us = atomic_load(&t->cancelled) ? 0 : us < left ? us : left;
     DLIST_PUSH(sleepers, z, prev, next);
     z->linked = true;
-    bool cancelled = atomic_load(&t->cancelled);   /* (sem_cancel looked before z was linked) */
     pthread_mutex_unlock(&sleep_mu);
-    long long ms = hearing ? (t->held_left_ms + 1 < SEM_SLEEP_MAX_MS ? t->held_left_ms + 1 : SEM_SLEEP_MAX_MS)
-                           : SEM_RETRY_MS / 2 + (long long)(rnd(t) % SEM_RETRY_MS);
-    uint64_t now = loop_now_us(), left = t->deadline_us > now ? t->deadline_us - now : 0;
-    z->delay_us = cancelled ? 0 : (uint64_t)ms * 1000ULL < left ? (uint64_t)ms * 1000ULL : left;
-    if (loop_post(mpool_loop(t->pool), arm_retry, z) < 0)
+    if (loop_post(mpool_loop(z->pool), arm_retry, z) < 0)
         retry_timer(z);   /* claims it unless a notice did */
     return true;
 }
