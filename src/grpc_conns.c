@@ -121,12 +121,46 @@ static void conn_goaway(gconn *c)
                           NGHTTP2_NO_ERROR, NULL, 0);
 }
 
+/* Serves what c's socket has for it: reads if readable, then writes. */
+static void conn_ready(gconn *c, bool readable)
+{
+    if (c->dead)
+        return;   /* closed earlier in this turn */
+    int rc = readable ? conn_read(c) : 0;
+    if (rc == 0 && !c->dead)
+        rc = conn_flush(c);
+    if (rc < 0 || c->dead || conn_finished(c))
+        conn_close(c);
+}
+
+/* At the limit, before a new connection is refused: the connections whose
+ * peers have closed or reset are closed first, as their events, still in
+ * the queue behind the listener's, would have closed them. */
+static void reap_closed(grpc_server *s)
+{
+    struct pollfd *pf = calloc((size_t)s->nconns, sizeof *pf);
+    gconn **cs = calloc((size_t)s->nconns, sizeof *cs);
+    int n = 0;
+    for (gconn *c = s->conns; c && pf && cs && n < s->nconns; c = c->next, n++) {
+        pf[n] = (struct pollfd){.fd = c->fd, .events = POLLIN | POLLRDHUP};
+        cs[n] = c;
+    }
+    if (pf && cs && poll(pf, (nfds_t)n, 0) > 0)
+        for (int i = 0; i < n; i++)
+            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                conn_ready(cs[i], true);
+    free(pf);
+    free(cs);
+}
+
 static void accept_all(grpc_server *s)
 {
     for (;;) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;   /* EAGAIN, or out of descriptors: the next turn tries again */
+        if (s->nconns >= s->cfg->max_connections)
+            reap_closed(s);
         gconn *c = s->nconns < s->cfg->max_connections ? calloc(1, sizeof *c) : NULL;
         if (!c || nghttp2_session_server_new2(&c->sess, s->cbs, c, s->opt) != 0) {
             free(c);
@@ -257,16 +291,7 @@ static void *grpc_thread(void *arg)
             } else if (kind == GK_WAKE) {
                 take_answers(s);
             } else {
-                gconn *c = evs[i].data.ptr;
-                if (c->dead)
-                    continue;   /* closed earlier in this turn */
-                int rc = 0;
-                if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-                    rc = conn_read(c);
-                if (rc == 0 && !c->dead)
-                    rc = conn_flush(c);
-                if (rc < 0 || c->dead || conn_finished(c))
-                    conn_close(c);
+                conn_ready(evs[i].data.ptr, evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR));
             }
         }
         uint64_t now = loop_now_us();

@@ -14,7 +14,8 @@ instances over them (one without auth, one with --auth-token-file), then:
   open);
 * raw sockets: HTTP/2 garbage, truncated frames, oversize frames, header
   lists beyond the limit, streams beyond the limit (refused), connections
-  beyond --max-connections, and a connection that never completes a call
+  beyond --max-connections (and one that waits while others close, which is
+  served), and a connection that never completes a call
   (closed after --request-timeout-ms); the service keeps serving;
 * the Dapr JavaScript SDK (npm @dapr/dapr, pinned in package.json and
   package-lock.json, installed with npm ci into the build directory) in gRPC
@@ -535,6 +536,35 @@ def raw_limits(A, max_conns, request_timeout_ms):
     for c in held:
         c.close()
     log(f"raw: connection {max_conns + 1} closed at once (--max-connections {max_conns})")
+    # A connection that waits to be taken while the server is at its limit
+    # is served if, by the time the server takes it, others have closed:
+    # closes the server has been told of count before a new connection does.
+    # The daemon is stopped while that happens, so the new connection is
+    # ready before the closes are (epoll would hand them over in that order).
+    held = []
+    for _ in range(max_conns):
+        c = raw_conn(A)
+        c.sendall(PREFACE + frame(4, 0, 0, b""))
+        held.append(c)
+    for c in held:   # every one taken: its SETTINGS came back
+        c.settimeout(5)
+        c.recv(9)
+    os.kill(A.proc.pid, signal.SIGSTOP)
+    try:
+        fresh = raw_conn(A)   # the kernel completes it; the daemon has not taken it
+        fresh.sendall(PREFACE + frame(4, 0, 0, b""))
+        for c in held:
+            c.close()
+        time.sleep(0.1)
+    finally:
+        os.kill(A.proc.pid, signal.SIGCONT)
+    frames, closed = read_frames(fresh, 0.5)
+    fresh.close()
+    check(not closed and frames and frames[0][0] == 4,
+          f"a connection waiting while {max_conns} others closed: closed {closed}, "
+          f"frames {[f[0] for f in frames]}")
+    log(f"raw: a connection waiting at the limit while {max_conns} others closed: "
+        f"{'closed' if closed else 'served'}")
 
 
 # ---- the Dapr JavaScript SDK in gRPC mode ----
