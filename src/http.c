@@ -119,15 +119,18 @@ void ctx_unref(req_ctx *ctx)
 
 /* Takes ctx out of its suspension with result res (once, whoever comes
  * first: the engine's answer, or a shutdown that could not wait for it) and
- * resumes the connection. Returns false when it was no longer suspended:
- * res is then not the one answered. */
-bool ctx_resume(req_ctx *ctx, const rl_result *res)
+ * resumes the connection; sem_res, when not NULL, is a semaphore's whole
+ * answer, kept beside its outcome. Returns false when it was no longer
+ * suspended: res is then not the one answered. */
+bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res)
 {
     http_server *s = ctx->s;
     pthread_mutex_lock(&s->reg_lock);
     bool was = ctx->susp;
     if (was) {
         ctx->res = *res;
+        if (sem_res)
+            *ctx->sem_res = *sem_res;
         atomic_store(&ctx->result_ready, true);
         ctx->susp = false;
         if (ctx->ci)

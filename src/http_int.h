@@ -178,7 +178,7 @@ enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
                            const char *allow);
 void suspend_for_engine(req_ctx *ctx);
 void ctx_unref(req_ctx *ctx);
-bool ctx_resume(req_ctx *ctx, const rl_result *res);
+bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res);
 bool ctx_unsuspend(req_ctx *ctx);
 bool client_gone(int fd);
 bool client_done_sending(int fd);

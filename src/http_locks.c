@@ -8,7 +8,7 @@ static void lock_done(void *arg, const rl_result *res)
     req_ctx *ctx = arg;
     if (ctx->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
         hold_released(ctx->s->holds, ctx->req.name, ctx->req.token);
-    ctx_resume(ctx, res);   /* when a shutdown answered first, rl_finish releases a grant */
+    ctx_resume(ctx, res, NULL);   /* when a shutdown answered first, rl_finish releases a grant */
     ctx_unref(ctx);
 }
 
@@ -183,7 +183,7 @@ enum MHD_Result submit(req_ctx *ctx)
     if (rl_submit(ctx->eng, &ctx->req, lock_done, ctx, &h) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
-        ctx_resume(ctx, &down);
+        ctx_resume(ctx, &down, NULL);
         return MHD_YES;
     }
     pthread_mutex_lock(&s->reg_lock);

@@ -138,20 +138,8 @@ static void sem_done(void *arg, const sem_result *res)
             hold_released(s->holds, slot_name, token);
         }
     }
-    pthread_mutex_lock(&s->reg_lock);
-    bool was = ctx->susp;
-    if (was) {
-        memcpy(ctx->sem_res, res, sizeof *res);
-        ctx->res.outcome = res->outcome;
-        atomic_store(&ctx->result_ready, true);
-        ctx->susp = false;
-        if (ctx->ci)
-            ctx->ci->suspended = NULL;
-    }
-    pthread_mutex_unlock(&s->reg_lock);
-    if (was)
-        ctx_wake(ctx);
-    else if (ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
+    rl_result outcome = {.outcome = res->outcome};
+    if (!ctx_resume(ctx, &outcome, res) && ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
         sem_give_back(s, ctx->sh->pool, ctx->sem->name, res);
     ctx_unref(ctx);
 }
@@ -241,7 +229,7 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
     if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
-        ctx_resume(ctx, &down);
+        ctx_resume(ctx, &down, NULL);
         ctx->forced = true;
     }
     return MHD_YES;
