@@ -126,6 +126,7 @@ void on_signals(run *r);
 int setup_signals(void);
 void default_owner(char *out, size_t outlen);
 long until_ms(uint64_t t, uint64_t now, long cap);
+long stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout);
 int cmd_run(const cli_args *a);
 
 /* cli_child.c */

@@ -125,18 +125,8 @@ int cmd_run_permit(const cli_args *a)
             else
                 next_renew = now_us() + 200000u;   /* again soon, while validity lasts */
         }
-        if (r.lost && !r.term_sent) {
-            char grace[32];
-            cli_format_ms(a->grace_ms, grace, sizeof grace);
-            say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r.why, grace);
-            kill(-r.child, SIGTERM);
-            r.term_sent = true;
-            r.kill_at_us = now + (uint64_t)a->grace_ms * 1000u;
-        }
-        if (r.term_sent && !r.kill_sent && now >= r.kill_at_us) {
-            kill(-r.child, SIGKILL);
-            r.kill_sent = true;
-        }
+        if (r.lost)
+            stop_lost_child(a, &r, now, 50);   /* lost: the poll below waits 50 ms */
         if (r.reaped && (!r.lost || r.kill_sent || !group_alive(&r)))
             break;
         long timeout = r.lost ? 50 : until_ms(next_renew < r.valid_until_us ? next_renew : r.valid_until_us,

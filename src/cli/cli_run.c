@@ -320,6 +320,29 @@ long until_ms(uint64_t t, uint64_t now, long cap)
     return ms < (uint64_t)cap ? (long)ms : cap;
 }
 
+/* Once the lock is lost, CMD's process group is stopped: SIGTERM at once,
+ * SIGKILL a->grace_ms later. Kills even after CMD itself exited: what it
+ * started must stop too. Returns timeout, or less when the SIGKILL is due
+ * sooner. */
+long stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout)
+{
+    if (!r->term_sent) {
+        char grace[32];
+        cli_format_ms(a->grace_ms, grace, sizeof grace);
+        say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r->why, grace);
+        kill(-r->child, SIGTERM);
+        r->term_sent = true;
+        r->kill_at_us = now + (uint64_t)a->grace_ms * 1000u;
+    }
+    if (r->kill_sent)
+        return timeout;
+    if (now < r->kill_at_us)
+        return until_ms(r->kill_at_us, now, timeout);
+    kill(-r->child, SIGKILL);
+    r->kill_sent = true;
+    return timeout;
+}
+
 int cmd_run(const cli_args *a)
 {
     run r;
@@ -393,23 +416,8 @@ int cmd_run(const cli_args *a)
             r.exit_code = CLI_EXIT_LOST;
             break;
         }
-        if (r.lost && !r.term_sent) {
-            /* Kill even after CMD itself exited: what it started must stop too. */
-            char grace[32];
-            cli_format_ms(a->grace_ms, grace, sizeof grace);
-            say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r.why, grace);
-            kill(-r.child, SIGTERM);
-            r.term_sent = true;
-            r.kill_at_us = now + (uint64_t)a->grace_ms * 1000u;
-        }
-        if (r.term_sent && !r.kill_sent) {
-            if (now >= r.kill_at_us) {
-                kill(-r.child, SIGKILL);
-                r.kill_sent = true;
-            } else {
-                timeout = until_ms(r.kill_at_us, now, timeout);
-            }
-        }
+        if (r.lost)
+            timeout = stop_lost_child(a, &r, now, timeout);
         if (r.reaped) {
             if (!r.lost) {
                 finish(&r);
