@@ -144,7 +144,9 @@ class Master:
         raise RuntimeError(f"redis-server on {self.port} did not start")
 
     def pause(self):
+        # Back once every thread has stopped, as kill() returns before.
         self.proc.send_signal(signal.SIGSTOP)
+        os.waitid(os.P_PID, self.proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
 
     def resume(self):
         self.proc.send_signal(signal.SIGCONT)

@@ -436,6 +436,13 @@ def read_frames(s, timeout):
     return frames, closed
 
 
+def stop_every_thread(pid):
+    """SIGSTOP, and back once every thread has stopped: kill() returns
+    before the other threads of the process have taken the stop."""
+    os.kill(pid, signal.SIGSTOP)
+    os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+
+
 def raw_conn(A):
     return socket.create_connection(("127.0.0.1", A.gport), timeout=5)
 
@@ -549,7 +556,7 @@ def raw_limits(A, max_conns, request_timeout_ms):
     for c in held:   # every one taken: its SETTINGS came back
         c.settimeout(5)
         c.recv(9)
-    os.kill(A.proc.pid, signal.SIGSTOP)
+    stop_every_thread(A.proc.pid)
     try:
         fresh = raw_conn(A)   # the kernel completes it; the daemon has not taken it
         fresh.sendall(PREFACE + frame(4, 0, 0, b""))

@@ -414,7 +414,18 @@ void h_daemon_kill(h_cluster *c)
     c->daemon = 0;
 }
 
-void h_master_pause(h_cluster *c, int i) { kill(c->m[i].pid, SIGSTOP); }
+/* kill() returns before every thread of the process has taken the stop;
+ * waits until they have (or it ended), and leaves its status unreaped. */
+void h_stop_process(pid_t pid)
+{
+    if (kill(pid, SIGSTOP) < 0)
+        return;
+    siginfo_t si;
+    while (waitid(P_PID, (id_t)pid, &si, WSTOPPED | WEXITED | WNOWAIT) < 0 && errno == EINTR)
+        ;
+}
+
+void h_master_pause(h_cluster *c, int i) { h_stop_process(c->m[i].pid); }
 void h_master_resume(h_cluster *c, int i) { kill(c->m[i].pid, SIGCONT); }
 
 void h_master_kill(h_cluster *c, int i)

@@ -90,6 +90,7 @@ void h_cluster_free(h_cluster *c);
 h_cluster *h_peer_start(h_cluster *c, ...) __attribute__((sentinel));
 void h_peer_free(h_cluster *peer);
 
+void h_stop_process(pid_t pid);              /* SIGSTOP, back once it has stopped */
 void h_master_pause(h_cluster *c, int i);    /* SIGSTOP */
 void h_master_resume(h_cluster *c, int i);   /* SIGCONT */
 void h_master_kill(h_cluster *c, int i);     /* SIGKILL and reap */

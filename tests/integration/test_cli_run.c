@@ -242,7 +242,7 @@ Test(cli_run, stalled_stream_stops_cmd)
     char script[600];
     pid_t p = START("r", "run", "--ttl", "2s", "stall", "--", "sh", "-c", trapping_child(script, sizeof script));
     cr_assert(wait_file("started", 5000));
-    kill(C->daemon, SIGSTOP);
+    h_stop_process(C->daemon);
     uint64_t t0 = h_now_us();
     int code = finish(p, 6000);
     double s = (double)(h_now_us() - t0) / 1e6;

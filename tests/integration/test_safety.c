@@ -153,7 +153,7 @@ Test(safety, remembered_release_never_deletes_another_grant)
     h_resp x = dapr_lock(C, "r6", "owner-6", 1);
     cr_assert_not(dapr_success(&x), "X cannot have a majority: %s", x.body);
     h_resp_free(&x);
-    kill(C->daemon, SIGSTOP);          /* X stalls with its releases queued */
+    h_stop_process(C->daemon);         /* X stalls with its releases queued */
     for (int i = 0; i < 3; i++)
         h_master_resume(C, i);
     usleep(1300000);                   /* X's late SETs (1 s) expire */
