@@ -11,14 +11,16 @@
 # the hold suite; libssl-dev is TLS to the masters, the openssl CLI makes the
 # TLS tests' certificates; libnghttp2-dev, libprotobuf-c-dev and
 # protobuf-c-compiler build Dapr's gRPC API, python3-grpcio and
-# python3-grpc-tools test it. The containers suite installs podman,
+# python3-grpc-tools test it; libjansson-dev reads request bodies strictly
+# (src/jsonio.c); clang and libclang-rt-14-dev build the libFuzzer targets
+# (tests/fuzz). The containers suite installs podman,
 # podman-compose, runc, debootstrap, netavark, aardvark-dns, iptables and git
 # itself (tests/containers/containers.py).
 REDLOCKD_PACKAGES="gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
-libcjson-dev libssl-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
+libcjson-dev libjansson-dev libssl-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 libcriterion-dev libcurl4-openssl-dev redis-server redis-tools curl iptables python3
 python3-yaml python3-kubernetes python3-jsonschema python3-grpcio python3-grpc-tools
-docker-compose systemd"
+docker-compose systemd clang libclang-rt-14-dev"
 
 install_deps() {
     local missing=()

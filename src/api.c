@@ -2,11 +2,11 @@
 #include "api.h"
 
 #include <cjson/cJSON.h>
-#include <ctype.h>
-#include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "jsonio.h"
 #include "rules.h"
 
 /* The one table from error kinds to HTTP status and JSON error code. */
@@ -114,52 +114,6 @@ enum rl_op api_op_of(const char *method)
     return RL_INSPECT;
 }
 
-/* Reads an optional integer field in [min, max]. Returns 0 (absent leaves *out),
- * or -1 with msg. */
-static int int_field(const cJSON *obj, const char *field, long long min, long long max,
-                     long long *out, char *msg, size_t msglen)
-{
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, field);
-    if (!item)
-        return 0;
-    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble) ||
-        floor(item->valuedouble) != item->valuedouble) {
-        snprintf(msg, msglen, "%s must be a whole number", field);
-        return -1;
-    }
-    double v = item->valuedouble;
-    if (v < (double)min || v > (double)max) {
-        snprintf(msg, msglen, "%s must be from %lld to %lld", field, min, max);
-        return -1;
-    }
-    *out = (long long)v;
-    return 0;
-}
-
-/* Does the JSON text hold an escaped NUL (\u0000)? cJSON decodes it into
- * its strings, which then end early: "a\u0000b" would read as "a". No field
- * of the API may hold one, so such a body is refused whole. Outside strings
- * valid JSON has no backslash, so every backslash starts an escape. */
-static bool has_escaped_nul(const char *s, size_t len)
-{
-    for (size_t i = 0; i + 1 < len; i++) {
-        if (s[i] != '\\')
-            continue;
-        if (s[i + 1] == 'u' && i + 5 < len && !memcmp(s + i + 2, "0000", 4))
-            return true;
-        i++;   /* the escaped character */
-    }
-    return false;
-}
-
-static bool all_space(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (!isspace((unsigned char)s[i]))
-            return false;
-    return true;
-}
-
 int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits *lim,
                    rl_request *req, bool *token_from_body, enum api_err *err,
                    char *msg, size_t msglen)
@@ -169,75 +123,52 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
     req->wait_ms = 0;
     *token_from_body = false;
     *err = API_E_BAD_REQUEST;
-    if (op == RL_INSPECT || len == 0 || all_space(body, len))
+    if (op == RL_INSPECT)
         return 0;
-
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (root && !all_space(end, len - (size_t)(end - body))) {
-        cJSON_Delete(root);   /* trailing bytes after the value */
-        root = NULL;
-    }
-    if (!root) {
-        snprintf(msg, msglen, "the body is not valid JSON");
+    json_t *root = jsonio_read_object(body, len, true, msg, msglen);
+    if (!root)
         return -1;
-    }
     int rc = -1;
-    if (has_escaped_nul(body, len)) {
-        snprintf(msg, msglen, "the body holds a NUL character (\\u0000), which no field may hold");
-        goto out;
-    }
-    if (!cJSON_IsObject(root)) {
-        snprintf(msg, msglen, "the body must be a JSON object");
-        goto out;
-    }
     if (op == RL_ACQUIRE || op == RL_EXTEND) {
-        if (int_field(root, "ttl_ms", 1, lim->max_ttl_ms, &req->ttl_ms, msg, msglen) < 0)
+        if (jsonio_int(root, "ttl_ms", 1, lim->max_ttl_ms, &req->ttl_ms, msg, msglen) < 0)
             goto out;
     }
     if (op == RL_ACQUIRE) {
-        if (int_field(root, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0)
+        const char *owner;
+        if (jsonio_int(root, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0 ||
+            jsonio_bool(root, "hold", &req->hold, msg, msglen) < 0 ||
+            jsonio_string(root, "owner", &owner, msg, msglen) < 0)
             goto out;
-        const cJSON *hold = cJSON_GetObjectItemCaseSensitive(root, "hold");
-        if (hold && !cJSON_IsBool(hold)) {
-            snprintf(msg, msglen, "hold must be true or false");
-            goto out;
-        }
-        req->hold = cJSON_IsTrue(hold);
         if (req->hold && req->ttl_ms < API_HOLD_MIN_TTL_MS) {
             snprintf(msg, msglen, "ttl_ms must be at least %d with hold (it is renewed every third)",
                      API_HOLD_MIN_TTL_MS);
             goto out;
         }
-        const cJSON *owner = cJSON_GetObjectItemCaseSensitive(root, "owner");
-        if (owner && !(cJSON_IsString(owner) &&
-                       rules_owner_valid(owner->valuestring, strlen(owner->valuestring)))) {
+        if (owner && !rules_owner_valid(owner, strlen(owner))) {
             snprintf(msg, msglen, "owner must be a string of 1 to %d printable ASCII bytes",
                      RL_OWNER_MAX);
             goto out;
         }
         if (owner)
-            memcpy(req->owner, owner->valuestring, strlen(owner->valuestring) + 1);
+            memcpy(req->owner, owner, strlen(owner) + 1);
     }
     if (op == RL_EXTEND || op == RL_RELEASE) {
-        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "token");
+        const char *tok;
+        if (jsonio_string(root, "token", &tok, msg, msglen) < 0)
+            goto out;
         if (tok) {
-            if (!cJSON_IsString(tok)) {
-                snprintf(msg, msglen, "token must be a string");
-                goto out;
-            }
-            size_t tlen = strlen(tok->valuestring);
+            size_t tlen = strlen(tok);
             if (tlen > TOKEN_MAX_LEN) {
                 snprintf(msg, msglen, "token is longer than %d bytes", TOKEN_MAX_LEN);
                 goto out;
             }
-            memcpy(req->token, tok->valuestring, tlen + 1);
+            memcpy(req->token, tok, tlen + 1);
             *token_from_body = true;
         }
     }
     rc = 0;
 out:
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 
@@ -285,15 +216,6 @@ static cJSON *error_object(enum api_err e, const char *message)
     cJSON_AddStringToObject(o, "error", api_errors[e].code);
     cJSON_AddStringToObject(o, "message", message);
     return o;
-}
-
-/* cJSON prints numbers with 15 significant digits, which would round a
- * 16-digit fence: integers go in as raw text instead. */
-static void add_int(cJSON *o, const char *field, long long v)
-{
-    char buf[24];
-    snprintf(buf, sizeof buf, "%lld", v);
-    cJSON_AddRawToObject(o, field, buf);
 }
 
 static char *print_and_free(cJSON *o)
@@ -377,17 +299,17 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         if (res->outcome == RL_LOCKED || res->outcome == RL_TOO_MANY_WAITERS ||
             res->outcome == RL_OVERLOADED ||
             res->outcome == RL_TOO_MANY_HOLDS) {
-            add_int(o, "retry_after_ms", res->retry_after_ms);
+            jsonio_add_int(o, "retry_after_ms", res->retry_after_ms);
             long long s = (res->retry_after_ms + 999) / 1000;
             *retry_after_s = s < 1 ? 1 : s;
         } else if (res->outcome == RL_NOT_HELD) {
             cJSON_AddStringToObject(o, "reason", res->reason == RL_REASON_HELD_BY_OTHER
                                                      ? "held_by_other" : "expired");
         } else if (res->outcome == RL_NO_QUORUM) {
-            add_int(o, "masters_ok", res->masters_ok);
-            add_int(o, "masters_total", res->masters_total);
-            add_int(o, "masters_refusing", res->masters_refusing);
-            add_int(o, "masters_quarantined", res->masters_quarantined);
+            jsonio_add_int(o, "masters_ok", res->masters_ok);
+            jsonio_add_int(o, "masters_total", res->masters_total);
+            jsonio_add_int(o, "masters_refusing", res->masters_refusing);
+            jsonio_add_int(o, "masters_quarantined", res->masters_quarantined);
         }
         return print_and_free(o);
     }
@@ -406,9 +328,9 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
             return NULL;
         cJSON_AddStringToObject(o, "name", req->name);
         cJSON_AddBoolToObject(o, "held", res->held);
-        add_int(o, "validity_ms", res->held ? res->validity_ms : 0);
+        jsonio_add_int(o, "validity_ms", res->held ? res->validity_ms : 0);
         if (res->held && res->fence > 0)
-            add_int(o, "fence", res->fence);
+            jsonio_add_int(o, "fence", res->fence);
         if (res->held && res->owner[0])
             cJSON_AddStringToObject(o, "owner", res->owner);
         return print_and_free(o);
@@ -423,9 +345,9 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
         return NULL;
     cJSON_AddStringToObject(o, "name", req->name);
     cJSON_AddStringToObject(o, "token", res->token);
-    add_int(o, "validity_ms", res->validity_ms);
-    add_int(o, "ttl_ms", res->ttl_ms);
-    add_int(o, "fence", res->fence);
+    jsonio_add_int(o, "validity_ms", res->validity_ms);
+    jsonio_add_int(o, "ttl_ms", res->ttl_ms);
+    jsonio_add_int(o, "fence", res->fence);
     return print_and_free(o);
 }
 
@@ -443,12 +365,6 @@ static bool store_served(const char *store, const char *stores)
         p = comma ? comma + 1 : p + l;
     }
     return false;
-}
-
-static const char *dapr_string(const cJSON *root, const char *field)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, field);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 int api_dapr_request(bool unlock, const char *store, const char *stores, const char *resource,
@@ -515,28 +431,22 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
     *code = API_DAPR_ERR_MALFORMED;
     if (!store_served(store, stores))   /* before the body, as Dapr does */
         return api_dapr_request(unlock, store, stores, NULL, NULL, 0, lim, req, code, msg, msglen);
-    const char *end = NULL;
-    cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
-    if (root && !all_space(end, len - (size_t)(end - body))) {
-        cJSON_Delete(root);
-        root = NULL;
-    }
-    if (!cJSON_IsObject(root) || has_escaped_nul(body, len)) {
-        cJSON_Delete(root);
-        snprintf(msg, msglen, "the body must be a JSON object without NUL characters");
+    json_t *root = jsonio_read_object(body, len, false, msg, msglen);
+    if (!root)
         return -1;
-    }
-    /* expiryInSeconds: a whole positive number, else "not positive"; a
-     * huge one is clamped to just past the limit before it becomes an
-     * integer. */
+    /* expiryInSeconds: an integer, as Dapr's int32 field; absent or 0 is
+     * "not positive", and a larger one than the limit is refused there. */
     long long expiry_s = 0;
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "expiryInSeconds");
-    if (cJSON_IsNumber(e) && floor(e->valuedouble) == e->valuedouble && e->valuedouble > 0)
-        expiry_s = e->valuedouble > (double)(lim->max_ttl_ms / 1000)
-                       ? lim->max_ttl_ms / 1000 + 1 : (long long)e->valuedouble;
-    int rc = api_dapr_request(unlock, store, stores, dapr_string(root, "resourceId"),
-                              dapr_string(root, "lockOwner"), expiry_s, lim, req, code, msg, msglen);
-    cJSON_Delete(root);
+    const char *resource, *owner;
+    int rc = -1;
+    if (jsonio_int(root, "expiryInSeconds", LLONG_MIN, LLONG_MAX, &expiry_s, msg, msglen) < 0 ||
+        jsonio_string(root, "resourceId", &resource, msg, msglen) < 0 ||
+        jsonio_string(root, "lockOwner", &owner, msg, msglen) < 0)
+        goto out;
+    rc = api_dapr_request(unlock, store, stores, resource, owner, expiry_s, lim, req, code, msg,
+                          msglen);
+out:
+    json_decref(root);
     return rc;
 }
 
@@ -576,7 +486,7 @@ char *api_dapr_result_json(bool unlock, const rl_result *res, int *status)
         int st = res->outcome == RL_OK ? 0
                  : res->outcome == RL_NOT_HELD ? (res->reason == RL_REASON_HELD_BY_OTHER ? 2 : 1)
                                                : 3;
-        add_int(o, "status", st);
+        jsonio_add_int(o, "status", st);
     }
     return print_and_free(o);
 }

@@ -1,14 +1,12 @@
 /* election.c - see election.h. */
 #include "election.h"
 
-#include <cjson/cJSON.h>
-#include <ctype.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
+#include "jsonio.h"
 #include "rules.h"
 
 void election_lock_name(const char *name, char *out, size_t outlen)
@@ -33,48 +31,20 @@ bool election_value_valid(const char *s)
     return true;
 }
 
-static bool all_space(const char *s, size_t len)
+static int value_field(const json_t *root, bool required, char *value, char *msg, size_t msglen)
 {
-    for (size_t i = 0; i < len; i++)
-        if (!isspace((unsigned char)s[i]))
-            return false;
-    return true;
-}
-
-/* The body as a JSON object, or NULL with msg. A NUL escaped in a string
- * (\u0000) would cut it short: refused, as on the lock routes. */
-static cJSON *parse_object(const char *body, size_t len, char *msg, size_t msglen)
-{
-    const char *end = NULL;
-    cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
-    if (root && !all_space(end, len - (size_t)(end - body))) {
-        cJSON_Delete(root);
-        root = NULL;
-    }
-    if (!root) {
-        snprintf(msg, msglen, "the body is not valid JSON");
-        return NULL;
-    }
-    if (!cJSON_IsObject(root) || memmem(body, len, "\\u0000", 6)) {
-        snprintf(msg, msglen, "the body must be a JSON object without NUL characters");
-        cJSON_Delete(root);
-        return NULL;
-    }
-    return root;
-}
-
-static int value_field(const cJSON *root, bool required, char *value, char *msg, size_t msglen)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "value");
+    const char *v;
     value[0] = '\0';
-    if (!v && !required)
+    if (jsonio_string(root, "value", &v, msg, msglen) < 0)
+        v = NULL;
+    else if (!v && !required)
         return 0;
-    if (!cJSON_IsString(v) || !election_value_valid(v->valuestring)) {
+    if (!v || !election_value_valid(v)) {
         snprintf(msg, msglen, "value must be a string of 0 to %d printable ASCII bytes",
                  ELECTION_VALUE_MAX);
         return -1;
     }
-    memcpy(value, v->valuestring, strlen(v->valuestring) + 1);
+    memcpy(value, v, strlen(v) + 1);
     return 0;
 }
 
@@ -87,35 +57,27 @@ int election_parse_campaign(const char *body, size_t len, long long default_ttl_
     req->hold = true;
     req->ttl_ms = default_ttl_ms;
     req->wait_ms = ELECTION_WAIT_ROUND_MS;
-    cJSON *root = parse_object(body, len, msg, msglen);
+    json_t *root = jsonio_read_object(body, len, false, msg, msglen);
     if (!root)
         return -1;
     int rc = -1;
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "candidate");
-    if (!cJSON_IsString(c) || !election_candidate_valid(c->valuestring)) {
+    const char *c;
+    if (jsonio_string(root, "candidate", &c, msg, msglen) < 0)
+        c = NULL;
+    if (!c || !election_candidate_valid(c)) {
         snprintf(msg, msglen, "candidate must be a string of 1 to %d bytes of A-Z a-z 0-9 . _ : -",
                  ELECTION_CANDIDATE_MAX);
         goto out;
     }
-    memcpy(candidate, c->valuestring, strlen(c->valuestring) + 1);
-    if (value_field(root, false, value, msg, msglen) < 0)
+    memcpy(candidate, c, strlen(c) + 1);
+    if (value_field(root, false, value, msg, msglen) < 0 ||
+        jsonio_int(root, "ttl_ms", API_HOLD_MIN_TTL_MS, max_ttl_ms, &req->ttl_ms, msg, msglen) < 0)
         goto out;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "ttl_ms");
-    if (t) {
-        double d = cJSON_IsNumber(t) ? t->valuedouble : -1;
-        if (!cJSON_IsNumber(t) || !isfinite(d) || floor(d) != d || d < API_HOLD_MIN_TTL_MS ||
-            d > (double)max_ttl_ms) {
-            snprintf(msg, msglen, "ttl_ms must be a whole number from %d to %lld",
-                     API_HOLD_MIN_TTL_MS, max_ttl_ms);
-            goto out;
-        }
-        req->ttl_ms = (long long)d;
-    }
     if (req->ttl_ms < API_HOLD_MIN_TTL_MS)
         req->ttl_ms = API_HOLD_MIN_TTL_MS;
     rc = 0;
 out:
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 
@@ -123,24 +85,24 @@ int election_parse_value(const char *body, size_t len, char *value, char *token,
                          size_t msglen)
 {
     token[0] = '\0';
-    cJSON *root = parse_object(body, len, msg, msglen);
+    json_t *root = jsonio_read_object(body, len, false, msg, msglen);
     if (!root)
         return -1;
     int rc = -1;
-    if (value_field(root, true, value, msg, msglen) < 0)
+    const char *t;
+    if (value_field(root, true, value, msg, msglen) < 0 ||
+        jsonio_string(root, "token", &t, msg, msglen) < 0)
         goto out;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "token");
     if (t) {
-        if (!cJSON_IsString(t) || !rules_token_valid(t->valuestring, strlen(t->valuestring)) ||
-            strlen(t->valuestring) > TOKEN_MAX_LEN) {
+        if (!rules_token_valid(t, strlen(t)) || strlen(t) > TOKEN_MAX_LEN) {
             snprintf(msg, msglen, "token must be a token redlockd gave");
             goto out;
         }
-        memcpy(token, t->valuestring, strlen(t->valuestring) + 1);
+        memcpy(token, t, strlen(t) + 1);
     }
     rc = 0;
 out:
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 
@@ -189,15 +151,15 @@ static void add_state(cJSON *o, const char *name, const election_state *st)
     if (st->held) {
         cJSON_AddStringToObject(o, "leader", st->leader);
         cJSON_AddStringToObject(o, "value", st->value);
-        cJSON_AddNumberToObject(o, "term", (double)st->term);
-        cJSON_AddNumberToObject(o, "since", (double)st->since_ms);
-        cJSON_AddNumberToObject(o, "validity_ms", (double)st->validity_ms);
+        jsonio_add_int(o, "term", st->term);
+        jsonio_add_int(o, "since", st->since_ms);
+        jsonio_add_int(o, "validity_ms", st->validity_ms);
     } else {
         cJSON_AddNullToObject(o, "leader");
         cJSON_AddNullToObject(o, "value");
         cJSON_AddNullToObject(o, "term");
         cJSON_AddNullToObject(o, "since");
-        cJSON_AddNumberToObject(o, "validity_ms", 0);
+        jsonio_add_int(o, "validity_ms", 0);
     }
 }
 

@@ -45,6 +45,7 @@
 #include "election.h"
 #include "election_watch.h"
 #include "hold.h"
+#include "jsonio.h"
 #include "listener.h"
 #include "log.h"
 #include "quarantine.h"

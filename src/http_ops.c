@@ -75,7 +75,7 @@ enum MHD_Result serve_readyz(req_ctx *ctx)
         if (st.refusing)
             cJSON_AddStringToObject(mo, "refusal", st.refusal);
         if (st.quarantined)
-            cJSON_AddNumberToObject(mo, "quarantine_left_ms", (double)st.quarantine_left_ms);
+            jsonio_add_int(mo, "quarantine_left_ms", st.quarantine_left_ms);
         static const char *const markers[] = {"unknown", "missing", "pending", "ready"};
         static const char *const persist[] = {"unknown", "off", "always", "everysec", "no"};
         cJSON_AddStringToObject(mo, "marker", markers[st.marker + 1]);
@@ -105,11 +105,11 @@ enum MHD_Result serve_readyz(req_ctx *ctx)
             snprintf(why, sizeof why, "%d of %d masters answer%s%s", up, n, down[0] ? "; " : "", down);
         cJSON_AddStringToObject(o, "reason", why);
     }
-    cJSON_AddNumberToObject(o, "masters_up", up);
-    cJSON_AddNumberToObject(o, "masters_voting", voting);
-    cJSON_AddNumberToObject(o, "masters_refusing", refusing);
-    cJSON_AddNumberToObject(o, "masters_total", n);
-    cJSON_AddNumberToObject(o, "quorum", quorum_of(n));
+    jsonio_add_int(o, "masters_up", up);
+    jsonio_add_int(o, "masters_voting", voting);
+    jsonio_add_int(o, "masters_refusing", refusing);
+    jsonio_add_int(o, "masters_total", n);
+    jsonio_add_int(o, "quorum", quorum_of(n));
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);

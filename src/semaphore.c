@@ -105,8 +105,8 @@ static void give_back(sem_task *t)
 
 static atomic_bool stop_waiting;   /* sem_stop_waiting was called */
 
-/* The service is stopping: a waiting acquire answers now, as a waiting
- * lock acquire does (409). */
+/* The service is stopping: a waiting acquire answers now, 503
+ * shutting_down, as a waiting lock acquire does. */
 static bool stopping(sem_task *t)
 {
     return atomic_load(&stop_waiting) || loop_stopping(mpool_loop(t->pool)) || rl_engine_draining(t->limit_eng);
@@ -145,7 +145,7 @@ static void next_round(void *arg)
 {
     sem_task *t = arg;
     if (stopping(t) || atomic_load(&t->cancelled)) {
-        t->res.outcome = atomic_load(&t->cancelled) ? RL_CANCELLED : RL_LOCKED;
+        t->res.outcome = atomic_load(&t->cancelled) ? RL_CANCELLED : RL_SHUTTING_DOWN;
         finish(t);
         return;
     }
@@ -276,9 +276,13 @@ static bool sleep_until_retry(sem_task *t)
 static void acquire_short(sem_task *t)
 {
     give_back(t);
-    if (loop_now_us() < t->deadline_us && !stopping(t) && sleep_until_retry(t))
+    bool waiting = loop_now_us() < t->deadline_us;
+    if (waiting && !stopping(t) && sleep_until_retry(t))
         return;
-    t->res.outcome = RL_LOCKED;
+    /* A wait cut short by a stopping service is no answer about the
+     * permits: 503, as for a lock's waiter, so the client tries elsewhere. */
+    t->res.outcome = waiting && stopping(t) ? RL_SHUTTING_DOWN : RL_LOCKED;
+    t->res.retry_after_ms = t->held_left_ms;
     finish(t);
 }
 

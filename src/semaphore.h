@@ -65,6 +65,8 @@ typedef struct sem_result {
     sem_permit permits[SEM_LIMIT_MAX];  /* acquire: won; extend: extended; inspect: held */
     long long validity_ms;          /* acquire, extend: the least of the permits' */
     long long ttl_ms;
+    long long retry_after_ms;       /* RL_LOCKED: the least time left of a slot seen held
+                                       in the last round (0: none said) */
     rl_result last;                 /* the engine's answer that decided a failure */
 } sem_result;
 
