@@ -97,7 +97,18 @@ static int conn_read(gconn *c)
             if (log_allow(&conn_log_limit, c->last_us, &sup))
                 log_event(LOG_LEVEL_DEBUG, "grpc_bad_input", "error", nghttp2_strerror((int)used),
                           NULL);
-            /* nghttp2 queued a GOAWAY for most errors: send it if we can. */
+            /* Errors in frames were already answered (nghttp2 queued a GOAWAY
+             * and went on); what comes back here is fatal and queued
+             * nothing: a bad client preface (garbage, HTTP/1.1) is
+             * PROTOCOL_ERROR (RFC 9113 3.4), a flood ENHANCE_YOUR_CALM,
+             * out of memory INTERNAL_ERROR. The GOAWAY goes before the
+             * close; the flush takes what the socket takes now, and never
+             * waits. */
+            uint32_t code = used == NGHTTP2_ERR_BAD_CLIENT_MAGIC ? NGHTTP2_PROTOCOL_ERROR
+                            : used == NGHTTP2_ERR_FLOODED        ? NGHTTP2_ENHANCE_YOUR_CALM
+                                                                 : NGHTTP2_INTERNAL_ERROR;
+            c->goaway = true;
+            nghttp2_session_terminate_session(c->sess, code);
             conn_flush(c);
             return -1;
         }

@@ -12,11 +12,13 @@ instances over them (one without auth, one with --auth-token-file), then:
   without the dapr-api-token, bad protobuf and oversize messages, 100
   concurrent calls on one channel (beyond the 32 streams a connection may
   open);
-* raw sockets: HTTP/2 garbage, truncated frames, oversize frames, header
-  lists beyond the limit, streams beyond the limit (refused), connections
-  beyond --max-connections (and one that waits while others close, which is
-  served), and a connection that never completes a call
-  (closed after --request-timeout-ms); the service keeps serving;
+* raw sockets: garbage and an HTTP/1.1 request instead of the preface
+  (GOAWAY PROTOCOL_ERROR, then the close), HTTP/2 garbage, truncated
+  frames, oversize frames, header lists beyond the limit, streams beyond
+  the limit (refused), connections beyond --max-connections (and one that
+  waits while others close, which is served), and a connection that never
+  completes a call (closed after --request-timeout-ms); the service keeps
+  serving;
 * the Dapr JavaScript SDK (npm @dapr/dapr, pinned in package.json and
   package-lock.json, installed with npm ci into the build directory) in gRPC
   mode, with a token: start (GetMetadata), metadata, lock, unlock;
@@ -447,6 +449,31 @@ def raw_conn(A):
     return socket.create_connection(("127.0.0.1", A.gport), timeout=5)
 
 
+def raw_not_http2(A):
+    """Bytes that are not an HTTP/2 preface: GOAWAY PROTOCOL_ERROR, then
+    the close (RFC 9113 3.4: an invalid preface is a connection error)."""
+    cases = [
+        ("garbage bytes", b"\x00\xffhello garbage\r\n\r\n" * 4),
+        ("an HTTP/1.1 request", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("a preface that goes wrong halfway", PREFACE[:10] + b"garbage\r\n\r\nmore garbage"),
+    ]
+    for what, data in cases:
+        s = raw_conn(A)
+        try:
+            s.sendall(data)
+        except OSError:
+            pass
+        frames, closed = read_frames(s, 10)
+        s.close()
+        goaway = [f for f in frames if f[0] == 7]
+        code = int.from_bytes(goaway[0][3][4:8], "big") if goaway and len(goaway[0][3]) >= 8 else None
+        check(closed and code == 1,
+              f"{what} on the gRPC port: frames {[f[0] for f in frames]}, GOAWAY error code {code}, "
+              f"closed {closed}; expected GOAWAY PROTOCOL_ERROR (1), then the close")
+        log(f"raw: {what}: frames {[f[0] for f in frames]}, GOAWAY error {code}, "
+            f"{'closed' if closed else 'open'}")
+
+
 def raw_http2(A):
     cases = [
         ("garbage instead of the preface", os.urandom(4096)),
@@ -623,6 +650,7 @@ def main():
         log(f"masters {[m.port for m in masters]}; A http {A.port} grpc {A.gport}; "
             f"B http {B.port} grpc {B.gport} (auth)")
         grpc_calls(A, pb, pbg)
+        raw_not_http2(A)
         raw_http2(A)
         raw_limits(A, 16, 1000)
         grpc_calls(A, pb, pbg)   # still serving, after all that
