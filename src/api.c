@@ -2,6 +2,7 @@
 #include "api.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,7 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_BAD_FRAMING] = {400, "bad_request"},
     [API_E_OVERLOADED] = {503, "overloaded"},
     [API_E_LIMIT_MISMATCH] = {409, "limit_mismatch"},
+    [API_E_NOT_IMPLEMENTED] = {501, "not_implemented"},
 };
 
 #define LOCKS_PREFIX "/locks/"
@@ -172,6 +174,75 @@ out:
     return rc;
 }
 
+/* RFC 9110 section 5.6.2: tchar */
+static bool is_token(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr("!#$%&'*+-.^_`|~", *s))
+            return false;
+    return true;
+}
+
+/* A framing header's name with something after it: an obs-fold that the
+ * library appended to the name. */
+static bool extends(const char *name, const char *header)
+{
+    size_t n = strlen(header);
+    return strlen(name) > n && !strncasecmp(name, header, n);
+}
+
+void api_framing_header(api_framing *f, const char *name, const char *value)
+{
+    value = value ? value : "";
+    if (!strcasecmp(name, "Content-Length")) {
+        if (f->lengths++ && strcmp(f->first_length, value))
+            f->lengths_differ = true;
+        else if (f->lengths == 1)
+            f->first_length = value;
+    } else if (!strcasecmp(name, "Transfer-Encoding")) {
+        f->encodings++;
+        size_t n = strlen(value);
+        while (n && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+            n--;
+        if (n != 7 || strncasecmp(value, "chunked", 7))
+            f->not_chunked = true;
+    } else if (!strcasecmp(name, "Host")) {
+        f->hosts++;
+    } else if (!f->bad_name[0] && (!is_token(name) || extends(name, "Content-Length") ||
+                                   extends(name, "Transfer-Encoding") || extends(name, "Host"))) {
+        snprintf(f->bad_name, sizeof f->bad_name, "%s", name);
+        for (char *p = f->bad_name; *p; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                *p = '?';
+    }
+}
+
+int api_framing_verdict(const api_framing *f, bool http11, char *msg, size_t msglen)
+{
+    if (f->bad_name[0]) {
+        snprintf(msg, msglen, "the header name \"%s\" is not a token, or a header was folded "
+                 "onto a continuation line (obs-fold, RFC 9112 section 5.2)", f->bad_name);
+        return API_E_BAD_FRAMING;
+    }
+    if ((f->encodings && f->lengths) || f->lengths_differ) {
+        snprintf(msg, msglen, "Content-Length with Transfer-Encoding, or two different "
+                 "Content-Length values: the message has no clear end");
+        return API_E_BAD_FRAMING;
+    }
+    if (f->not_chunked || f->encodings > 1) {
+        snprintf(msg, msglen, "Transfer-Encoding other than chunked is not implemented");
+        return API_E_NOT_IMPLEMENTED;
+    }
+    if (http11 && f->hosts != 1) {
+        snprintf(msg, msglen, "an HTTP/1.1 request needs exactly one Host header (RFC 9112 "
+                 "section 3.2)");
+        return API_E_BAD_FRAMING;
+    }
+    return -1;
+}
+
 int api_pick_token(const char *header, const char *query, bool have_body, rl_request *req,
                    char *msg, size_t msglen)
 {
@@ -241,18 +312,23 @@ void api_no_quorum_message(const rl_result *res, char *out, size_t outlen)
                  res->masters_total - (silent > 0 ? silent : 0), res->masters_total);
         return;
     }
-    if (!res->masters_refusing && !res->masters_quarantined) {
+    if (!res->masters_refusing && !res->masters_quarantined && !res->masters_down) {
         snprintf(out, outlen, "fewer than a majority of the Redis masters answered in time");
         return;
     }
     int n = snprintf(out, outlen, "fewer than a majority of the Redis masters could vote (%d of %d did)",
                      res->masters_ok, res->masters_total);
+    if (res->masters_down && n >= 0 && (size_t)n < outlen)
+        n += snprintf(out + n, outlen - (size_t)n, ": %d %s down (%s)", res->masters_down,
+                      res->masters_down == 1 ? "is" : "are", res->down_reason);
+    silent -= res->masters_down;
     if (res->masters_refusing && n >= 0 && (size_t)n < outlen)
-        n += snprintf(out + n, outlen - (size_t)n, ": %d answered with an error (%.100s)",
-                      res->masters_refusing, res->refusal);
+        n += snprintf(out + n, outlen - (size_t)n, "%s %d answered with an error (%.100s)",
+                      res->masters_down ? "," : ":", res->masters_refusing, res->refusal);
     if (res->masters_quarantined && n >= 0 && (size_t)n < outlen)
         n += snprintf(out + n, outlen - (size_t)n, "%s %d sit out in restart quarantine",
-                      res->masters_refusing ? "," : ":", res->masters_quarantined);
+                      res->masters_refusing || res->masters_down ? "," : ":",
+                      res->masters_quarantined);
     if (silent > 0 && n >= 0 && (size_t)n < outlen)
         snprintf(out + n, outlen - (size_t)n, ", %d did not answer in time", silent);
 }
@@ -292,7 +368,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     int e = api_err_of_outcome(res->outcome);
     if (e >= 0) {
         *status = api_errors[e].status;
-        char buf[300];
+        char buf[400];
         cJSON *o = error_object((enum api_err)e, outcome_message(req, res, buf, sizeof buf));
         if (!o)
             return NULL;
@@ -466,7 +542,7 @@ char *api_dapr_result_json(bool unlock, const rl_result *res, int *status)
     if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN || res->outcome == RL_OVERLOADED ||
         (!unlock && res->outcome == RL_INTERNAL)) {
         *status = 500;
-        char why[300], m[320];
+        char why[400], m[420];
         if (res->outcome == RL_NO_QUORUM)
             api_no_quorum_message(res, why, sizeof why);
         snprintf(m, sizeof m, "%s failed: %s", unlock ? "unlock" : "lock",

@@ -43,6 +43,7 @@ enum api_err {
     API_E_BAD_FRAMING,   /* Content-Length with Transfer-Encoding, or two lengths: closes */
     API_E_OVERLOADED,
     API_E_LIMIT_MISMATCH, /* a semaphore's limit differs from the one stored */
+    API_E_NOT_IMPLEMENTED, /* a Transfer-Encoding other than chunked: closes */
     API_E_COUNT
 };
 
@@ -81,6 +82,32 @@ enum rl_op api_op_of(const char *method);
 int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits *lim,
                    rl_request *req, bool *token_from_body, enum api_err *err,
                    char *msg, size_t msglen);
+
+/* The framing rules of RFC 9112 that libmicrohttpd 0.9.75 leaves to the
+ * application: it reads a body whose Transfer-Encoding is not chunked
+ * until the client closes, serves HTTP/1.1 without Host, appends an
+ * obs-folded line to the header's *name* ("Content-Length: 2" + " 40"
+ * becomes "Content-Length40: 2", so the body is read as the next
+ * request), and takes both Content-Length and Transfer-Encoding. Each
+ * header is fed in turn (name and value as the library parsed them), then
+ * the request is judged once, before its body is read. */
+typedef struct api_framing {
+    int lengths;                 /* Content-Length headers */
+    bool lengths_differ;
+    const char *first_length;
+    int encodings;               /* Transfer-Encoding headers */
+    bool not_chunked;            /* one of them is other than exactly "chunked" */
+    int hosts;
+    char bad_name[48];           /* the first header name that is no RFC 9110 token, or a
+                                    framing header's name with more after it; "" if none */
+} api_framing;
+
+void api_framing_header(api_framing *f, const char *name, const char *value);
+
+/* Returns -1 when the framing is sound, else the error (API_E_BAD_FRAMING,
+ * API_E_NOT_IMPLEMENTED) with msg; either answer closes the connection.
+ * http11: the request line says HTTP/1.1. */
+int api_framing_verdict(const api_framing *f, bool http11, char *msg, size_t msglen);
 
 /* Chooses the token: header, else query, else body (may be NULL or absent).
  * Copies it to req->token. Returns 0, or -1 with msg when none is given or the

@@ -137,7 +137,7 @@ int grpc_api_answer(enum grpc_method m, const rl_result *res, uint8_t **out, siz
      * error status here, the rest is an answer. */
     if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN ||
         (!unlock && res->outcome == RL_INTERNAL)) {
-        char why[300];
+        char why[400];
         if (res->outcome == RL_NO_QUORUM)
             api_no_quorum_message(res, why, sizeof why);
         snprintf(err, errlen, "%s: %s", unlock ? "failed to release lock" : "failed to try acquiring lock",

@@ -173,38 +173,25 @@ bool client_done_sending(int fd)
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-struct header_scan {
-    int lengths;            /* Content-Length headers */
-    bool lengths_differ;
-    bool chunked;           /* any Transfer-Encoding */
-    const char *first_length;
-};
-
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                    const char *value)
 {
-    struct header_scan *hs = cls;
     (void)kind;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
-        if (hs->lengths++ && strcmp(hs->first_length, value ? value : ""))
-            hs->lengths_differ = true;
-        else if (hs->lengths == 1)
-            hs->first_length = value ? value : "";
-    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-        hs->chunked = true;
-    }
+    api_framing_header(cls, key, value);
     return MHD_YES;
 }
 
-/* RFC 9112 section 6.3: a message with both Content-Length and
- * Transfer-Encoding, or with differing Content-Length values, has no
- * trustworthy end. Behind a proxy that reads it otherwise, whatever follows
- * would be another request (smuggling): answer 400 and close. */
-static bool framing_ambiguous(struct MHD_Connection *conn)
+/* RFC 9112's framing rules (api_framing_verdict): a message without a
+ * trustworthy end is answered and closed before its body is read, since
+ * behind a proxy that reads it otherwise whatever follows would be another
+ * request (smuggling). Returns the error, or -1. */
+static int framing_error(struct MHD_Connection *conn, const char *version, char *msg,
+                         size_t msglen)
 {
-    struct header_scan hs = {0, false, false, ""};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &hs);
-    return (hs.chunked && hs.lengths) || hs.lengths_differ;
+    api_framing f;
+    memset(&f, 0, sizeof f);
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &f);
+    return api_framing_verdict(&f, version && !strcmp(version, MHD_HTTP_VERSION_1_1), msg, msglen);
 }
 
 enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -215,7 +202,6 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
     http_shard *sh = cls;
     http_server *s = sh->s;
     req_ctx *ctx = *con_cls;
-    (void)version;
 
     if (!ctx) {
         ctx = calloc(1, sizeof *ctx);
@@ -243,11 +229,11 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
                       : ctx->route == ROUTE_DAPR_UNLOCK ? METRICS_ROUTE_DAPR_UNLOCK
                                                  : METRICS_ROUTE_OTHER;
         *con_cls = ctx;
-        if (framing_ambiguous(conn)) {
+        char why[200];
+        int bad = framing_error(conn, version, why, sizeof why);
+        if (bad >= 0) {
             ctx->close = true;
-            return send_error(ctx, API_E_BAD_FRAMING,
-                              "Content-Length with Transfer-Encoding, or two different "
-                              "Content-Length values: the message has no clear end", NULL);
+            return send_error(ctx, (enum api_err)bad, why, NULL);
         }
         /* Refuse a declared oversize body before reading it. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,

@@ -131,8 +131,8 @@ void explain_no_quorum(rl_task *op, const master_reply *replies)
     rl_engine *e = op->e;
     rl_result *res = &op->res;
     bool any_marker = false;
-    res->masters_refusing = res->masters_quarantined = 0;
-    res->refusal[0] = '\0';
+    res->masters_refusing = res->masters_quarantined = res->masters_down = 0;
+    res->refusal[0] = res->down_reason[0] = '\0';
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
         if (r->kind == MREPLY_ERROR) {
@@ -143,6 +143,11 @@ void explain_no_quorum(rl_task *op, const master_reply *replies)
         }
         master_status st;
         mpool_status(e->pool, i, &st);
+        /* No answer from a master that is down: say why, as /readyz does
+         * (a refused connection, AUTH, a certificate), not "in time". */
+        if ((r->kind == MREPLY_FAIL || r->kind == MREPLY_NONE) && !st.up && st.reason[0] &&
+            !res->masters_down++)
+            snprintf(res->down_reason, sizeof res->down_reason, "%.60s: %.130s", st.addr, st.reason);
         any_marker |= st.marker == QMARK_PENDING || st.marker == QMARK_READY;
     }
     res->setup_pending = e->cfg.guard && res->masters_quarantined > 0 && !any_marker;
@@ -532,8 +537,9 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms)
     }
 }
 
-/* On the loop thread: every sleeping acquire answers with its last outcome;
- * those trying now answer when their try ends. */
+/* On the loop thread: every sleeping acquire answers now, 503 shutting_down
+ * for those still refused (their wait is cut short); those trying now
+ * answer when their try ends. */
 static void drain_waiting(void *arg)
 {
     rl_engine *e = arg;
@@ -544,6 +550,8 @@ static void drain_waiting(void *arg)
             while (w->head) {
                 rl_task *op = w->head;
                 op->gen++;
+                if (op->res.outcome == RL_LOCKED)
+                    op->res.outcome = RL_SHUTTING_DOWN;
                 if (op->wn->members == 1) {   /* the last: w goes now */
                     op_answer(op);            /* stays allocated until its timer fires */
                     break;

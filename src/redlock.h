@@ -100,6 +100,9 @@ typedef struct rl_result {
     bool setup_pending;               /* no master is set up as part of a cluster yet:
                                          set-up waits for every master to answer */
     char refusal[100];                /* the first such error, as the master said it */
+    int masters_down;                 /* not connected: no answer, and /readyz says why */
+    char down_reason[200];            /* the first such master and why ("addr: reason"),
+                                         as /readyz gives it */
 } rl_result;
 
 /* Called exactly once per submitted request, on the engine's thread. res is
@@ -156,8 +159,8 @@ void rl_finish(rl_engine *e, rl_handle *h, bool delivered);
  * releases of undelivered grants leave before the pool stops. */
 void rl_engine_sync(rl_engine *e, long long timeout_ms);
 
-/* Makes every waiting acquire answer now with its last outcome, and later
- * ones answer without waiting; returns once no request is in flight, or after
+/* Makes every waiting acquire answer now (RL_SHUTTING_DOWN where it was
+ * refused and its wait is cut short), and later ones answer without waiting; returns once no request is in flight, or after
  * timeout_ms. Returns the number still in flight (0 on a clean drain). New
  * requests are still taken, until rl_engine_close. */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);

@@ -216,7 +216,14 @@ void acquire_refused(rl_task *op)
     rl_engine *e = op->e;
     op->res.outcome = op->cancelled ? RL_CANCELLED : RL_LOCKED;
     uint64_t now = loop_now_us();
-    if (op->cancelled || now >= op->wait_deadline_us || atomic_load(&e->draining)) {
+    if (op->cancelled || now >= op->wait_deadline_us) {
+        op_answer(op);
+        return;
+    }
+    if (atomic_load(&e->draining)) {
+        /* A wait the stop cuts short: 503, so the client retries elsewhere,
+         * rather than a 409 that says the lock stayed held all its wait. */
+        op->res.outcome = RL_SHUTTING_DOWN;
         op_answer(op);
         return;
     }

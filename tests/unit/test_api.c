@@ -453,3 +453,60 @@ Test(no_quorum, message_names_the_cause)
     api_no_quorum_message(&r, small, sizeof small);   /* cut, never overrun */
     cr_assert_eq(strlen(small), sizeof small - 1);
 }
+
+/* RFC 9112's framing rules that libmicrohttpd 0.9.75 leaves to us. */
+static int framing(const char *const *hdrs, bool http11, char *msg)
+{
+    api_framing f;
+    memset(&f, 0, sizeof f);
+    for (; *hdrs; hdrs += 2)
+        api_framing_header(&f, hdrs[0], hdrs[1]);
+    return api_framing_verdict(&f, http11, msg, 200);
+}
+
+Test(framing, refuses_what_the_library_lets_through)
+{
+    char msg[200];
+    const char *ok[] = {"Host", "x", "Content-Length", "2", NULL};
+    cr_assert_eq(framing(ok, true, msg), -1);
+    const char *chunked[] = {"Host", "x", "Transfer-Encoding", "Chunked ", NULL};
+    cr_assert_eq(framing(chunked, true, msg), -1);
+    const char *no_host[] = {"Content-Length", "2", NULL};
+    cr_assert_eq(framing(no_host, true, msg), API_E_BAD_FRAMING);
+    cr_assert(strstr(msg, "Host"), "%s", msg);
+    cr_assert_eq(framing(no_host, false, msg), -1, "HTTP/1.0 needs no Host");
+    const char *two_hosts[] = {"Host", "a", "Host", "b", NULL};
+    cr_assert_eq(framing(two_hosts, true, msg), API_E_BAD_FRAMING);
+    /* "Content-Length: 2" folded onto " 40": the library makes the name
+     * "Content-Length40", so the body would be read as the next request */
+    const char *folded[] = {"Host", "x", "Content-Length40", "2", NULL};
+    cr_assert_eq(framing(folded, true, msg), API_E_BAD_FRAMING);
+    cr_assert(strstr(msg, "Content-Length40"), "%s", msg);
+    const char *spaced[] = {"Host", "x", "X-Trace id", "1", NULL};
+    cr_assert_eq(framing(spaced, true, msg), API_E_BAD_FRAMING);
+    const char *gzip[] = {"Host", "x", "Transfer-Encoding", "gzip", NULL};
+    cr_assert_eq(framing(gzip, true, msg), API_E_NOT_IMPLEMENTED);
+    const char *gzip_chunked[] = {"Host", "x", "Transfer-Encoding", "gzip, chunked", NULL};
+    cr_assert_eq(framing(gzip_chunked, true, msg), API_E_NOT_IMPLEMENTED);
+    const char *both[] = {"Host", "x", "Transfer-Encoding", "chunked", "Content-Length", "2", NULL};
+    cr_assert_eq(framing(both, true, msg), API_E_BAD_FRAMING);
+    const char *lengths[] = {"Host", "x", "Content-Length", "2", "Content-Length", "3", NULL};
+    cr_assert_eq(framing(lengths, true, msg), API_E_BAD_FRAMING);
+    cr_assert_eq(api_errors[API_E_NOT_IMPLEMENTED].status, 501);
+}
+
+/* A 503 names the cause /readyz gives for a master that is down. */
+Test(answers, no_quorum_names_why_masters_are_down)
+{
+    rl_result res = {.outcome = RL_NO_QUORUM, .masters_ok = 1, .masters_total = 5,
+                     .masters_down = 4};
+    snprintf(res.down_reason, sizeof res.down_reason,
+             "127.0.0.1:6381: AUTH refused: WRONGPASS invalid username-password pair");
+    char msg[300];
+    api_no_quorum_message(&res, msg, sizeof msg);
+    cr_assert(strstr(msg, "4 are down (127.0.0.1:6381: AUTH refused: WRONGPASS"), "%s", msg);
+    cr_assert_null(strstr(msg, "in time"), "%s", msg);
+    res.masters_down = 0;
+    api_no_quorum_message(&res, msg, sizeof msg);
+    cr_assert(strstr(msg, "answered in time"), "%s", msg);
+}
