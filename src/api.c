@@ -3,7 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -510,12 +510,12 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
     json_t *root = jsonio_read_object(body, len, false, msg, msglen);
     if (!root)
         return -1;
-    /* expiryInSeconds: an integer, as Dapr's int32 field; absent or 0 is
-     * "not positive", and a larger one than the limit is refused there. */
+    /* expiryInSeconds: an integer, Dapr's int32; absent or 0 is "not
+     * positive", and one past the limit is refused there. */
     long long expiry_s = 0;
     const char *resource, *owner;
     int rc = -1;
-    if (jsonio_int(root, "expiryInSeconds", LLONG_MIN, LLONG_MAX, &expiry_s, msg, msglen) < 0 ||
+    if (jsonio_int(root, "expiryInSeconds", INT32_MIN, INT32_MAX, &expiry_s, msg, msglen) < 0 ||
         jsonio_string(root, "resourceId", &resource, msg, msglen) < 0 ||
         jsonio_string(root, "lockOwner", &owner, msg, msglen) < 0)
         goto out;
