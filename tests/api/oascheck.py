@@ -14,10 +14,17 @@ meta-schema, every Schema Object against JSON Schema 2020-12 and the OAS
 base vocabulary, keywords spelled as JSON Schema knows them, every $ref,
 operation and path parameter.
 
+JSON, in answers and in requests, is read as the document says the service
+reads it (strict_json): RFC 8259 whole, a key twice refused, and a number
+written with a fraction or an exponent is no integer, so that a fence printed
+as 1.79561494424068e+15 fails `type: integer` (JSON Schema alone counts 1e3
+and 1000.0 as integers).
+
 Validator: python3-jsonschema (Debian), Draft 2020-12, which is the dialect
 of OpenAPI 3.1 Schema Objects.
 """
 import copy
+import decimal
 import json
 import re
 import urllib.parse
@@ -84,6 +91,56 @@ def pointer_get(doc, ref):
         else:
             node = node[part]
     return node
+
+
+def strict_json(data):
+    """bytes or str -> the value, read as the document's info says the service
+    reads a body: UTF-8 (no lone surrogate either), no raw control byte in a
+    string (json's strict mode), no escaped NUL, no key twice in one object,
+    nothing after the value, no NaN or Infinity, no number beyond a 64-bit
+    integer or a double. A number with a fraction or an exponent becomes a
+    Decimal, which JSON Schema's `integer` refuses. ValueError otherwise."""
+    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+
+    def pairs(ps):
+        seen = set()
+        for k, _ in ps:
+            if k in seen:
+                raise ValueError(f"the key {k!r} appears twice")
+            seen.add(k)
+        return dict(ps)
+
+    def integer(t):
+        v = int(t)
+        if not -2 ** 63 <= v < 2 ** 63:
+            raise ValueError(f"{t} is beyond a 64-bit integer")
+        return v
+
+    def real(t):
+        v = decimal.Decimal(t)
+        if abs(v) > decimal.Decimal("1.7976931348623157e308"):
+            raise ValueError(f"{t} is beyond a double")
+        return v
+
+    def constant(t):
+        raise ValueError(f"{t} is not JSON")
+    value = json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=real,
+                       parse_constant=constant)
+
+    def strings(v):
+        if isinstance(v, str):
+            v.encode("utf-8")   # UnicodeEncodeError (a ValueError) on a lone surrogate
+            if "\x00" in v:
+                raise ValueError("a string holds NUL (\\u0000)")
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                strings(k)
+                strings(x)
+        elif isinstance(v, list):
+            for x in v:
+                strings(x)
+    strings(value)
+    return value
 
 
 def norm_media(v):
@@ -188,16 +245,25 @@ class Spec:
         """{field: set of values} of the CODE_FIELDS of a JSON answer."""
         out = {}
         for media, mt in (self.response_of(key).get("content") or {}).items():
-            if norm_media(media) != "application/json":
-                continue
-            schema = self.resolve(mt.get("schema", {}))
-            parts = [schema] + [self.resolve(x) for x in schema.get("allOf", [])]
-            for part in parts:
-                for f, ps in (part.get("properties") or {}).items():
-                    ps = self.resolve(ps)
-                    vals = set(ps["enum"]) if "enum" in ps else {ps["const"]} if "const" in ps else None
-                    if f in CODE_FIELDS and vals is not None:
-                        out[f] = out[f] & vals if f in out else vals
+            if norm_media(media) == "application/json":
+                out = self._schema_codes(mt.get("schema", {}))
+        return out
+
+    def _schema_codes(self, schema):
+        """The codes one schema admits: what it and its allOf parts all say
+        (intersected), and each alternative of a oneOf or anyOf (united)."""
+        schema = self.resolve(schema)
+        out = {}
+        parts = [schema] + [self.resolve(x) for x in schema.get("allOf", [])]
+        for part in parts:
+            for f, ps in (part.get("properties") or {}).items():
+                ps = self.resolve(ps)
+                vals = set(ps["enum"]) if "enum" in ps else {ps["const"]} if "const" in ps else None
+                if f in CODE_FIELDS and vals is not None:
+                    out[f] = out[f] & vals if f in out else vals
+        for alt in schema.get("oneOf", []) + schema.get("anyOf", []):
+            for f, vals in self._schema_codes(alt).items():
+                out[f] = out.get(f, set()) | vals
         return out
 
     def code_keys(self):
@@ -334,7 +400,7 @@ class Spec:
         if not probs:
             self.reached[key] = self.reached.get(key, 0) + 1
             if ctype and norm_media(ctype) == "application/json" and not is_head:
-                value = json.loads(body.decode())
+                value = strict_json(body)
                 for f in CODE_FIELDS:
                     if isinstance(value, dict) and f in value:
                         k = (key, f, value[f])
@@ -346,9 +412,9 @@ class Spec:
         base = norm_media(media).split(";")[0]
         if base == "application/json":
             try:
-                value = json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as e:
-                return [f"the body is not JSON: {e}: {body[:200]!r}"]
+                value = strict_json(body)
+            except ValueError as e:
+                return [f"the body is not strict JSON: {e}: {body[:200]!r}"]
             probs += self.schema_errors(schema, value)
         elif base == "application/x-ndjson":
             text = body.decode("utf-8", "replace")
@@ -357,9 +423,9 @@ class Spec:
                 probs.append(f"the stream ends inside a line: {lines[-1]!r}")
             for line in lines[:-1]:
                 try:
-                    value = json.loads(line)
+                    value = strict_json(line)
                 except ValueError as e:
-                    probs.append(f"a line is not JSON: {e}: {line[:200]!r}")
+                    probs.append(f"a line is not strict JSON: {e}: {line[:200]!r}")
                     continue
                 errs = self.schema_errors(schema, value)
                 probs += [f"line {line[:120]!r}: {e}" for e in errs]
@@ -436,9 +502,9 @@ class Spec:
                 probs.append(f"the body is {len(body)} bytes, over x-max-body-bytes {limit}")
             elif body.strip():
                 try:
-                    value = json.loads(body)
-                except ValueError:
-                    probs.append("the body is not JSON")
+                    value = strict_json(body)
+                except ValueError as e:
+                    probs.append(f"the body is not strict JSON: {e}")
                 else:
                     schema = (rb.get("content") or {}).get("application/json", {}).get("schema", {})
                     probs += [f"body: {e}" for e in self.schema_errors(schema, value, closed=False)]

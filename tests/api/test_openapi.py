@@ -456,6 +456,68 @@ def operational(A):
            "two Content-Length values")
 
 
+def raw_answer(d, method, path, data, what, timeout=5.0):
+    """Bytes written by hand, the whole request; its answer held to the
+    document. Within timeout (half the default request timeout): an answer
+    that only the request timeout brought would be too late."""
+    try:
+        a = httpraw.request(d.port, method, path, raw=data, timeout=timeout)
+    except (OSError, EOFError, TimeoutError, ValueError) as e:
+        fail(f"{what}: no answer within {timeout} s: {e!r}")
+        return None
+    return conform(method, path, a, what)
+
+
+def framing(A):
+    """Every request's framing, judged before its body is read: a
+    Transfer-Encoding other than one chunked is 501 at once (it waited for
+    the request timeout before) on every operation that takes a body and on
+    any other path; HTTP/1.1 without exactly one Host, a header name that is
+    no token, and a Content-Length folded onto a continuation line are 400,
+    and nothing of them runs."""
+    auth = f"Authorization: Bearer {AUTH_TOKEN}"
+    for m, p in [("POST", "/locks/te-1"), ("PATCH", "/locks/te-1"), ("DELETE", "/locks/te-1"),
+                 ("POST", "/elections/te-1"), ("DELETE", "/elections/te-1"), ("PUT", "/elections/te-1/value"),
+                 ("POST", "/semaphores/te-1"), ("PATCH", "/semaphores/te-1"), ("DELETE", "/semaphores/te-1"),
+                 ("POST", "/v1.0-alpha1/lock/lockstore"), ("POST", "/v1.0-alpha1/unlock/lockstore"),
+                 ("GET", "/healthz"), ("GET", "/nope")]:
+        for te in ["gzip", "gzip, chunked"]:
+            what = f"{m} {p} with Transfer-Encoding: {te}"
+            data = (f"{m} {p} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\nContent-Type: application/json\r\n"
+                    f"Transfer-Encoding: {te}\r\nConnection: close\r\n\r\n").encode()
+            a = raw_answer(A, m, p, data, what)
+            if a:
+                expect(a, 501, "not_implemented", what)
+    secrets.update(["fr-1", "fr-2", "fr-3"])
+    h11 = "Host: 127.0.0.1\r\n" + auth + "\r\n"
+    for what, m, p, data, status in [
+            ("HTTP/1.1 without Host", "GET", "/healthz", "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
+            ("HTTP/1.1 without Host, with a body", "POST", "/locks/fr-1",
+             f"POST /locks/fr-1 HTTP/1.1\r\n{auth}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}", 400),
+            ("two Host headers", "GET", "/readyz",
+             "GET /readyz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", 400),
+            ("HTTP/1.0 without Host", "GET", "/healthz", "GET /healthz HTTP/1.0\r\n\r\n", 200),
+            ("a header name that is no token", "GET", "/locks/fr-2",
+             f"GET /locks/fr-2 HTTP/1.1\r\n{h11}Bad(name): 1\r\nConnection: close\r\n\r\n", 400),
+            ("a space before the colon", "GET", "/locks/fr-2",
+             f"GET /locks/fr-2 HTTP/1.1\r\n{h11}X-A : 1\r\nConnection: close\r\n\r\n", 400),
+            ("Content-Length folded onto a continuation line", "POST", "/locks/fr-3",
+             f"POST /locks/fr-3 HTTP/1.1\r\n{h11}Content-Length: 2\r\n 40\r\nConnection: close\r\n\r\n{{}}", 400),
+            ("Dapr lock, two Content-Length values", "POST", "/v1.0-alpha1/lock/lockstore",
+             f"POST /v1.0-alpha1/lock/lockstore HTTP/1.1\r\n{h11}Content-Length: 2\r\nContent-Length: 3\r\n"
+             "Connection: close\r\n\r\n", 400),
+            ("Dapr unlock, Content-Length and Transfer-Encoding", "POST", "/v1.0-alpha1/unlock/lockstore",
+             f"POST /v1.0-alpha1/unlock/lockstore HTTP/1.1\r\n{h11}Content-Length: 5\r\n"
+             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n", 400)]:
+        a = raw_answer(A, m, p, data.encode(), what)
+        if a:
+            expect(a, status, "bad_request" if status == 400 else None, what)
+    for n in ["fr-1", "fr-3"]:
+        i = A.req("GET", f"/locks/{n}")
+        if expect(i, 200, what=f"inspect {n}") and i.json()["held"]:
+            fail(f"a request refused for its framing took the lock {n}: {i.body!r}")
+
+
 def native_locks(A):
     n = "conf-1"
     secrets.add(n)
@@ -510,6 +572,16 @@ def native_locks(A):
                                           "Connection: close"]), 413, "too_large", f"{m} declaring 16385 bytes")
         expect(A.req(m, "/locks/conf-2", big, {"Lock-Token": "t"}, chunked=True), 413, "too_large",
                f"{m} sending 16386 bytes chunked")
+
+
+def too_large(A, m, p, hd):
+    """413 too_large for a body declared over the limit, and for one sent
+    chunked (its length unknown until read)."""
+    head = [f"Authorization: Bearer {AUTH_TOKEN}"] + [f"{k}: {v}" for k, v in hd.items()]
+    expect(A.raw(m, p, head + ["Content-Length: 16385", "Connection: close"]), 413, "too_large",
+           f"{m} {p} declaring 16385 bytes")
+    expect(A.req(m, p, "{" + " " * 16384 + "}", hd, chunked=True), 413, "too_large",
+           f"{m} {p} sending 16386 bytes chunked")
 
 
 def waiters(A):
@@ -586,12 +658,13 @@ def boundaries(A):
     cases = []   # (what, method, path, headers, body bytes or None, refused?)
 
     def body_case(what, obj_or_text, refused, method="POST", path=None, headers=None):
-        b = obj_or_text if isinstance(obj_or_text, str) else json.dumps(obj_or_text)
-        cases.append((what, method, path or f"/locks/{name()}", headers or {}, b.encode(), refused))
+        b = obj_or_text if isinstance(obj_or_text, (str, bytes)) else json.dumps(obj_or_text)
+        cases.append((what, method, path or f"/locks/{name()}", headers or {},
+                      b.encode() if isinstance(b, str) else b, refused))
     for what, body, refused in [
             ("ttl_ms 0", {"ttl_ms": 0}, True), ("ttl_ms 1", {"ttl_ms": 1}, False),
             ("ttl_ms max", {"ttl_ms": 3600000}, False), ("ttl_ms max+1", {"ttl_ms": 3600001}, True),
-            ("ttl_ms 2000.0", '{"ttl_ms": 2000.0}', False), ("ttl_ms 5.5", {"ttl_ms": 5.5}, True),
+            ("ttl_ms 2000.0", '{"ttl_ms": 2000.0}', True), ("ttl_ms 5.5", {"ttl_ms": 5.5}, True),
             ("ttl_ms string", {"ttl_ms": "5000"}, True), ("ttl_ms null", {"ttl_ms": None}, True),
             ("wait_ms -1", {"wait_ms": -1}, True), ("wait_ms 0", {"wait_ms": 0}, False),
             ("wait_ms max", {"wait_ms": 60000}, False), ("wait_ms max+1", {"wait_ms": 60001}, True),
@@ -605,8 +678,28 @@ def boundaries(A):
             ("not an object", [1], True), ("not JSON", "{ttl_ms: 1}", True),
             ("unknown field", {"colour": "red", "ttl_ms": 1000}, False),
             ("body at the limit", '{"ttl_ms": 2000}' + " " * (16384 - 16), False),
-            ("body over the limit", '{"ttl_ms": 2000}' + " " * (16385 - 16), True)]:
+            ("body over the limit", '{"ttl_ms": 2000}' + " " * (16385 - 16), True),
+            # Strict JSON (the document's info): refused whole, in any field.
+            ("ttl_ms 1e3", '{"ttl_ms": 1e3}', True), ("ttl_ms 2000E0", '{"ttl_ms": 2000E0}', True),
+            ("ttl_ms 2^63", '{"ttl_ms": 9223372036854775808}', True),
+            ("ttl_ms twice", '{"ttl_ms": 1000, "ttl_ms": 2000}', True),
+            ("an unknown key twice", '{"colour": 1, "colour": 1}', True),
+            ("a key twice, nested", '{"colour": {"a": 1, "a": 2}}', True),
+            ("owner raw control byte", '{"owner": "a\x01b"}', True),
+            ("owner raw tab", '{"owner": "a\tb"}', True),
+            ("an unknown field's raw control byte", '{"colour": "a\x1fb"}', True),
+            ("an unknown field's escaped NUL", '{"colour": "a\\u0000b"}', True),
+            ("not UTF-8", b'{"colour": "caf\xc3"}', True),
+            ("a lone surrogate", '{"colour": "\\ud800"}', True),
+            ("bytes after the value", '{"ttl_ms": 2000} x', True),
+            ("two values", '{"ttl_ms": 2000}{}', True),
+            ("an unknown field 1.5", '{"colour": 1.5}', False),
+            ("an unknown field 1e999", '{"colour": 1e999}', True),
+            ("an unknown field 2^64", '{"colour": 18446744073709551616}', True)]:
         body_case(what, body, refused)
+    for v, refused in [("0", True), ("1", False), ("64", False), ("65", True), ("99", True), ("", True),
+                       ("1.0", True)]:
+        cases.append((f"semaphore limit {v!r}", "GET", f"/semaphores/edge-sem?limit={v}", {}, None, refused))
     for what, path, refused in [("name 200", "/locks/" + "n" * 200, False),
                                 ("name 201", "/locks/" + "n" * 201, True),
                                 ("name all allowed bytes", "/locks/Az09._:-", False),
@@ -646,6 +739,7 @@ def boundaries(A):
             ("expiryInSeconds max", {"expiryInSeconds": 3600}, False),
             ("expiryInSeconds max+1", {"expiryInSeconds": 3601}, True),
             ("expiryInSeconds 1.5", {"expiryInSeconds": 1.5}, True),
+            ("expiryInSeconds 5.0", {"expiryInSeconds": 5.0}, True),
             ("expiryInSeconds string", {"expiryInSeconds": "5"}, True),
             ("no expiryInSeconds", {"expiryInSeconds": None}, True)]:
         b = {"resourceId": name(), "lockOwner": "edge-owner", "expiryInSeconds": 5}
@@ -785,7 +879,11 @@ def no_quorum(A, B, masters):
     for m, body, h in [("POST", None, {}), ("PATCH", None, {"Lock-Token": "t"}),
                        ("DELETE", None, {"Lock-Token": "t"}), ("GET", None, {})]:
         a = B.req(m, "/locks/nq-2", body, h)
-        expect(a, 503, "no_quorum", f"{m} with no master")
+        if expect(a, 503, "no_quorum", f"{m} with no master"):
+            # The true cause, as /readyz gives it: nothing listens on B's ports.
+            msg = a.json().get("message", "")
+            if not re.search(r": 5 are down \(127\.0\.0\.1:[0-9]+: Connection refused\)", msg):
+                fail(f"{m} with no master: the message does not say why: {msg!r}")
     expect(B.req("POST", "/v1.0-alpha1/lock/lockstore",
                  {"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 1}), 500, "ERR_TRY_LOCK",
            "dapr lock with no master")
@@ -830,7 +928,7 @@ def overloaded(tmp, masters):
 
 
 def shutting_down(tmp, masters):
-    """SIGTERM: a waiting acquire answers 409 at once, a held stream ends
+    """SIGTERM: a waiting acquire answers 503 shutting_down at once, a held stream ends
     with released (shutting_down), and a request whose body arrives after the
     engine stopped taking work answers 503 shutting_down."""
     C = Daemon(tmp, "C", [m.port for m in masters])
@@ -843,6 +941,11 @@ def shutting_down(tmp, masters):
     secrets.add(g.json()["token"])
     t, out = in_thread(lambda: C.req("POST", "/locks/sd-1", {"wait_ms": 30000}, timeout=40,
                                      what="a waiter when the service stops"))
+    secrets.add("sd-p")
+    st, sout = None, {}
+    if expect(C.req("POST", "/semaphores/sd-p", {"limit": 1, "ttl_ms": 20000}), 201, what="a permit on C"):
+        st, sout = in_thread(lambda: C.req("POST", "/semaphores/sd-p", {"limit": 1, "wait_ms": 30000}, timeout=40,
+                                           what="a permit's waiter when the service stops"))
     h = hold(C, "sd-2", {"hold": True, "ttl_ms": 3000}, "sd-2 on C")
     ce = campaign(C, "sd-e", "a", "sd-e on C", ttl_ms=3000)
     if ce:
@@ -877,7 +980,13 @@ def shutting_down(tmp, masters):
     if w is None:
         fail(f"the waiter when the service stops: {out}")
     else:
-        expect(w, 409, "locked", "a waiter when the service stops")
+        expect(w, 503, "shutting_down", "a waiter when the service stops")
+    if st:
+        st.join(30)
+        if sout.get("value") is None:
+            fail(f"a permit's waiter when the service stops: {sout}")
+        else:
+            expect(sout["value"], 503, "shutting_down", "a permit's waiter when the service stops")
     if h:
         ev = h.until(lambda e: e.get("event") != "renewed", 10, "sd-2 when the service stops")
         if ev and ev != {"event": "released", "reason": "shutting_down"}:
@@ -991,6 +1100,9 @@ def elections(A, B):
             ("PATCH", f"/elections/{n}", {}, None, True, 405, "method_not_allowed"),
             ("GET", f"/elections/{n}/value", None, None, True, 405, "method_not_allowed")]:
         expect(A.req(m, p, body, headers=hd, auth=auth), st, err, f"{m} {p}")
+    for m, p, hd in [("POST", f"/elections/{n}", {}), ("DELETE", f"/elections/{n}", {"Lock-Token": "t"}),
+                     ("PUT", f"/elections/{n}/value", {"Lock-Token": "t"})]:
+        too_large(A, m, p, hd)
     # No masters: 503.
     expect(B.req("GET", "/elections/el-2"), 503, "no_quorum", "GET an election without masters")
     expect(B.req("DELETE", "/elections/el-2", headers={"Lock-Token": "t"}), 503, "no_quorum",
@@ -1010,7 +1122,17 @@ def semaphores(A, B):
         return
     t1, t2 = a1.json()["permits"][0]["token"], a2.json()["permits"][0]["token"]
     secrets.update([t1, t2])
-    expect(A.req("POST", f"/semaphores/{n}", {"limit": 2, "wait_ms": 100}), 409, "locked", "a third permit of 2")
+    for wait in [0, 100]:
+        # retry_after_ms: the time left of the permit that frees first (t1's,
+        # ttl 10000), no longer a constant 100; Retry-After the same, rounded up.
+        a3 = A.req("POST", f"/semaphores/{n}", {"limit": 2, "wait_ms": wait})
+        if expect(a3, 409, "locked", f"a third permit of 2, wait_ms {wait}"):
+            ra = a3.json().get("retry_after_ms")
+            if not isinstance(ra, int) or not 1000 < ra <= 10000:
+                fail(f"a third permit of 2: retry_after_ms {ra!r}, not the time left of the permit "
+                     f"of ttl 10000 that frees first: {a3.body!r}")
+            elif a3.header("Retry-After") != str((ra + 999) // 1000):
+                fail(f"a third permit of 2: Retry-After {a3.header('Retry-After')!r} for retry_after_ms {ra}")
     expect(A.req("POST", f"/semaphores/{n}", {"limit": 3}), 409, "limit_mismatch", "another limit")
     g = A.req("GET", f"/semaphores/{n}")
     if expect(g, 200, what="GET a semaphore") and len(g.json().get("holders", [])) != 2:
@@ -1039,9 +1161,13 @@ def semaphores(A, B):
             ("DELETE", f"/semaphores/{n}", None, {"Lock-Token": "0:t"}, None, 401, "unauthorized"),
             ("GET", "/semaphores/a%230", None, None, True, 400, "bad_name"),
             ("GET", f"/semaphores/{n}?limit=99", None, None, True, 400, "bad_request"),
+            ("GET", f"/semaphores/{n}?limit=0", None, None, True, 400, "bad_request"),
+            ("GET", f"/semaphores/{n}?limit=65", None, None, True, 400, "bad_request"),
             ("GET", f"/semaphores/{n}", None, None, None, 401, "unauthorized"),
             ("PUT", f"/semaphores/{n}", {}, None, True, 405, "method_not_allowed")]:
         expect(A.req(m, p, body, headers=hd, auth=auth), st, err, f"{m} {p}")
+    for m in ["POST", "PATCH", "DELETE"]:
+        too_large(A, m, f"/semaphores/{n}", {} if m == "POST" else {"Lock-Token": "0:t"})
     held_permit(A, f"{n}-held")
     expect(B.req("POST", "/semaphores/sem-2", {"limit": 2}), 503, "no_quorum", "take a permit without masters")
     expect(B.req("PATCH", "/semaphores/sem-2", headers={"Lock-Token": "0:t"}), 503, "no_quorum",
@@ -1158,7 +1284,21 @@ def negative_controls(doc, oas):
             body(dict(grant, event="acquired"))),
            ("no_quorum without counts", "GET", "/locks/x", 503, J, body({"error": "no_quorum", "message": "m"})),
            ("a Dapr field missing", "POST", "/v1.0-alpha1/lock/lockstore", 200, J, body({})),
-           ("a status on an unknown path", "GET", "/nope", 200, J, body({"status": "ok"}))]
+           ("a status on an unknown path", "GET", "/nope", 200, J, body({"status": "ok"})),
+           ("a fence in exponent form", "POST", "/locks/x", 201, J,
+            body(dict(grant, fence=1))[:-2] + b"1.79561494424068e+15}"),
+           ("a ttl_ms written 1000.0", "POST", "/locks/x", 201, J, body(dict(grant, ttl_ms=1000.0))),
+           ("a key twice in an answer", "POST", "/locks/x", 201, J, body(grant)[:-1] + b',"fence":4}'),
+           ("a 501 without Connection: close", "POST", "/locks/x", 501, J,
+            body({"error": "not_implemented", "message": "m"})),
+           ("a semaphore's locked without its time left", "POST", "/semaphores/x", 409, J + [("Retry-After", "1")],
+            body({"error": "locked", "message": "m", "retry_after_ms": 0}))]
+    good += [("a valid 501", "POST", "/locks/x", 501, J + [("Connection", "close")],
+              body({"error": "not_implemented", "message": "m"})),
+             ("a valid semaphore locked", "POST", "/semaphores/x", 409, J + [("Retry-After", "3")],
+              body({"error": "locked", "message": "m", "retry_after_ms": 2500})),
+             ("a framing 400 on a Dapr route", "POST", "/v1.0-alpha1/lock/lockstore", 400, J,
+              body({"error": "bad_request", "message": "m"}))]
     for what, m, p, st, h, b in good:
         probs = s.check(m, p, st, h, b)
         if probs:
@@ -1166,6 +1306,15 @@ def negative_controls(doc, oas):
     for what, m, p, st, h, b in bad:
         if not s.check(m, p, st, h, b):
             fail(f"negative controls: the checker passes {what}")
+    for what, m, p, b in [("ttl_ms 2000.0", "POST", "/locks/x", b'{"ttl_ms": 2000.0}'),
+                          ("ttl_ms 1e3", "POST", "/locks/x", b'{"ttl_ms": 1e3}'),
+                          ("a key twice", "POST", "/locks/x", b'{"ttl_ms": 1000, "ttl_ms": 2000}'),
+                          ("a raw control byte", "POST", "/locks/x", b'{"colour": "a\x01"}'),
+                          ("an escaped NUL", "POST", "/locks/x", b'{"colour": "a\\u0000"}'),
+                          ("limit=0", "GET", "/semaphores/x?limit=0", None),
+                          ("limit=65", "GET", "/semaphores/x?limit=65", None)]:
+        if not s.request_problems(m, p, {}, b):
+            fail(f"negative controls: the request schema admits {what}")
     if not s.missing_coverage() or not s.missing_events() or not s.missing_codes():
         fail("negative controls: coverage is complete with almost nothing reached")
     # Documents that depart.
@@ -1220,6 +1369,7 @@ def main():
         daemons.append(B)
         log(f"masters {[m.port for m in masters]}, A on {A.port}, B (no masters) on {B.port}")
         for name, fn in [("operational routes", lambda: operational(A)),
+                         ("framing", lambda: framing(A)),
                          ("native lock API", lambda: native_locks(A)),
                          ("waiters", lambda: waiters(A)),
                          ("Dapr routes", lambda: dapr(A)),
