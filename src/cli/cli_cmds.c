@@ -11,7 +11,7 @@ int cmd_acquire(const cli_args *a)
     uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
     long long cap = CLI_SERVER_MAX_WAIT_MS;
     answer ans = {0};
-    int code;
+    int code, transients = 0;
     for (;;) {
         long long w = next_wait(a->wait_ms, deadline, cap);
         if (cli_acquire_body(a->ttl_ms, w, false, a->owner, body, sizeof body) < 0) {
@@ -44,6 +44,11 @@ int cmd_acquire(const cli_args *a)
             continue;
         }
         int exit_code = cli_answer_exit(ans.status, ans.body);
+        if (cli_transient(ans.status) && wait_left(a->wait_ms, deadline)) {
+            uint64_t at = ride_out(&ans, ++transients, a->wait_ms, deadline), now = now_us();
+            sleep_ms(at > now ? (long long)((at - now) / 1000) : 0);
+            continue;
+        }
         if (exit_code == CLI_EXIT_NOT_ACQUIRED && wait_left(a->wait_ms, deadline)) {
             if ((long long)((now_us() - t0) / 1000) + 50 < w || w == 0)
                 back_off(&ans, a->wait_ms, deadline);

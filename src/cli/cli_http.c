@@ -22,7 +22,7 @@ uint64_t now_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static void sleep_ms(long long ms)
+void sleep_ms(long long ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -276,4 +276,20 @@ void back_off(const answer *a, long long wait_ms, uint64_t deadline_us)
             d = left;
     }
     sleep_ms(d);
+}
+
+uint64_t ride_out(const answer *a, int attempt, long long wait_ms, uint64_t deadline_us)
+{
+    char line[600];
+    cli_format_error(a->status, a->body, line, sizeof line);
+    long long d = cli_transient_delay_ms(attempt, random_unit());
+    uint64_t now = now_us(), at = now + (uint64_t)d * 1000u;
+    if (wait_ms != CLI_WAIT_FOREVER && at > deadline_us)
+        at = deadline_us;
+    if (wait_ms == CLI_WAIT_FOREVER)
+        say("%s; retrying (attempt %d, waiting forever)", line, attempt);
+    else
+        say("%s; retrying (attempt %d, %.1fs of the wait left)", line, attempt,
+            deadline_us > now ? (double)(deadline_us - now) / 1e6 : 0.0);
+    return at;
 }

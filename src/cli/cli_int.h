@@ -71,6 +71,7 @@ typedef struct run {
     long long cap;                /* largest wait_ms the service takes */
     long long asked_ms;           /* wait_ms of the try under way */
     uint64_t sent_us, deadline_us, retry_at_us;
+    int transients;               /* transient 503s ridden out so far */
     /* the lock */
     bool acquired;
     char token[300];
@@ -94,6 +95,7 @@ extern int sig_pipe[2];             /* the signal handlers' self-pipe */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t now_us(void);
 double random_unit(void);
+void sleep_ms(long long ms);
 int set_url(const char *url);
 int set_auth(const char *file);
 void answer_reset(answer *a);
@@ -111,6 +113,10 @@ long long json_int(const char *body, const char *field);
 long long next_wait(long long wait_ms, uint64_t deadline_us, long long cap);
 bool wait_left(long long wait_ms, uint64_t deadline_us);
 void back_off(const answer *a, long long wait_ms, uint64_t deadline_us);
+/* A transient 503 within --wait: says so on stderr (what failed, the
+ * attempt, the wait left) and returns when to try again (now_us clock),
+ * within the wait. */
+uint64_t ride_out(const answer *a, int attempt, long long wait_ms, uint64_t deadline_us);
 
 /* cli_cmds.c */
 int cmd_acquire(const cli_args *a);

@@ -124,7 +124,8 @@ static const char exit_help[] =
     "Exit codes: 0 done (run: CMD's own status; 128+N if signal N ended CMD);\n"
     "1 not held (status, extend, release); 3 run: the lock was lost and CMD stopped;\n"
     "64 usage error or a request the service refused as malformed (400);\n"
-    "69 the service is unreachable, has no quorum or is shutting down (503, 5xx);\n"
+    "69 the service is unreachable, has no quorum or is shutting down (503, 5xx;\n"
+    "with --wait, a 503 is retried until the wait is spent);\n"
     "75 not acquired within --wait (409 locked, 429); 76 an answer redlock does not\n"
     "understand; 77 unauthorized (401).\n";
 

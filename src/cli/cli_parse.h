@@ -113,6 +113,15 @@ bool cli_wait_cap(const char *body, long long *cap);
  * soon, times 0.5 + u (u in [0, 1), random) so that contenders spread out. */
 long long cli_retry_delay_ms(long long retry_after_ms, double u);
 
+/* Is an answer a transient failure that a wait rides out (503: no quorum,
+ * overloaded, a stopping instance behind a load balancer)? */
+bool cli_transient(long status);
+
+/* How long to sleep before the attempt-th retry (1, 2, ...) of a transient
+ * failure within --wait: 100 ms doubling to at most 2 s, times 0.5 + u/2
+ * (u in [0, 1), random), so that many clients do not retry in step. */
+long long cli_transient_delay_ms(int attempt, double u);
+
 /* One line for GET /locks/{name}'s answer: "held: validity 2.3s, fence 7,
  * owner w-1" or "not held". Returns 1 held, 0 not held, -1 malformed. */
 int cli_format_status(const char *body, char *out, size_t outlen);

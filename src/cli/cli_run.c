@@ -199,6 +199,10 @@ static void on_done(run *r, CURLcode rc)
         return;
     }
     int code = cli_answer_exit(status, r->ans.body);
+    if (cli_transient(status) && wait_left(r->a->wait_ms, r->deadline_us)) {
+        r->retry_at_us = ride_out(&r->ans, ++r->transients, r->a->wait_ms, r->deadline_us);
+        return;
+    }
     if (code == CLI_EXIT_NOT_ACQUIRED && wait_left(r->a->wait_ms, r->deadline_us)) {
         long long d = 0;
         if ((long long)((now_us() - r->sent_us) / 1000) + 50 < r->asked_ms || r->asked_ms == 0)

@@ -134,3 +134,17 @@ long long cli_retry_delay_ms(long long retry_after_ms, double u)
         u = 0.5;
     return (long long)((double)base * (0.5 + u));
 }
+
+bool cli_transient(long status) { return status == 503; }
+
+long long cli_transient_delay_ms(int attempt, double u)
+{
+    long long d = 100;
+    for (int i = 1; i < attempt && d < 2000; i++)
+        d *= 2;
+    if (d > 2000)
+        d = 2000;
+    if (u < 0 || u >= 1)
+        u = 0.5;
+    return (long long)((double)d * (0.5 + u / 2));
+}

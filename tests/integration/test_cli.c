@@ -185,15 +185,49 @@ Test(cli, no_quorum_exits_69)
     cr_assert(h_wait_status(C, "/readyz", 503, 5000));
     cr_assert_eq(RUN("y", "ready"), 69);
     cr_assert(strstr(err_of("y"), "not ready: 2 of 5 masters can vote"), "%s", err_of("y"));
-    cr_assert_eq(RUN("a", "acquire", "--wait", "5s", "q"), 69);
+    cr_assert_eq(RUN("a", "acquire", "q"), 69);
     cr_assert(strstr(err_of("a"), "redlock: no_quorum: ") && strstr(err_of("a"), "of 5 masters answered"),
               "%s", err_of("a"));
+    cr_assert_null(strstr(err_of("a"), "retrying"), "without --wait: %s", err_of("a"));
+    /* with --wait, the 503 is ridden out until the wait is spent */
+    uint64_t t0 = h_now_us();
+    cr_assert_eq(RUN("w", "acquire", "--wait", "2s", "q"), 69);
+    double s = (double)(h_now_us() - t0) / 1e6;
+    cr_assert(s >= 1.9, "acquire --wait 2s gave up after %.2f s", s);
+    cr_assert(strstr(err_of("w"), "; retrying (attempt 1, "), "%s", err_of("w"));
     char marker[400];
     path_of(marker, sizeof marker, "ran");
     cr_assert_eq(RUN("r", "run", "q", "--", "touch", marker), 69);
     cr_assert_eq(access(marker, F_OK), -1, "CMD ran without the lock");
     for (int i = 0; i < 3; i++)
         h_master_resume(C, i);
+}
+
+static bool retrying(void *tag) { return strstr(err_of(tag), "; retrying (attempt ") != NULL; }
+
+/* A transient 503 (here no quorum while 3 of 5 masters are paused) is no
+ * reason to give up a wait: acquire --wait and run --wait forever retry,
+ * say so on stderr, and get the lock once the masters are back. */
+Test(cli, waits_ride_out_a_transient_no_quorum)
+{
+    start_service(5, NULL);
+    for (int i = 0; i < 3; i++)
+        h_master_pause(C, i);
+    cr_assert(h_wait_status(C, "/readyz", 503, 5000));
+    char marker[400];
+    path_of(marker, sizeof marker, "ran");
+    pid_t a = START("a", "acquire", "--wait", "60s", "transient");
+    pid_t r = START("r", "run", "--wait", "forever", "transient2", "--", "touch", marker);
+    /* both have met the 503 at least once before the masters come back */
+    cr_assert(h_eventually(retrying, "a", 20000), "acquire: no retry line: %s", err_of("a"));
+    cr_assert(h_eventually(retrying, "r", 20000), "run: no retry line: %s", err_of("r"));
+    for (int i = 0; i < 3; i++)
+        h_master_resume(C, i);
+    cr_assert_eq(finish(a, 60000), 0, "%s", err_of("a"));
+    cr_assert_eq(finish(r, 60000), 0, "%s", err_of("r"));
+    cr_assert(strstr(err_of("a"), "redlock: no_quorum: "), "%s", err_of("a"));
+    cr_assert_eq(access(marker, F_OK), 0, "CMD did not run");
+    cr_assert(h_held(C, "transient"), "the lock acquire printed is not held");
 }
 
 Test(cli, auth_token_from_file_or_environment)

@@ -514,3 +514,20 @@ Test(cli_stream, lines_stop_and_overflow)
     cli_lines_free(&l);
     free(big);
 }
+
+/* A transient 503 within --wait: 100 ms doubling to 2 s, jittered down to
+ * half, never zero, never past 2 s. */
+Test(values, transient_retries_back_off)
+{
+    cr_assert(cli_transient(503));
+    cr_assert_not(cli_transient(409));
+    cr_assert_not(cli_transient(500));
+    cr_assert_eq(cli_transient_delay_ms(1, 0.999999), 99);
+    cr_assert_eq(cli_transient_delay_ms(1, 0.0), 50);
+    cr_assert_eq(cli_transient_delay_ms(2, 0.0), 100);
+    cr_assert_eq(cli_transient_delay_ms(5, 0.0), 800);
+    cr_assert_eq(cli_transient_delay_ms(6, 0.0), 1000);
+    cr_assert_eq(cli_transient_delay_ms(40, 0.0), 1000);
+    cr_assert_leq(cli_transient_delay_ms(40, 0.999999), 2000);
+    cr_assert_eq(cli_transient_delay_ms(3, -1), 300, "an out-of-range draw counts as 0.5");
+}
