@@ -4,10 +4,12 @@
 # runs the unit, integration and deploy (engine-free checks of the compose,
 # container, Kubernetes and systemd files) suites twice, once plain and once
 # under AddressSanitizer + UndefinedBehaviorSanitizer, the fault-injection
-# suites (short form) under the sanitizers, and the containers suite once (the image built
-# and docker-compose.yml run with podman; run.sh on a bare Debian 12). The
-# tests start their own redis-server masters on free loopback ports and stop
-# them again.
+# suites (short form) under the sanitizers, the containers suite once (the image built
+# and docker-compose.yml run with podman; run.sh on a bare Debian 12), and
+# the libFuzzer targets (tests/fuzz: request bodies, the gRPC decoder, the
+# client's parsers; clang, ASan + UBSan) for 8 seconds each from their seed
+# corpora. The tests start their own redis-server masters on free loopback
+# ports and stop them again.
 #
 # The long fault run is separate: meson test -C build --suite faults-long
 set -euo pipefail
@@ -55,4 +57,12 @@ run_suites build-asan -Db_sanitize=address,undefined -Db_lundef=false
 # speed (the latency bounds hold there too). The plain build runs them with
 # meson test -C build --suite faults (about 4 minutes).
 run_faults build-asan
+echo "== fuzz build (libFuzzer, clang, address + undefined)"
+# Only the libraries the targets test are built (ninja's "fuzz" target), not
+# the daemon; each target runs 8 s over a copy of its seeds in the build
+# directory (tests/fuzz/meson.build, docs/contributing.md "Fuzzing").
+[ -f build-fuzz/build.ninja ] || CC=clang meson setup build-fuzz -Dfuzz=true -Dtests=false \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link
+ninja -C build-fuzz fuzz
+meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs --num-processes 1
 echo "all suites passed"
