@@ -75,6 +75,13 @@ int election_parse_campaign(const char *body, size_t len, long long default_ttl_
         goto out;
     if (req->ttl_ms < API_HOLD_MIN_TTL_MS)
         req->ttl_ms = API_HOLD_MIN_TTL_MS;
+    if (req->ttl_ms > max_ttl_ms) {
+        /* --max-ttl-ms below a held stream's least ttl: refused, as the
+         * held locks and permits are (found by tests/fuzz) */
+        snprintf(msg, msglen, "ttl_ms must be from %d to %lld (--max-ttl-ms)", API_HOLD_MIN_TTL_MS,
+                 max_ttl_ms);
+        goto out;
+    }
     rc = 0;
 out:
     json_decref(root);

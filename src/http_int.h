@@ -190,7 +190,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
 void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   enum MHD_RequestTerminationCode toe);
 size_t unescape(void *cls, struct MHD_Connection *c, char *s);
-void mhd_log(void *cls, const char *fmt, va_list ap);
+void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* http_ops.c */
 enum MHD_Result serve_readyz(req_ctx *ctx);

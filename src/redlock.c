@@ -316,7 +316,7 @@ void op_run(rl_task *op)
         set_active(op, true);
 
     switch (op->req.op) {
-    case RL_ACQUIRE:
+    case RL_ACQUIRE: {
         /* Each grant stores a value of its own: a fresh token, or the
          * caller's token with a fresh suffix (scripts.h). */
         char fresh[TOKEN_TEXT_LEN + 1];
@@ -330,6 +330,7 @@ void op_run(rl_task *op)
                  op->req.token_given ? fresh : "");
         acquire_attempt(op);
         return;
+    }
     case RL_EXTEND: {
         const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
                               op->ttl_str, op->px_str, guard_arg(e)};

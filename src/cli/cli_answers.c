@@ -3,6 +3,7 @@
 #include "cli_parse.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,10 +30,26 @@ int cli_exit_for(long status, const char *error)
     return CLI_EXIT_PROTOCOL;
 }
 
+/* An integer field, clamped to long long: the service sends none larger,
+ * but a number as JSON allows (1e300, or 1e999 which cJSON reads as inf)
+ * must not overflow the cast (found by tests/fuzz). */
 static long long int_item(const cJSON *o, const char *field, long long dflt)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, field);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : dflt;
+    if (!cJSON_IsNumber(v) || isnan(v->valuedouble))
+        return dflt;
+    double d = v->valuedouble;
+    return d >= 0x1p63 ? LLONG_MAX : d < -0x1p63 ? LLONG_MIN : (long long)d;
+}
+
+/* What the client prints is one line of printable text, whatever the
+ * endpoint sent (a newline or a terminal escape in a message, an owner or
+ * a leader). */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+            *s = ' ';
 }
 
 static const char *str_item(const cJSON *o, const char *field)
@@ -73,6 +90,7 @@ void cli_format_error(long status, const char *body, char *out, size_t outlen)
     }
     if (used < outlen)
         snprintf(out + used, outlen - used, "%s", extra);
+    one_line(out);
     cJSON_Delete(o);
 }
 
@@ -117,6 +135,7 @@ int cli_format_status(const char *body, char *out, size_t outlen)
     const char *owner = str_item(o, "owner");
     if (owner && used < outlen)
         snprintf(out + used, outlen - used, ", owner %s", owner);
+    one_line(out);
     cJSON_Delete(o);
     return 1;
 }
@@ -161,8 +180,10 @@ int cli_parse_event(const char *line, cli_event *ev)
     if (token)
         snprintf(ev->token, sizeof ev->token, "%s", token);
     const char *reason = str_item(o, "reason");
-    if (reason)
+    if (reason) {
         snprintf(ev->reason, sizeof ev->reason, "%s", reason);
+        one_line(ev->reason);
+    }
     ev->fence = int_item(o, "fence", int_item(o, "term", -1));
     ev->validity_ms = int_item(o, "validity_ms", -1);
     ev->ttl_ms = int_item(o, "ttl_ms", -1);
@@ -189,6 +210,7 @@ int cli_format_election_event(const char *line, char *out, size_t outlen)
                  value && value[0] ? value : "");
     else
         snprintf(out, outlen, "%s: no leader", kind);
+    one_line(out);
     cJSON_Delete(o);
     return 0;
 }

@@ -2,6 +2,7 @@
  * command line, durations, the service's answers and exit codes, and the
  * lines of a held stream. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -530,4 +531,26 @@ Test(values, transient_retries_back_off)
     cr_assert_eq(cli_transient_delay_ms(40, 0.0), 1000);
     cr_assert_leq(cli_transient_delay_ms(40, 0.999999), 2000);
     cr_assert_eq(cli_transient_delay_ms(3, -1), 300, "an out-of-range draw counts as 0.5");
+}
+
+/* Found by tests/fuzz: a number past long long (1e300, or 1e999 read as
+ * inf) overflowed the cast, and text from the endpoint could span lines. */
+Test(answers, hostile_numbers_and_text)
+{
+    cli_event ev;
+    cr_assert_eq(cli_parse_event("{\"event\":\"renewed\",\"validity_ms\":1e300}", &ev), 0);
+    cr_assert_eq(ev.validity_ms, LLONG_MAX);
+    cr_assert_eq(cli_parse_event("{\"event\":\"renewed\",\"validity_ms\":1e999}", &ev), 0);
+    cr_assert_eq(ev.validity_ms, LLONG_MAX);
+    cr_assert_eq(cli_parse_event("{\"event\":\"lost\",\"reason\":\"a\\nb\\u001b[2J\"}", &ev), 0);
+    cr_assert_null(strpbrk(ev.reason, "\n\x1b"), "%s", ev.reason);
+    char out[300];
+    cli_format_error(409, "{\"error\":\"locked\",\"message\":\"x\\ny\\rz\"}", out, sizeof out);
+    cr_assert_null(strpbrk(out, "\n\r"), "%s", out);
+    cr_assert(cli_format_status("{\"held\":true,\"validity_ms\":5,\"owner\":\"a\\nb\"}", out,
+                                sizeof out) == 1);
+    cr_assert_null(strchr(out, '\n'), "%s", out);
+    cr_assert_eq(cli_format_election_event("{\"event\":\"elected\",\"leader\":\"a\\nb\",\"term\":1}",
+                                           out, sizeof out), 0);
+    cr_assert_null(strchr(out, '\n'), "%s", out);
 }
