@@ -48,6 +48,9 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
     enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
+    static const char no_quorum[] = "{\"error\":\"no_quorum\"";
+    if (status == 503 && body && !strncmp(body, no_quorum, sizeof no_quorum - 1))
+        metrics_count(ctx->s->m, METRICS_NO_QUORUM);   /* answered, not retried inside */
     metrics_request(ctx->s->m, ctx->mroute, status, loop_now_us() - ctx->start_us);
     return rc;
 }

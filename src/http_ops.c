@@ -38,6 +38,7 @@ static void status_of(http_server *s, int i, master_status *out)
             memcpy(out->refusal, o.refusal, sizeof out->refusal);
         }
         out->reply_us_sum += o.reply_us_sum;
+        out->late_replies += o.late_replies;
     }
 }
 
@@ -126,6 +127,7 @@ MASTER_VALUE(subscribed)
 MASTER_VALUE(may_lose_locks)
 MASTER_VALUE(refusing)
 MASTER_VALUE(refusals)
+MASTER_VALUE(late_replies)
 
 /* The per-master families of /metrics: one sample per master each. */
 static const struct {
@@ -147,6 +149,10 @@ static const struct {
      "1 while the master answers lock commands with an error (OOM, READONLY, NOPERM ...).", value_refusing},
     {"redlockd_master_refusals_total", "counter", "Lock commands the master answered with an error.",
      value_refusals},
+    {"redlockd_master_late_replies_total", "counter",
+     "Replies that came after their command was due (--master-timeout-ms from when it was "
+     "written): the master itself was slow. Compare redlockd_loop_stalls_total.",
+     value_late_replies},
 };
 
 enum MHD_Result serve_metrics(req_ctx *ctx)
@@ -174,6 +180,26 @@ enum MHD_Result serve_metrics(req_ctx *ctx)
                               "redlockd_master_reply_seconds_sum{master=\"%s\"} %.6f\n"
                               "redlockd_master_reply_seconds_count{master=\"%s\"} %llu\n",
                               st[i].addr, (double)st[i].reply_us_sum / 1e6, st[i].addr, st[i].replies);
+    /* The loops' own stalls: a starved or paused process, as opposed to a
+     * slow master (redlockd_master_late_replies_total). */
+    unsigned long long stalls = 0, stall_us = 0;
+    for (int k = 0; k < ctx->s->nshards; k++) {
+        unsigned long long c, us;
+        loop_stalls(mpool_loop(ctx->s->shards[k].pool), &c, &us);
+        stalls += c;
+        stall_us += us;
+    }
+    rc |= metrics_appendf(&buf, &len, &cap,
+                          "# HELP redlockd_loop_stalls_total Times an event loop could not look at its "
+                          "sockets for more than 20 ms past when it meant to (a pause, a CPU quota "
+                          "spent, a long turn); replies that came meanwhile still count as on time.\n"
+                          "# TYPE redlockd_loop_stalls_total counter\n"
+                          "redlockd_loop_stalls_total %llu\n"
+                          "# HELP redlockd_loop_stall_seconds_total Time of those stalls past the "
+                          "first 20 ms of each.\n"
+                          "# TYPE redlockd_loop_stall_seconds_total counter\n"
+                          "redlockd_loop_stall_seconds_total %.6f\n",
+                          stalls, (double)stall_us / 1e6);
     if (rc) {
         free(buf);
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);

@@ -47,6 +47,11 @@ struct rl_loop {
     atomic_bool timers_final;   /* the loop is ending: timers run to clean up */
     size_t ntimers, timers_cap; /* entries; allocated entries */
     uint64_t timer_seq;         /* the next timer's seq */
+
+    /* Its own stalls (written by the thread, read anywhere): */
+    atomic_ullong stalls;       /* times it could not look at its sockets for longer than
+                                   LOOP_STALL_US past when it meant to */
+    atomic_ullong stall_us;     /* their time past LOOP_STALL_US, summed */
 };
 
 uint64_t loop_now_us(void)
@@ -238,6 +243,25 @@ static bool is_stopping(rl_loop *l)
     return s;
 }
 
+/* A stall: the loop looked at its sockets later than it meant to, by
+ * more than LOOP_STALL_US (a SIGSTOP, a CPU quota spent, a host that did
+ * not schedule it, or a turn of its own that ran long). Counted, so that an
+ * operator can tell a starved process from a slow master; whatever the
+ * masters answered meanwhile waits in the sockets and counts as on time. */
+static void note_stall(rl_loop *l, uint64_t late_us)
+{
+    if (late_us <= LOOP_STALL_US)
+        return;
+    atomic_fetch_add(&l->stalls, 1);
+    atomic_fetch_add(&l->stall_us, late_us - LOOP_STALL_US);
+}
+
+void loop_stalls(const rl_loop *l, unsigned long long *count, unsigned long long *us)
+{
+    *count = atomic_load(&l->stalls);
+    *us = atomic_load(&l->stall_us);
+}
+
 static void *loop_main(void *arg)
 {
     rl_loop *l = arg;
@@ -258,7 +282,9 @@ static void *loop_main(void *arg)
         if (c->fds)
             nfds += c->fds(l->arg, fds + first, LOOP_MAX_CLIENT_FDS);
         uint64_t wake = next_wakeup(l, now);
+        uint64_t turn_start = now;
         now = loop_now_us();
+        note_stall(l, now - turn_start);   /* the turn itself, from its poll's return */
         uint64_t wait_us = wake > now ? wake - now : 0;
         if (wait_us > 3600000000ULL)
             wait_us = 3600000000ULL;
@@ -268,7 +294,10 @@ static void *loop_main(void *arg)
             log_event(LOG_LEVEL_ERROR, "loop_poll_failed", "error", strerror(errno), NULL);
             usleep(1000);
         }
+        uint64_t meant = wake > now + wait_us ? now + wait_us : wake;
         now = loop_now_us();
+        if (rc == 0 && now > meant)
+            note_stall(l, now - meant);   /* slept past its time */
         if (c->ready)
             c->ready(l->arg, fds + first, nfds - first, rc, now);
         bool io_ready = rc > 0 && io_at >= 0 && fds[io_at].revents;

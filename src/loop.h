@@ -76,6 +76,11 @@ int loop_post_lazy(rl_loop *l, void (*fn)(void *), void *arg);
 int loop_after(rl_loop *l, uint64_t delay_us, void (*fn)(void *), void *arg);
 bool loop_stopping(const rl_loop *l);
 
+/* A turn longer, or a sleep later, than this is a stall of the loop. */
+#define LOOP_STALL_US 20000ULL
+/* The loop's stalls so far, and their time past LOOP_STALL_US (any thread). */
+void loop_stalls(const rl_loop *l, unsigned long long *count, unsigned long long *us);
+
 /* CLOCK_MONOTONIC in microseconds: the clock of every deadline and timer. */
 uint64_t loop_now_us(void);
 

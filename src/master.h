@@ -152,6 +152,7 @@ typedef struct master_status {
     unsigned long long errors;  /* connections lost or refused, timeouts */
     unsigned long long replies; /* replies received */
     unsigned long long reply_us_sum; /* total latency of those replies */
+    unsigned long long late_replies; /* replies that came after their command was due */
     bool refusing;              /* up, but its last lock command (within
                                    MASTER_REFUSING_MS) was answered with an error */
     char refusal[9];            /* that error's first word ("OOM", "READONLY"), "" if none */

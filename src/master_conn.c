@@ -307,7 +307,16 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         return -1;
     }
     atomic_fetch_add(&m->replies, 1);
-    atomic_fetch_add(&m->reply_us_sum, now - r->sent_us);
+    atomic_fetch_add(&m->reply_us_sum, now > r->sent_us ? now - r->sent_us : 0);
+    if (now > r->due_us)
+        atomic_fetch_add(&m->late_replies, 1);
+    /* The master answers: the next command it owes counts its time from
+     * now, for whether it is late. A master working through a long queue
+     * this process sent at once (a burst of renewals) is busy, not gone;
+     * one that stops answering is late a timeout after its last answer. */
+    struct mrecord *next = m->head;
+    if (next && next->out && next->deadline_us < now + next->timeout_us)
+        next->deadline_us = now + next->timeout_us;
     int rc = 0;
     switch (r->kind) {
     case REC_BATCH:
@@ -360,8 +369,9 @@ void master_read(mpool *p, struct master *m, uint64_t now)
             return;
         }
         if (!reply) {
-            if (m->lagging && (!m->head || now < m->head->deadline_us))
-                master_became_up(p, m, now);   /* caught up */
+            /* caught up: nothing it owes was due before now */
+            if (m->lagging && (!m->head || now < m->head->due_us))
+                master_became_up(p, m, now);
             return;
         }
         int rc = master_dispatch(p, m, reply, now);
@@ -381,6 +391,10 @@ void master_flush(mpool *p, struct master *m, uint64_t now)
         master_fail(p, m, why, now);
         return;
     }
+    /* The clock now, not the turn's: the turn may have run long (a pause,
+     * a CPU quota) since its poll. */
+    (void)now;
+    master_sent(m, p->timeout_us, loop_now_us());
     m->want_write = !done;
 }
 
@@ -402,6 +416,7 @@ void mpool_status(mpool *p, int i, master_status *out)
     out->errors = atomic_load(&m->errors);
     out->replies = atomic_load(&m->replies);
     out->reply_us_sum = atomic_load(&m->reply_us_sum);
+    out->late_replies = atomic_load(&m->late_replies);
     uint64_t refused = atomic_load(&m->refused_at_us);
     out->refusing = out->up && refused && now < refused + MASTER_REFUSING_MS * 1000ULL;
     uint64_t word = atomic_load(&m->refusal_word);

@@ -80,6 +80,7 @@ struct mbatch {
     int pending;                /* masters asked that have not answered */
     int refs;                   /* records + uncompleted + FIFO membership */
     bool completed;             /* done has run (or never will) */
+    bool flushed;               /* its deadline counts from its first write */
     mpool_decide_fn decide;     /* NULL: done waits for every answer */
     bool decided;               /* decide said yes: in the pool's decided list */
     struct mbatch *dnext;       /* in the decided list */
@@ -97,8 +98,14 @@ struct mrecord {
     enum rec_kind kind;
     struct mbatch *batch;       /* REC_BATCH: holds one of its refs */
     int slot;                   /* REC_BATCH: the master's index in batch->replies */
-    uint64_t sent_us;           /* monotonic, when appended (reply latency) */
-    uint64_t deadline_us;       /* monotonic */
+    uint64_t sent_us;           /* monotonic: when appended, then when a write took its bytes
+                                   (reply latency) */
+    uint64_t timeout_us;        /* how long the master has to answer it, once sent */
+    bool out;                   /* a write took its bytes (sent_us says when) */
+    uint64_t due_us;            /* monotonic: sent_us + timeout_us; overdue after it */
+    uint64_t deadline_us;       /* monotonic: when the master is late on it: due_us, or
+                                   later while the master keeps answering what came
+                                   before it (master_read) */
     struct undo *undo;          /* REC_UNDO: kept until answered; queued again if the connection drops */
 };
 
@@ -114,6 +121,9 @@ struct master {
     struct mtls *tls;           /* TLS on ctx's socket once its TCP connect is done; NULL:
                                    plain (or not yet); the handshake runs in M_CONNECTING */
     struct mrecord *head, *tail; /* written, awaiting replies, oldest first */
+    struct mrecord *unsent;     /* the first of them no write has taken yet (NULL: all out):
+                                   a deadline counts from when the command could reach the
+                                   master, not from when this process queued it */
     uint32_t cached;            /* scripts (bits of mpool.scripts) this connection was sent
                                    with their body: EVALSHA is safe for those */
     struct undo *undo_head, *undo_tail; /* run when it is up again */
@@ -137,6 +147,7 @@ struct master {
     atomic_ullong errors;       /* connections lost or refused, timeouts */
     atomic_ullong replies;      /* replies received */
     atomic_ullong reply_us_sum; /* total latency of those replies */
+    atomic_ullong late_replies; /* replies that came after their record was due */
     atomic_ullong refused_at_us; /* monotonic: its last lock command was answered with an
                                     error (OOM, READONLY, NOPERM ...); 0 after a value */
     atomic_ullong refusals;     /* lock commands answered with an error */
@@ -204,11 +215,17 @@ size_t mpool_pack_size(int nargs, const size_t *lens);
 void mpool_pack_command(void *mem, const char *verb, const char *script, int nkeys, int nargs,
                         const char *const *args, const size_t *lens, const char ***argv_out,
                         size_t **lens_out);
-/* Appends a command to m's output buffer and its record to m's queue.
- * 0, or -1 when out of memory (nothing queued). */
+/* Appends a command to m's output buffer and its record to m's queue; the
+ * master has until deadline (deadline - now once a write takes it,
+ * master_sent). 0, or -1 when out of memory (nothing queued). */
 int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
                   int argc, const char **argv, const size_t *lens, uint64_t now,
                   uint64_t deadline);
+/* A write took m's buffered commands at now: each unsent record is due its
+ * timeout from now, and a batch's deadline counts from its first write
+ * (timeout_us, the pool's). Time this process spent before the write (a
+ * long turn, a pause, a CPU quota) is never the master's. */
+void master_sent(struct master *m, uint64_t timeout_us, uint64_t now);
 /* Takes the record at the head of m's queue (the next reply's); the caller
  * frees it. NULL when empty. */
 struct mrecord *master_pop(struct master *m);

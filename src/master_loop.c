@@ -65,6 +65,32 @@ int mpool_size(const mpool *p) { return p->n; }
 
 rl_loop *mpool_loop(mpool *p) { return p->loop; }
 
+/* Reads whatever m's socket holds now (until pred(m, now) is false, if
+ * given): a reply that arrived while this process could not look (it was
+ * paused, or out of CPU time) is the master's answer in time. */
+static void read_waiting(mpool *p, struct master *m, uint64_t now,
+                         bool (*pred)(const struct master *m, uint64_t now))
+{
+    for (int k = 0; k < 64 && m->ctx && m->head && (!pred || pred(m, now)); k++) {
+        struct pollfd pfd = {m->ctx->fd, POLLIN, 0};
+        if (poll(&pfd, 1, 0) <= 0)
+            break;
+        struct mrecord *before = m->head;
+        master_read(p, m, now);
+        if (m->ctx && m->head == before)
+            break;   /* nothing of it came */
+    }
+}
+
+static bool head_due(const struct master *m, uint64_t now) { return now >= master_head_due_us(m); }
+
+/* Whether m owes something overdue, once what its socket holds is read. */
+static bool still_overdue(mpool *p, struct master *m, uint64_t now)
+{
+    read_waiting(p, m, now, head_due);
+    return m->ctx && m->head && now >= master_head_due_us(m);
+}
+
 static void check_deadlines(mpool *p, uint64_t now)
 {
     for (int i = 0; i < p->n; i++) {
@@ -74,11 +100,19 @@ static void check_deadlines(mpool *p, uint64_t now)
                                      : "connect timed out", now);
         else if (!m->head || now < master_head_due_us(m))
             continue;
+        else if (now != UINT64_MAX && !still_overdue(p, m, now))
+            continue;
         else if (master_votes(m))
             master_lag(m);
         else
             master_fail(p, m, m->lagging ? "no reply for a second" : "reply timed out", now);
     }
+    /* Before a batch is given up on, the replies that may be waiting for it
+     * are read (only when one is due: this costs a poll per master). */
+    if (now != UINT64_MAX && p->fifo_head && now >= p->fifo_head->deadline_us)
+        for (int i = 0; i < p->n; i++)
+            read_waiting(p, &p->masters[i], now, NULL);
+    mpool_run_ready(p);   /* batches the replies read above decided */
     mpool_expire_batches(p, now);
 }
 

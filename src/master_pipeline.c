@@ -67,8 +67,25 @@ struct mrecord *master_pop(struct master *m)
         m->head = r->next;
         if (!m->head)
             m->tail = NULL;
+        if (m->unsent == r)
+            m->unsent = r->next;
     }
     return r;
+}
+
+void master_sent(struct master *m, uint64_t timeout_us, uint64_t now)
+{
+    for (struct mrecord *r = m->unsent; r; r = r->next) {
+        r->out = true;
+        r->sent_us = now;
+        r->due_us = r->deadline_us = now + r->timeout_us;
+        struct mbatch *b = r->kind == REC_BATCH ? r->batch : NULL;
+        if (b && !b->flushed) {
+            b->flushed = true;
+            b->deadline_us = now + timeout_us;
+        }
+    }
+    m->unsent = NULL;
 }
 
 int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
@@ -86,9 +103,13 @@ int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int sl
     r->batch = b;
     r->slot = slot;
     r->sent_us = now;
-    r->deadline_us = deadline;
+    r->timeout_us = deadline > now ? deadline - now : 0;
+    r->out = false;
+    r->due_us = r->deadline_us = deadline;
     r->undo = NULL;
     master_push(m, r);
+    if (!m->unsent)
+        m->unsent = r;
     return 0;
 }
 

@@ -26,7 +26,7 @@ static const struct {
 } counter_info[METRICS_COUNTER_COUNT] = {
     {"redlockd_grants_total", "Locks granted (acquire answered 201, Dapr lock success)."},
     {"redlockd_conflicts_total", "Acquires answered 409 locked."},
-    {"redlockd_no_quorum_total", "Operations answered 503 because fewer than a majority of masters answered."},
+    {"redlockd_no_quorum_total", "Requests answered 503 no_quorum: fewer than a majority of masters could vote."},
     {"redlockd_extensions_total", "Extensions answered 200."},
     {"redlockd_releases_total", "Releases answered 204."},
     {"redlockd_not_held_total", "Extends and releases answered 409 not_held."},
@@ -39,6 +39,7 @@ static const struct {
     {"redlockd_waiters_refused_total", "Acquires answered 429 because --max-waiters acquires were waiting."},
     {"redlockd_request_timeouts_total", "Connections closed because a request was not complete within --request-timeout-ms."},
     {"redlockd_overloaded_total", "Acquires and inspections answered 503 overloaded: they waited --queue-timeout-ms for one of --max-inflight places."},
+    {"redlockd_quorum_misses_total", "Engine operations of any kind (requests, renewals of held streams, semaphore slots) that found fewer than a majority of masters able to vote; requests among them are also in redlockd_no_quorum_total."},
 };
 
 struct metrics {

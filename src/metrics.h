@@ -26,7 +26,7 @@ enum metrics_route {
 enum metrics_counter {
     METRICS_GRANTS,            /* acquires answered 201 */
     METRICS_CONFLICTS,         /* acquires answered 409 locked */
-    METRICS_NO_QUORUM,         /* operations answered 503 no_quorum */
+    METRICS_NO_QUORUM,         /* requests answered 503 no_quorum (counted by the HTTP layer) */
     METRICS_EXTENSIONS,        /* extends answered 200 */
     METRICS_RELEASES,          /* releases answered 204 */
     METRICS_NOT_HELD,          /* extends/releases answered 409 not_held */
@@ -39,6 +39,8 @@ enum metrics_counter {
     METRICS_WAITERS_REFUSED,   /* acquires refused for --max-waiters */
     METRICS_REQUEST_TIMEOUTS,  /* connections closed for --request-timeout-ms */
     METRICS_OVERLOADED,        /* requests answered 503 overloaded */
+    METRICS_QUORUM_MISSES,     /* engine operations of any kind (renewals too) that found
+                                  fewer than a majority able to vote */
     METRICS_COUNTER_COUNT
 };
 

@@ -76,7 +76,7 @@ static void count_outcome(rl_task *op)
     case RL_TOO_MANY_WAITERS: metrics_count(m, METRICS_WAITERS_REFUSED); break;
     case RL_OVERLOADED: metrics_count(m, METRICS_OVERLOADED); break;
     case RL_NO_QUORUM:
-        metrics_count(m, METRICS_NO_QUORUM);
+        metrics_count(m, METRICS_QUORUM_MISSES);
         log_no_quorum(op->e, op->res.masters_ok);
         break;
     default: break;

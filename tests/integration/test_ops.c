@@ -253,7 +253,9 @@ Test(ops, metrics_parse_as_prometheus_text_and_move)
     const char *families[] = {"redlockd_http_requests_total", "redlockd_request_duration_seconds",
                               "redlockd_grants_total", "redlockd_conflicts_total", "redlockd_no_quorum_total",
                               "redlockd_master_up", "redlockd_master_quarantined",
-                              "redlockd_master_errors_total", "redlockd_master_reply_seconds"};
+                              "redlockd_master_errors_total", "redlockd_master_reply_seconds",
+                              "redlockd_quorum_misses_total", "redlockd_loop_stalls_total",
+                              "redlockd_loop_stall_seconds_total", "redlockd_master_late_replies_total"};
     for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
         bool found = false;
         for (int k = 0; k < a.nf; k++)
