@@ -1,0 +1,292 @@
+/* Integration (suite starved): a redlockd that is itself starved (a
+ * Kubernetes CPU limit, a pause on a busy node) never reads its own stall
+ * as the failure of healthy masters. Five healthy local masters each time;
+ * each test asserts what a user and an operator would see: no master
+ * marked down (no master_down line, /metrics' error counters at 0), no 5xx,
+ * and every request answered.
+ *
+ * The CPU limit is the one Kubernetes sets: a CFS quota in the cgroup v1
+ * cpu controller (these machines mount it), or cpu.max where only cgroup
+ * v2 is mounted; as root. Where neither is writable the test says so and
+ * is skipped. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static h_cluster *C;
+
+static void setup(void) { h_client_setup(); }
+
+static void teardown(void)
+{
+    if (C)
+        h_cluster_free(C);
+    C = NULL;
+}
+
+TestSuite(starved, .init = setup, .fini = teardown, .timeout = 180);
+
+/* "master_down" lines in the daemon's log so far (the first few are
+ * printed, to say why). */
+static int down_lines(h_cluster *c)
+{
+    FILE *f = fopen(c->log, "r");
+    if (!f)
+        return -1;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "master_down") && n++ < 3)
+            fprintf(stderr, "starved: %s", line);
+    fclose(f);
+    return n;
+}
+
+static void st_next(h_loader *l, char *name, size_t len, const char **body)
+{
+    snprintf(name, len, "starved-%d", l->id);
+    *body = NULL;
+}
+
+/* Runs n clients for ms while stall() (if any) runs on this thread, then
+ * asserts the service stayed whole. */
+static void load_through(int n, int ms, void (*stall)(int ms))
+{
+    static h_loader l[16];
+    pthread_t t[16];
+    for (int i = 0; i < n; i++)
+        l[i] = (h_loader){.c = C, .next = st_next};
+    h_load_start(l, n, t);
+    if (stall)
+        stall(ms);
+    else
+        usleep((useconds_t)ms * 1000);
+    h_load_join(l, n, t);
+    long answered = H_LOAD_SUM(l, n, answered), five = H_LOAD_SUM(l, n, five_xx),
+         none = H_LOAD_SUM(l, n, no_answer);
+    long last = 0;
+    const char *body = "";
+    for (int i = 0; i < n; i++)
+        if (l[i].five_xx) {
+            last = l[i].last_5xx;
+            body = l[i].last_body;
+        }
+    int down = down_lines(C);
+    long long errors = h_metric(C, "redlockd_master_errors_total");
+    fprintf(stderr, "starved: %ld answers, %ld 5xx, %ld without an answer, %d master_down lines, "
+            "%lld master errors\n", answered, five, none, down, errors);
+    cr_assert_gt(answered, 50, "the load ran");
+    cr_assert_eq(down, 0, "healthy masters were marked down %d times (log %s)", down, C->log);
+    cr_assert_eq(errors, 0, "/metrics counts %lld master errors", errors);
+    cr_assert_eq(five, 0, "%ld answers were 5xx (last %ld: %s)", five, last, body);
+    cr_assert_eq(none, 0, "%ld requests got no answer", none);
+    cr_assert(h_wait_status(C, "/readyz", 200, 5000));
+}
+
+/* Five pauses of 250 ms (SIGSTOP, then SIGCONT), as a process on a busy
+ * node is descheduled, 1.5 s apart. */
+static void pauses(int ms)
+{
+    int gap = ms / 6;
+    for (int k = 0; k < 5; k++) {
+        usleep((useconds_t)gap * 1000);
+        h_stop_process(C->daemon);
+        usleep(250000);
+        kill(C->daemon, SIGCONT);
+    }
+    usleep((useconds_t)gap * 1000);
+}
+
+Test(starved, pauses_of_the_service_mark_no_master_down)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    long long stalls0 = h_metric(C, "redlockd_loop_stalls_total");
+    load_through(4, 9000, pauses);
+    /* what an operator reads: the service's own stalls, not the masters' */
+    long long stalls = h_metric(C, "redlockd_loop_stalls_total") - stalls0;
+    fprintf(stderr, "starved: %lld loop stalls counted over 5 pauses\n", stalls);
+    cr_assert_geq(stalls, 5, "5 pauses of 250 ms, %lld loop stalls counted", stalls);
+}
+
+/* The negative control: a master that really stops answering (SIGSTOP,
+ * 600 ms) is still marked down, and its late replies counted, while the
+ * service goes on with the other four. */
+Test(starved, a_paused_master_is_still_marked_down)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    static h_loader l[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        l[i] = (h_loader){.c = C, .next = st_next};
+    h_load_start(l, 2, t);
+    usleep(500000);
+    h_master_pause(C, 0);
+    usleep(600000);
+    h_master_resume(C, 0);
+    usleep(500000);
+    h_load_join(l, 2, t);
+    char series[128];
+    snprintf(series, sizeof series, "redlockd_master_late_replies_total{master=\"127.0.0.1:%d\"}",
+             C->m[0].port);
+    long long late = h_metric(C, series);
+    int down = down_lines(C);
+    fprintf(stderr, "starved: the paused master: %d master_down lines, %lld late replies\n", down, late);
+    cr_assert_geq(down, 1, "a master paused for 600 ms was never marked down");
+    cr_assert_gt(late, 0, "its replies after the pause were not counted late");
+    cr_assert_eq(H_LOAD_SUM(l, 2, five_xx), 0, "four masters answered: no 5xx");
+    cr_assert(h_wait_voting(C, 5, 10000), "the master did not come back");
+}
+
+/* ---- a CPU quota (a Kubernetes limits.cpu) ---- */
+
+static char cg_dir[256];
+static char cg_parent_procs[300];
+
+static bool write_file(const char *path, const char *s)
+{
+    int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return false;
+    bool ok = write(fd, s, strlen(s)) == (ssize_t)strlen(s);
+    return close(fd) == 0 && ok;
+}
+
+/* Puts pid in a new cgroup limited to millis thousandths of a CPU. Returns
+ * false (and why) where this machine has no writable cpu controller. */
+static bool cpu_limit(pid_t pid, int millis, char *why, size_t whylen)
+{
+    char path[400], v[64];
+    struct stat st;
+    if (stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", &st) == 0) {
+        snprintf(cg_dir, sizeof cg_dir, "/sys/fs/cgroup/cpu/redlockd-starved-%d", (int)getpid());
+        snprintf(cg_parent_procs, sizeof cg_parent_procs, "/sys/fs/cgroup/cpu/cgroup.procs");
+        if (mkdir(cg_dir, 0755) < 0 && errno != EEXIST) {
+            snprintf(why, whylen, "cannot make %s: %s", cg_dir, strerror(errno));
+            return false;
+        }
+        snprintf(path, sizeof path, "%s/cpu.cfs_period_us", cg_dir);
+        bool ok = write_file(path, "100000");
+        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", cg_dir);
+        snprintf(v, sizeof v, "%d", millis * 100);
+        ok = ok && write_file(path, v);
+        snprintf(path, sizeof path, "%s/cgroup.procs", cg_dir);
+        snprintf(v, sizeof v, "%d", (int)pid);
+        ok = ok && write_file(path, v);
+        if (!ok)
+            snprintf(why, whylen, "cgroup v1 cpu controller not writable: %s", strerror(errno));
+        return ok;
+    }
+    if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
+        snprintf(cg_dir, sizeof cg_dir, "/sys/fs/cgroup/redlockd-starved-%d", (int)getpid());
+        snprintf(cg_parent_procs, sizeof cg_parent_procs, "/sys/fs/cgroup/cgroup.procs");
+        write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu");
+        if (mkdir(cg_dir, 0755) < 0 && errno != EEXIST) {
+            snprintf(why, whylen, "cannot make %s: %s", cg_dir, strerror(errno));
+            return false;
+        }
+        snprintf(path, sizeof path, "%s/cpu.max", cg_dir);
+        snprintf(v, sizeof v, "%d 100000", millis * 100);
+        bool ok = write_file(path, v);
+        snprintf(path, sizeof path, "%s/cgroup.procs", cg_dir);
+        snprintf(v, sizeof v, "%d", (int)pid);
+        ok = ok && write_file(path, v);
+        if (!ok)
+            snprintf(why, whylen, "cgroup v2 cpu.max not writable: %s", strerror(errno));
+        return ok;
+    }
+    snprintf(why, whylen, "no cgroup cpu controller is mounted");
+    return false;
+}
+
+/* Throttled periods so far, from the cgroup's cpu.stat (-1 unknown). */
+static long long throttled(void)
+{
+    char path[400], line[256];
+    snprintf(path, sizeof path, "%s/cpu.stat", cg_dir);
+    FILE *f = fopen(path, "r");
+    long long n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "nr_throttled %lld", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void cpu_unlimit(pid_t pid)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%d", (int)pid);
+    if (pid > 0)
+        write_file(cg_parent_procs, v);
+    if (cg_dir[0])
+        rmdir(cg_dir);
+    cg_dir[0] = '\0';
+}
+
+/* 100m, as the issue found it: 8 keep-alive clients doing acquire and
+ * release for 8 s against a redlockd held to a tenth of a CPU. */
+Test(starved, a_cpu_quota_marks_no_master_down)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    char why[300];
+    if (!cpu_limit(C->daemon, 100, why, sizeof why)) {
+        cpu_unlimit(C->daemon);
+        cr_skip_test("no CPU quota can be set here (%s)", why);
+    }
+    load_through(8, 8000, NULL);
+    long long thr = throttled();
+    cpu_unlimit(C->daemon);
+    fprintf(stderr, "starved: redlockd was throttled in %lld periods of 100 ms\n", thr);
+    cr_assert_gt(thr, 5, "the quota never throttled redlockd: the test tested nothing");
+}
+
+/* redlockd_no_quorum_total counts requests answered 503 no_quorum, as its
+ * help says; renewals of a held stream that find no majority are
+ * redlockd_quorum_misses_total (it counted 1,142 with no 503 answered). */
+Test(starved, no_quorum_counts_answers_not_renewals)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    h_stream *s = h_stream_open(C, "/locks/held-through", "{\"hold\":true,\"ttl_ms\":3000}", 5000);
+    cr_assert(s && s->status == 201, "the held stream did not open (%ld)", s ? s->status : 0L);
+    cJSON *ev = NULL;
+    uint64_t at;
+    cr_assert_eq(h_stream_event(s, 5000, &ev, &at), 1);
+    cr_assert_str_eq(h_ev_str(ev, "event"), "acquired");
+    cJSON_Delete(ev);
+    for (int i = 0; i < 3; i++)
+        h_master_pause(C, i);
+    /* the renewals fail until the stream says lost */
+    bool lost = false;
+    for (int k = 0; k < 20 && !lost; k++) {
+        int r = h_stream_event(s, 1000, &ev, &at);
+        if (r == 1) {
+            lost = !strcmp(h_ev_str(ev, "event"), "lost");
+            cJSON_Delete(ev);
+        } else if (r < 0) {
+            break;
+        }
+    }
+    h_stream_close(s);
+    cr_assert(lost, "the held stream never said lost");
+    long long misses = h_metric(C, "redlockd_quorum_misses_total");
+    long long answered = h_metric(C, "redlockd_no_quorum_total");
+    cr_assert_gt(misses, 0, "renewals without a majority are not counted as quorum misses");
+    cr_assert_eq(answered, 0, "no request was answered 503, yet redlockd_no_quorum_total is %lld", answered);
+    cr_assert_eq(h_acquire_status(C, "refused-now", NULL), 503);
+    cr_assert_eq(h_metric(C, "redlockd_no_quorum_total"), 1, "one request answered 503 no_quorum");
+    for (int i = 0; i < 3; i++)
+        h_master_resume(C, i);
+}
