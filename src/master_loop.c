@@ -71,6 +71,8 @@ rl_loop *mpool_loop(mpool *p) { return p->loop; }
 static void read_waiting(mpool *p, struct master *m, uint64_t now,
                          bool (*pred)(const struct master *m, uint64_t now))
 {
+    if (m->state != M_UP && m->state != M_HANDSHAKE)
+        return;   /* not connected yet (a TLS handshake is master_handshake's) */
     for (int k = 0; k < 64 && m->ctx && m->head && (!pred || pred(m, now)); k++) {
         struct pollfd pfd = {m->ctx->fd, POLLIN, 0};
         if (poll(&pfd, 1, 0) <= 0)
