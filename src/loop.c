@@ -296,8 +296,8 @@ static void *loop_main(void *arg)
         }
         uint64_t meant = wake > now + wait_us ? now + wait_us : wake;
         now = loop_now_us();
-        if (rc == 0 && now > meant)
-            note_stall(l, now - meant);   /* slept past its time */
+        if (now > meant)
+            note_stall(l, now - meant);   /* back later than it meant to be */
         if (c->ready)
             c->ready(l->arg, fds + first, nfds - first, rc, now);
         bool io_ready = rc > 0 && io_at >= 0 && fds[io_at].revents;

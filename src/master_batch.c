@@ -263,15 +263,34 @@ void mpool_run_ready(mpool *p)
     }
 }
 
-void mpool_expire_batches(mpool *p, uint64_t now)
+/* Puts b in the FIFO by its deadline (usually at the tail). */
+static void fifo_insert(mpool *p, struct mbatch *b)
+{
+    struct mbatch **at = &p->fifo_head;
+    while (*at && (*at)->deadline_us <= b->deadline_us)
+        at = &(*at)->next;
+    b->next = *at;
+    *at = b;
+    if (!b->next)
+        p->fifo_tail = b;
+}
+
+void mpool_expire_batches(mpool *p, uint64_t now, mbatch_wait_fn wait)
 {
     /* Masters that failed answered their batches above; what is left at the
-     * head of the FIFO past its deadline completes with the answers it has. */
+     * head of the FIFO past its deadline completes with the answers it has,
+     * unless it waits for a master that is not late yet. */
     while (p->fifo_head && now >= p->fifo_head->deadline_us) {
         struct mbatch *b = p->fifo_head;
         p->fifo_head = b->next;
         if (!p->fifo_head)
             p->fifo_tail = NULL;
+        uint64_t until;
+        if (!b->completed && wait && wait(p, b, now, &until) && until > now) {
+            b->deadline_us = until;
+            fifo_insert(p, b);
+            continue;
+        }
         /* unanswered slots stay MREPLY_FAIL; the FIFO's reference goes too */
         batch_drop(b, 1 + batch_complete(b));
     }

@@ -268,8 +268,14 @@ void mpool_run_decided(mpool *p);
 /* Calls the callbacks owed for batches that completed inside mpool_eval, and
  * mpool_run_decided. */
 void mpool_run_ready(mpool *p);
-/* Completes the batches whose deadline passed by now with the answers they have. */
-void mpool_expire_batches(mpool *p, uint64_t now);
+/* Whether batch b, past its deadline at now, waits longer: *until is when to
+ * look again (a master it waits for is still answering what came first).
+ * The loop's rule (master_loop.c), handed down. */
+typedef bool (*mbatch_wait_fn)(mpool *p, const struct mbatch *b, uint64_t now, uint64_t *until);
+/* Completes the batches whose deadline passed by now with the answers they
+ * have, but for those that wait(p, b, now, &until) says wait longer: their
+ * deadline becomes until (wait NULL: none waits). */
+void mpool_expire_batches(mpool *p, uint64_t now, mbatch_wait_fn wait);
 
 /* ---- master_conn.c ---- */
 

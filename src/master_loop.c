@@ -86,6 +86,26 @@ static void read_waiting(mpool *p, struct master *m, uint64_t now,
 
 static bool head_due(const struct master *m, uint64_t now) { return now >= master_head_due_us(m); }
 
+/* A batch past its deadline fails on a master only once that master is
+ * late: one that is still answering the commands before it (its queue's
+ * head not due yet, master_read moves that on with each answer) is busy,
+ * and the batch waits until its head is due. So a vote is missing exactly
+ * when its master is judged late, never for a queue this process filled. */
+static bool batch_waits(mpool *p, const struct mbatch *b, uint64_t now, uint64_t *until)
+{
+    *until = 0;
+    for (int i = 0; i < p->n; i++) {
+        const master_reply *r = &b->replies[i];
+        struct master *m = &p->masters[i];
+        if (r->kind != MREPLY_FAIL || !r->sent || !master_votes(m) || !m->head)
+            continue;   /* answered, never sent, or its master lags or failed */
+        uint64_t due = master_head_due_us(m);
+        if (now < due && (!*until || due < *until))
+            *until = due;
+    }
+    return *until != 0;
+}
+
 /* Whether m owes something overdue, once what its socket holds is read. */
 static bool still_overdue(mpool *p, struct master *m, uint64_t now)
 {
@@ -115,7 +135,7 @@ static void check_deadlines(mpool *p, uint64_t now)
         for (int i = 0; i < p->n; i++)
             read_waiting(p, &p->masters[i], now, NULL);
     mpool_run_ready(p);   /* batches the replies read above decided */
-    mpool_expire_batches(p, now);
+    mpool_expire_batches(p, now, now == UINT64_MAX ? NULL : batch_waits);
 }
 
 static void housekeeping(mpool *p, uint64_t now)

@@ -186,6 +186,7 @@ struct h_loader {
     atomic_bool stop;
     atomic_long sent, answered, five_xx, no_answer, refused;   /* acquires and releases */
     long last_5xx;
+    char last_5xx_body[200];          /* of the last answer >= 500 */
     char last_body[200];              /* of the last answer */
     int last_error;                   /* CURLcode of the last request without an answer */
     long last_new_conn;               /* whether it had opened a new connection (1) */

@@ -64,6 +64,7 @@ static long load_call(CURL *h, h_loader *l, const char *method, const char *url,
     if (status >= 500) {
         atomic_fetch_add(&l->five_xx, 1);
         l->last_5xx = status;
+        memcpy(l->last_5xx_body, l->last_body, sizeof l->last_5xx_body);
     }
     return status;
 }
