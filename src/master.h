@@ -13,10 +13,16 @@
  * and every buffer is flushed before any reply is read, so the masters work in
  * parallel, and commands of concurrent batches share one write per master
  * (pipelining). The batch completes when every master asked has answered or
- * when its deadline (now + timeout) passes, whichever is first. A master that
- * misses a deadline lags: it gets no new batches (they count it as failed at
- * once) but keeps its connection, and takes votes again once it has answered
- * everything overdue, so a master that was only slow or paused loses nothing.
+ * when its deadline passes, whichever is first. Deadlines are the master's
+ * own: a command has the timeout from when a write took it (time this
+ * process spent before, paused or out of CPU, is not the master's), a
+ * master that keeps answering what came before it is not late (each answer
+ * gives the next command the timeout again), a batch past its deadline
+ * waits for such a master, and what a socket already holds is read before
+ * anyone is judged late. A master that is late lags: it gets no new batches
+ * (they count it as failed at once) but keeps its connection, and takes
+ * votes again once it has answered everything overdue, so a master that was
+ * only slow or paused loses nothing.
  * One that stays silent for a second more has its connection dropped, every
  * command pending on it answered as failed, and is reconnected in the
  * background with backoff. After a connect, a master is used for votes only
