@@ -41,7 +41,7 @@ static const struct opt opts[] = {
     {"max-body-bytes", OPT_INT, 64, CONF_MAX_BODY_LIMIT, 0, 0,
      "largest request body, at most 1 MiB (default 16384)"},
     {"max-connections", OPT_INT, 16, 1000000, 0, 0,
-     "HTTP connections at once; about 20 KB of memory each (default 1024)"},
+     "HTTP connections at once; about 10 KB of memory each while open (default 1024)"},
     {"max-connections-per-ip", OPT_INT, 1, 1000000, 0, 0,
      "HTTP connections at once from one client address (default 512)"},
     {"request-timeout-ms", OPT_INT, 100, 3600000, 0, 0,
