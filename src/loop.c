@@ -294,7 +294,7 @@ static void *loop_main(void *arg)
             log_event(LOG_LEVEL_ERROR, "loop_poll_failed", "error", strerror(errno), NULL);
             usleep(1000);
         }
-        uint64_t meant = wake > now + wait_us ? now + wait_us : wake;
+        uint64_t meant = now + wait_us;   /* a wake already due counts from the poll, not twice */
         now = loop_now_us();
         if (now > meant)
             note_stall(l, now - meant);   /* back later than it meant to be */
