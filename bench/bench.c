@@ -15,7 +15,10 @@
  *
  *   bench [--seconds S] [--levels 1,8,64,256] [--json FILE]
  *         [--redlockd PATH] [--masters host:port,...] [--label TEXT]
- *         [--no-node] [--node-dir DIR]
+ *         [--no-node] [--node-dir DIR] [--leases N]
+ *
+ * --leases N adds the leases row (bench_leases.c): N held streams renewed
+ * every second on a redlockd of their own, for --seconds (at least 5).
  *
  * Starts five redis-server masters on free loopback ports (no persistence)
  * unless --masters is given, and the redlockd binary. For every row it reads
@@ -94,6 +97,7 @@ int main(int argc, char **argv)
     const char *json_path = "bench-result.json", *bin = "build/src/redlockd", *masters_arg = NULL;
     const char *label = "", *node_dir = BENCH_NODE_DIR;
     bool use_node = true;
+    int leases = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
             seconds = atof(argv[++i]);
@@ -113,9 +117,12 @@ int main(int argc, char **argv)
             use_node = false;
         } else if (!strcmp(argv[i], "--node-dir") && i + 1 < argc) {
             node_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--leases") && i + 1 < argc) {
+            leases = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench [--seconds S] [--levels 1,8,64,256] [--json FILE] "
-                            "[--redlockd PATH] [--masters h:p,...] [--label TEXT] [--no-node] [--node-dir DIR]\n");
+                            "[--redlockd PATH] [--masters h:p,...] [--label TEXT] [--no-node] [--node-dir DIR] "
+                            "[--leases N]\n");
             return 2;
         }
     }
@@ -230,6 +237,11 @@ int main(int argc, char **argv)
         }
     }
     print_handoffs(&run);
+
+    if (leases > 0) {
+        lease_result lr = run_leases(bin, masters, dir, leases, seconds < 5 ? 5 : seconds);
+        print_leases(&lr);
+    }
 
     write_json(json_path, &run);
 

@@ -7,6 +7,7 @@
  *   bench_floor.c    the floor: the same Redis work from hiredis, no HTTP
  *   bench_node.c     node-redlock, the peer
  *   bench_handoff.c  hand-off between two instances, and /healthz's p50
+ *   bench_leases.c   N held streams on a redlockd of their own: what they cost
  *   bench_report.c   the table and the JSON
  * Ports come from the test harness's reservation (h_free_port).
  */
@@ -68,6 +69,16 @@ typedef struct result {
 } result;
 
 
+/* The leases row (bench --leases N, bench_leases.c). */
+typedef struct lease_result {
+    bool ran;
+    int leases, acquired, lost;
+    double open_s;                  /* from the first connect to the last acquired event */
+    double calls_per_s_min, calls_per_s_max;   /* script calls per second, over the masters */
+    double cpu_pct;                 /* redlockd's CPU, percent of one core */
+    long idle_rss_kib, rss_kib, closed_rss_kib;
+} lease_result;
+
 typedef struct handoff_result {
     long handoffs, errors;
     double p50, p99, max;
@@ -126,6 +137,10 @@ result run_node(const char *script, const char *masters, int nclients, double se
 /* bench_handoff.c */
 double healthz_p50_ms(int port, int n);
 handoff_result run_handoff(int port_a, int port_b, double seconds);
+
+/* bench_leases.c */
+lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, double seconds);
+void print_leases(const lease_result *lr);
 
 /* bench_report.c */
 void print_header(void);

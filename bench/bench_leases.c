@@ -1,0 +1,153 @@
+/* bench_leases.c - the leases row (bench --leases N): N held streams
+ * ("hold": true, ttl 3 s, so each is renewed every second) open on one
+ * redlockd of their own for S seconds, and what they cost: script calls per
+ * second on each master (INFO commandstats, EVALSHA and EVAL), redlockd's
+ * CPU, and its RSS with the leases open and after they closed. Streams that
+ * said "lost" are counted. */
+#include "bench_int.h"
+
+#define LEASE_TTL_MS 3000
+
+/* Script calls master m has run so far (EVALSHA + EVAL), or -1. */
+static long long script_calls(int m)
+{
+    redisReply *r = redisCommand(info_ctx[m], "INFO commandstats");
+    long long n = 0;
+    if (!r || r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return -1;
+    }
+    for (const char *p = r->str; (p = strstr(p, "cmdstat_eval")); p++) {
+        const char *c = strstr(p, "calls=");
+        if (c)
+            n += atoll(c + 6);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* Reads the events of the streams poll found readable, up to ms: marks
+ * those that said acquired (counting them in *got) and lost. */
+static void read_events(struct pollfd *pf, int n, bool *acq, bool *lost, int *got, int ms)
+{
+    if (poll(pf, (nfds_t)n, ms) <= 0)
+        return;
+    char buf[4096];
+    for (int i = 0; i < n; i++) {
+        if (!pf[i].revents)
+            continue;
+        ssize_t k = recv(pf[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k <= 0) {
+            pf[i].fd = -pf[i].fd - 1;   /* closed: poll no more */
+            continue;
+        }
+        if (!acq[i] && memmem(buf, (size_t)k, "\"acquired\"", 10)) {
+            acq[i] = true;
+            (*got)++;
+        }
+        if (memmem(buf, (size_t)k, "\"lost\"", 6))
+            lost[i] = true;
+    }
+}
+
+lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, double seconds)
+{
+    lease_result lr = {.leases = n};
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < (rlim_t)n + 64) {
+        fprintf(stderr, "bench: --leases %d needs %d open files, the limit is %llu\n", n, n + 64,
+                (unsigned long long)rl.rlim_cur);
+        return lr;
+    }
+    int port = h_free_port();
+    char listen[64], log[400], holds[24], conns[24];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(log, sizeof log, "%s/redlockd-leases.log", dir);
+    snprintf(holds, sizeof holds, "%d", n + 16);
+    snprintf(conns, sizeof conns, "%d", n + 64);
+    char *av[] = {(char *)bin, "--listen", listen, "--masters", (char *)masters, "--log-level", "warn",
+                  "--max-holds", holds, "--max-connections", conns, "--max-connections-per-ip", conns, NULL};
+    pid_t d = h_spawn(av, log);   /* its open files: raised above, inherited */
+    wait_port(port, "redlockd");
+    usleep(300000);
+    lr.idle_rss_kib = proc_kib(d, "VmRSS:");
+
+    struct pollfd *pf = calloc((size_t)n, sizeof *pf);
+    bool *acq = calloc((size_t)n, sizeof *acq), *lost = calloc((size_t)n, sizeof *lost);
+    if (!pf || !acq || !lost)
+        die("calloc");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    char body[64], req[256];
+    int blen = snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":%d}", LEASE_TTL_MS);
+    uint64_t t0 = now_us();
+    for (int i = 0; i < n; i++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+            die("connect");
+        int rlen = snprintf(req, sizeof req,
+                            "POST /locks/lease-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                            "application/json\r\nContent-Length: %d\r\n\r\n%s", i, blen, body);
+        if (send(s, req, (size_t)rlen, MSG_NOSIGNAL) != rlen)
+            die("send");
+        pf[i] = (struct pollfd){.fd = s, .events = POLLIN};
+    }
+    /* every stream's acquired event, within 60 s */
+    int got = 0;
+    while (got < n && now_us() - t0 < 60000000ULL)
+        read_events(pf, n, acq, lost, &got, 100);
+    lr.acquired = got;
+    lr.open_s = (double)(now_us() - t0) / 1e6;
+
+    long long c0[NMASTERS], c1[NMASTERS];
+    for (int m = 0; m < NMASTERS; m++)
+        c0[m] = script_calls(m);
+    double cpu0 = proc_cpu_s(d);
+    uint64_t s0 = now_us();
+    while (now_us() - s0 < (uint64_t)(seconds * 1e6))
+        read_events(pf, n, acq, lost, &got, 100);
+    double el = (double)(now_us() - s0) / 1e6;
+    double cpu1 = proc_cpu_s(d);
+    lr.calls_per_s_min = -1;
+    for (int m = 0; m < NMASTERS; m++) {
+        c1[m] = script_calls(m);
+        double r = c0[m] >= 0 && c1[m] >= 0 ? (double)(c1[m] - c0[m]) / el : -1;
+        if (lr.calls_per_s_min < 0 || r < lr.calls_per_s_min)
+            lr.calls_per_s_min = r;
+        if (r > lr.calls_per_s_max)
+            lr.calls_per_s_max = r;
+    }
+    lr.cpu_pct = cpu0 >= 0 && cpu1 >= 0 ? 100.0 * (cpu1 - cpu0) / el : -1;
+    lr.rss_kib = proc_kib(d, "VmRSS:");
+    for (int i = 0; i < n; i++)
+        lr.lost += lost[i];
+    for (int i = 0; i < n; i++)
+        close(pf[i].fd >= 0 ? pf[i].fd : -pf[i].fd - 1);
+    sleep(2);   /* the releases go out; memory is trimmed after many closes */
+    lr.closed_rss_kib = proc_kib(d, "VmRSS:");
+    kill(d, SIGTERM);
+    waitpid(d, NULL, 0);
+    free(pf);
+    free(acq);
+    free(lost);
+    lr.ran = true;
+    return lr;
+}
+
+void print_leases(const lease_result *lr)
+{
+    if (!lr->ran)
+        return;
+    printf("\nleases: %d held streams (ttl %d ms, renewed every %d ms), %d acquired in %.1f s, %d lost\n",
+           lr->leases, LEASE_TTL_MS, LEASE_TTL_MS / 3, lr->acquired, lr->open_s, lr->lost);
+    printf("  script calls/s per master: %.0f to %.0f; redlockd CPU %.0f%% of a core\n",
+           lr->calls_per_s_min, lr->calls_per_s_max, lr->cpu_pct);
+    printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), %.1f MiB after "
+           "they closed\n", (double)lr->idle_rss_kib / 1024.0, (double)lr->rss_kib / 1024.0,
+           lr->leases ? (double)(lr->rss_kib - lr->idle_rss_kib) / lr->leases : 0.0,
+           (double)lr->closed_rss_kib / 1024.0);
+}
