@@ -22,14 +22,20 @@
 #include "harness.h"
 
 static h_cluster *C;
+static char cg_dir[256];   /* the CPU-limited cgroup made here, "" when none */
 
 static void setup(void) { h_client_setup(); }
 
+/* Also after a failed assertion: the processes go first, then the cgroup
+ * they leave empty. */
 static void teardown(void)
 {
     if (C)
         h_cluster_free(C);
     C = NULL;
+    if (cg_dir[0])
+        rmdir(cg_dir);
+    cg_dir[0] = '\0';
 }
 
 TestSuite(starved, .init = setup, .fini = teardown, .timeout = 180);
@@ -152,7 +158,6 @@ Test(starved, a_paused_master_is_still_marked_down)
 
 /* ---- a CPU quota (a Kubernetes limits.cpu) ---- */
 
-static char cg_dir[256];
 static char cg_parent_procs[300];
 
 static bool write_file(const char *path, const char *s)
