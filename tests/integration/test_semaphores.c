@@ -183,7 +183,10 @@ Test(semaphores, a_release_wakes_a_waiter_that_does_not_poll)
                     round, calls, after_ms);
         cr_assert_eq(answer[0], 201, "the waiter got the permit");
         cr_assert_lt(calls, 8, "a sleeping waiter made %lld script calls in 1.5 s", calls);
-        cr_assert_lt(after_ms, 150.0, "the waiter got the permit %.0f ms after the release", after_ms);
+        /* Woken by the notice, not by its retry timer (up to 1 s, the
+         * holder having 18 s left): generous for a busy machine (ASan beside
+         * another suite took 176 ms); that it does not poll is the count above. */
+        cr_assert_lt(after_ms, 600.0, "the waiter got the permit %.0f ms after the release", after_ms);
         h_resp_free(&d);
         h_resp_free(&one);
     }
