@@ -44,7 +44,7 @@ import traceback
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpraw  # noqa: E402
-from testproc import children, free_port, spawn  # noqa: E402
+from testproc import children, free_port, spawn, wait_serving  # noqa: E402
 
 BIN = os.environ.get("REDLOCKD_BIN", "redlockd")
 BODY_LIMIT = 4096          # --max-body-bytes of the daemon under test
@@ -234,16 +234,7 @@ class Daemon:
                 "--request-timeout-ms", str(REQUEST_TIMEOUT_MS),
                 "--max-body-bytes", str(BODY_LIMIT), "--log-format", "text"] + list(extra)
         self.proc = spawn(argv, self.log, env)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if httpraw.request(self.port, "GET", "/healthz", timeout=1).status == 200:
-                    break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redlockd {name} did not start: {open(self.log).read()[-2000:]}")
-            time.sleep(0.02)
+        wait_serving(self.proc, self.port, self.log, f"redlockd {name}")
 
     def readyz(self):
         return httpraw.request(self.port, "GET", "/readyz", timeout=READ_S)

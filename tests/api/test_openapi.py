@@ -94,7 +94,7 @@ def oas_schemas():
 
 # ---- processes ----
 
-from testproc import children, free_port, spawn  # noqa: E402
+from testproc import children, free_port, spawn, wait_serving  # noqa: E402
 
 
 def redis(port, *args, timeout=2.0):
@@ -177,16 +177,7 @@ class Daemon:
                 "--masters", ",".join(f"127.0.0.1:{p}" for p in master_ports),
                 "--log-format", "text"] + list(extra)
         self.proc = spawn(argv, self.log, env)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if httpraw.request(self.port, "GET", "/healthz", timeout=1).status == 200:
-                    break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redlockd {name} did not start: {open(self.log).read()[-2000:]}")
-            time.sleep(0.02)
+        wait_serving(self.proc, self.port, self.log, f"redlockd {name}")
 
     def wait_ready(self, n, timeout=15):
         """Ready, every master up and the cluster's set-up done on each."""

@@ -62,3 +62,19 @@ def spawn(argv, log_path, env=None):
     f.close()
     children.append(p)
     return p
+
+
+def wait_serving(proc, port, log_path, what, timeout=10):
+    """Waits until the process answers GET /healthz with 200 on port; raises
+    with the end of its log when it exits or does not within timeout."""
+    import httpraw   # beside this file; imported here so testproc stays usable alone
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpraw.request(port, "GET", "/healthz", timeout=1).status == 200:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start: {open(log_path).read()[-2000:]}")
+        time.sleep(0.02)
