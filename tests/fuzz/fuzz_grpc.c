@@ -48,18 +48,6 @@ static const char *const paths[] = {
 static const enum grpc_method methods[] = {GRPC_M_TRY_LOCK, GRPC_M_UNLOCK, GRPC_M_METADATA,
                                            GRPC_M_UNKNOWN};
 
-static bool store_listed(const char *store, size_t sl, const char *list)
-{
-    for (const char *p = list;;) {
-        const char *comma = strchr(p, ',');
-        size_t l = comma ? (size_t)(comma - p) : strlen(p);
-        if (l == sl && !memcmp(p, store, l))
-            return true;
-        if (!comma)
-            return false;
-        p = comma + 1;
-    }
-}
 
 static int hexval(char c)
 {
@@ -248,7 +236,7 @@ static void check_request(enum grpc_method m, const rl_request *req)
     FUZZ_CHECK(fuzz_terminated(req->token, sizeof req->token), "token ends within its buffer");
     FUZZ_CHECK(strlen(req->name) <= RL_NAME_MAX, "the name is at most RL_NAME_MAX");
     const char *colon = strchr(req->name, ':');
-    FUZZ_CHECK(colon && store_listed(req->name, (size_t)(colon - req->name), stores),
+    FUZZ_CHECK(colon && fuzz_store_listed(req->name, (size_t)(colon - req->name), stores),
                "the lock is named store:resource, of a store served");
     FUZZ_CHECK(rules_name_valid(colon + 1, strlen(colon + 1)), "resourceId obeys the name rules");
     FUZZ_CHECK(req->token_given && rules_token_valid(req->token, strlen(req->token)),

@@ -63,20 +63,7 @@ static const api_limits limits[] = {
 
 /* Is store one of the comma-separated stores? (Written apart from api.c's,
  * as the oracle.) */
-static bool served(const char *store)
-{
-    size_t sl = strlen(store);
-    const char *p = stores;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t l = comma ? (size_t)(comma - p) : strlen(p);
-        if (l == sl && !memcmp(p, store, l))
-            return true;
-        if (!comma)
-            return false;
-        p = comma + 1;
-    }
-}
+static bool served(const char *store) { return fuzz_store_listed(store, strlen(store), stores); }
 
 /* Only JSON's own whitespace: a body of it means defaults on the lock
  * routes (api.h). */

@@ -106,6 +106,21 @@ static inline void fuzz_check_msg(bool ok, const char *msg, size_t msglen)
 }
 
 /* Is the string in buf (size bytes) terminated within it? */
+/* Are the sl bytes of store one of the comma-separated names in list? The
+ * oracle of api.c's store check, written apart from it. */
+static inline bool fuzz_store_listed(const char *store, size_t sl, const char *list)
+{
+    for (const char *p = list;;) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        if (l == sl && !memcmp(p, store, l))
+            return true;
+        if (!comma)
+            return false;
+        p = comma + 1;
+    }
+}
+
 static inline bool fuzz_terminated(const char *buf, size_t size)
 {
     return memchr(buf, '\0', size) != NULL;
