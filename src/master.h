@@ -12,7 +12,11 @@
  * set of masters at once: commands are appended to each connection's buffer
  * and every buffer is flushed before any reply is read, so the masters work in
  * parallel, and commands of concurrent batches share one write per master
- * (pipelining). The batch completes when every master asked has answered or
+ * (pipelining). Scripts of a group (mscript.group) that meet on a master in
+ * one loop turn go further: they are held until the turn's write and sent
+ * as one call of the group script, which runs each in order and answers
+ * each its own result (group commit: the master pays its per-call cost
+ * once; a turn with one such command sends it alone). The batch completes when every master asked has answered or
  * when its deadline passes, whichever is first. Deadlines are the master's
  * own: a command has the timeout from when a write took it (time this
  * process spent before, paused or out of CPU, is not the master's), a
@@ -107,10 +111,30 @@ typedef struct mscript {
      * such a script (OOM, READONLY ...) refuses locks, until one succeeds
      * (master_status.refusing). A release needs none, and says nothing. */
     bool takes_memory;
+    /* Group commit: the script that runs this one among others (NULL: it
+     * always goes alone), and this script's function there (1-based). When
+     * several commands of one group meet on a master in one loop turn, they
+     * go as one call of the group script, which answers one result per
+     * command, each what the command alone would have answered
+     * (mscript_group_body). Set by mscript_group_init. */
+    const struct mscript *group;
+    int group_fn;
 } mscript;
 
 /* Computes s->sha from s->body. */
 void mscript_init(mscript *s);
+/* Makes group the script that runs members[0..n) in one call: builds its
+ * body (each member a local function of its own KEYS and ARGV, called in
+ * turn under pcall), sets each member's group and group_fn, and computes
+ * every SHA-1. The group's body is allocated once and lives as long as the
+ * process. -1 when out of memory. */
+int mscript_group_init(mscript *group, mscript *const *members, int n);
+
+/* The group script's call layout, for KEYS k and ARGV a of n commands:
+ * a[1] = n; then for command i, a[2+3(i-1)..] = its function, its key
+ * count, its argument count; then every command's arguments in turn. KEYS
+ * are every command's keys in turn. The answer is an array of n results. */
+#define MSCRIPT_GROUP_MAX 64   /* commands in one group call */
 
 typedef struct mpool mpool;
 

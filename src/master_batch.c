@@ -20,9 +20,6 @@
 #include <string.h>
 
 #include "master_int.h"
-#include "sha1.h"
-
-void mscript_init(mscript *s) { sha1_hex(s->body, strlen(s->body), s->sha); }
 
 /* Drops n references to b (n >= 1) and frees it when none is left. Every
  * release of a reference goes through here once per event, so no path can
@@ -122,23 +119,23 @@ static uint32_t script_bit(mpool *p, const mscript *s)
     return 1u << p->nscripts++;
 }
 
-/* Appends batch b's command for m as record slot: EVALSHA where m's
- * connection has already been sent the script's body, else EVAL with the
- * body (which also loads it), so a master fresh from a start or restart
- * never answers NOSCRIPT. Returns master_append's result. */
-static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, uint64_t now,
-                        uint64_t deadline)
+/* Writes record r of a batch alone: EVALSHA where m's connection has
+ * already been sent the script's body, else EVAL with the body (which also
+ * loads it), so a master fresh from a start or restart never answers
+ * NOSCRIPT. 0, or -1 when out of memory (r is still the caller's). */
+static int append_alone(mpool *p, struct master *m, struct mrecord *r)
 {
+    struct mbatch *b = r->batch;
     uint32_t bit = script_bit(p, b->script);
     if (m->cached & bit)
-        return master_append(m, REC_BATCH, b, slot, b->argc, b->argv, b->argvlen, now, deadline);
+        return master_append_record(m, r, b->argc, b->argv, b->argvlen);
     const char *argv0 = b->argv[0], *argv1 = b->argv[1];
     size_t len0 = b->argvlen[0], len1 = b->argvlen[1];
     b->argv[0] = "EVAL";
     b->argvlen[0] = 4;
     b->argv[1] = b->script->body;
     b->argvlen[1] = strlen(b->script->body);
-    int app = master_append(m, REC_BATCH, b, slot, b->argc, b->argv, b->argvlen, now, deadline);
+    int app = master_append_record(m, r, b->argc, b->argv, b->argvlen);
     b->argv[0] = argv0;
     b->argv[1] = argv1;
     b->argvlen[0] = len0;
@@ -146,6 +143,168 @@ static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, 
     if (app == 0)
         m->cached |= bit;
     return app;
+}
+
+/* Appends batch b's command for m as record slot, due at deadline. A
+ * script of a group waits in m's group list until the turn's write (or
+ * until something else is appended to m), so that commands meeting there
+ * go as one call. 0, or -1 when out of memory (nothing queued). */
+static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, uint64_t now,
+                        uint64_t deadline)
+{
+    struct mrecord *r = master_record_new(REC_BATCH, b, slot, now, deadline);
+    if (!r)
+        return -1;
+    if (b->script->group) {
+        r->next = NULL;
+        if (m->grp_tail)
+            m->grp_tail->next = r;
+        else
+            m->grp_head = r;
+        m->grp_tail = r;
+        m->ngrp++;
+        m->want_write = true;
+        return 0;
+    }
+    if (append_alone(p, m, r) < 0) {
+        free(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* Bytes of a number as group call text (master.h's layout). */
+#define GROUP_NUM_LEN 24
+
+/* Writes first..(n records) as one call of their group script. 0, or -1
+ * when out of memory (the records are still the caller's). */
+static int append_group(mpool *p, struct master *m, struct mrecord *first, int n, uint64_t now)
+{
+    const mscript *g = first->batch->script->group;
+    int nkeys = 0, nargs = 0;
+    uint64_t deadline = UINT64_MAX;
+    struct mrecord *x = first;
+    for (int i = 0; i < n; i++, x = x->next) {
+        const struct mbatch *b = x->batch;
+        nkeys += b->nkeys;
+        nargs += b->argc - 3 - b->nkeys;
+        if (x->deadline_us < deadline)
+            deadline = x->deadline_us;
+    }
+    int nnums = 2 + 3 * n, argc = 3 + nkeys + 1 + 3 * n + nargs;
+    size_t bytes = (size_t)argc * (sizeof(char *) + sizeof(size_t)) + (size_t)nnums * GROUP_NUM_LEN;
+    const char **argv = malloc(bytes);
+    struct mrecord *gr = argv ? master_record_new(REC_GROUP, NULL, 0, now, deadline) : NULL;
+    if (!gr) {
+        free(argv);
+        return -1;
+    }
+    size_t *lens = (size_t *)(argv + argc);
+    char *num = (char *)(lens + argc);
+    int k = 0;
+#define ARG(str, len) do { argv[k] = (str); lens[k] = (len); k++; } while (0)
+#define NUM(v) do { int l_ = snprintf(num, GROUP_NUM_LEN, "%d", (int)(v)); ARG(num, (size_t)l_); \
+                    num += GROUP_NUM_LEN; } while (0)
+    uint32_t bit = script_bit(p, g);
+    bool cached = (m->cached & bit) != 0;
+    ARG(cached ? "EVALSHA" : "EVAL", cached ? 7u : 4u);
+    ARG(cached ? g->sha : g->body, cached ? 40u : strlen(g->body));
+    NUM(nkeys);
+    x = first;
+    for (int i = 0; i < n; i++, x = x->next)
+        for (int j = 0; j < x->batch->nkeys; j++)
+            ARG(x->batch->argv[3 + j], x->batch->argvlen[3 + j]);
+    NUM(n);
+    x = first;
+    for (int i = 0; i < n; i++, x = x->next) {
+        NUM(x->batch->script->group_fn);
+        NUM(x->batch->nkeys);
+        NUM(x->batch->argc - 3 - x->batch->nkeys);
+    }
+    x = first;
+    for (int i = 0; i < n; i++, x = x->next)
+        for (int j = 3 + x->batch->nkeys; j < x->batch->argc; j++)
+            ARG(x->batch->argv[j], x->batch->argvlen[j]);
+#undef NUM
+#undef ARG
+    int app = master_append_record(m, gr, argc, argv, lens);
+    free(argv);
+    if (app < 0) {
+        free(gr);
+        return -1;
+    }
+    if (!cached)
+        m->cached |= bit;
+    gr->members = first;
+    gr->nmembers = n;
+    return 0;
+}
+
+void master_group_flush(mpool *p, struct master *m, uint64_t now)
+{
+    while (m->grp_head) {
+        /* The longest run of one group script, up to MSCRIPT_GROUP_MAX. */
+        struct mrecord *first = m->grp_head, *last = first;
+        int n = 1;
+        while (n < MSCRIPT_GROUP_MAX && last->next &&
+               last->next->batch->script->group == first->batch->script->group) {
+            last = last->next;
+            n++;
+        }
+        m->grp_head = last->next;
+        if (!m->grp_head)
+            m->grp_tail = NULL;
+        m->ngrp -= n;
+        last->next = NULL;
+        int app = n == 1 ? append_alone(p, m, first) : append_group(p, m, first, n, now);
+        if (app < 0) {
+            /* Out of memory: these commands never reach m. */
+            while (first) {
+                struct mrecord *next = first->next;
+                master_record_failed(p, m, first, false, now);
+                free(first);
+                first = next;
+            }
+        }
+    }
+}
+
+void master_record_failed(mpool *p, struct master *m, struct mrecord *r, bool sent, uint64_t now)
+{
+    master_reply failed = {.kind = MREPLY_FAIL, .sent = sent};
+    if (r->kind == REC_BATCH) {
+        master_undo_redo(p, m, r->batch, now);   /* may not have run */
+        mpool_batch_answer(p, r->batch, r->slot, &failed);
+        return;
+    }
+    struct mrecord *x = r->members;
+    r->members = NULL;
+    while (x) {
+        struct mrecord *next = x->next;
+        master_record_failed(p, m, x, sent, now);
+        free(x);
+        x = next;
+    }
+}
+
+void master_group_reply(mpool *p, struct master *m, struct mrecord *r, const redisReply *rr,
+                        uint64_t now)
+{
+    bool each = rr->type == REDIS_REPLY_ARRAY && rr->elements == (size_t)r->nmembers;
+    static char shape[] = "ERR redlockd: a group call answered with a reply of another shape";
+    redisReply wrong = {.type = REDIS_REPLY_ERROR, .str = shape, .len = sizeof shape - 1};
+    if (!each && rr->type != REDIS_REPLY_ERROR)
+        rr = &wrong;   /* never seen: no member takes a reply that is not its own */
+    struct mrecord *x = r->members;
+    r->members = NULL;
+    for (size_t i = 0; x; i++) {
+        struct mrecord *next = x->next;
+        /* A call that failed as a whole (NOSCRIPT, NOPERM, BUSY ...) is
+         * each member's answer: a NOSCRIPT sends each again (with bodies). */
+        master_batch_reply(p, m, x, each ? rr->element[i] : rr, now);
+        free(x);
+        x = next;
+    }
 }
 
 /* m answered r with rr. Replies come in order, so this is the answer to the
@@ -159,7 +318,9 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
         m->cached = 0;   /* SCRIPT FLUSH on a live connection: bodies again */
     if (noscript && b->completed) {
         /* Answered without m (it was paused or slow): whatever must still
-         * run there (a release, a settle) goes out again with its body. */
+         * run there (a release, a settle) goes out again with its body,
+         * behind what this turn holds back for m. */
+        master_group_flush(p, m, now);
         master_undo_resend(p, m, b, now);
         mpool_batch_answer(p, b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
         return;
@@ -217,6 +378,7 @@ void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, in
     b->decide = done ? decide : NULL;
     b->arg = arg;
     b->script = s;
+    b->nkeys = nkeys;
     b->argc = argc;
     b->argv = argv;
     b->argvlen = argvlen;

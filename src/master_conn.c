@@ -92,13 +92,18 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
         m->logged_down = true;
     }
-    master_reply failed = {.kind = MREPLY_FAIL, .sent = true};
     struct mrecord *r;
+    while ((r = m->grp_head)) {   /* held back: never written */
+        m->grp_head = r->next;
+        master_record_failed(p, m, r, false, now);
+        free(r);
+    }
+    m->grp_tail = NULL;
+    m->ngrp = 0;
     while ((r = master_pop(m))) {
-        if (r->kind == REC_BATCH) {
-            master_undo_redo(p, m, r->batch, now);   /* may not have run */
-            mpool_batch_answer(p, r->batch, r->slot, &failed);
-        } else if (r->kind == REC_UNDO)
+        if (r->kind == REC_BATCH || r->kind == REC_GROUP)
+            master_record_failed(p, m, r, true, now);
+        else if (r->kind == REC_UNDO)
             master_undo_keep(m, r->undo, now);   /* it may not have run: send it again */
         free(r);
     }
@@ -322,6 +327,9 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
     case REC_BATCH:
         master_batch_reply(p, m, r, rr, now);
         break;
+    case REC_GROUP:
+        master_group_reply(p, m, r, rr, now);
+        break;
     case REC_PING:
         break;
     case REC_UNDO:
@@ -385,6 +393,7 @@ void master_flush(mpool *p, struct master *m, uint64_t now)
 {
     if (!m->ctx || m->state == M_CONNECTING || !m->want_write)
         return;
+    master_group_flush(p, m, now);
     bool done = false;
     char why[200];
     if (mlink_write(m->ctx, m->tls, &done, why, sizeof why) < 0) {

@@ -30,7 +30,9 @@
  *                                                      -> batch, undo, marker,
  *                                                         pipeline
  *   master_batch.c     batches (struct mbatch), the deadline FIFO and the
- *                      ready list                      -> undo, marker,
+ *                      ready list; group commit: the records held back in
+ *                      a turn (grp_head) written as one group call, and
+ *                      its answer given to each   -> undo, marker,
  *                                                         pipeline
  *   master_undo.c      remembered releases (struct undo, undo_head/tail)
  *                                                      -> pipeline
@@ -40,6 +42,8 @@
  *                      awaiting replies (head, tail, want_write), error lines
  *   master_tls.c       a connection's bytes, plain or TLS (OpenSSL on the
  *                      same socket; struct mtls), and the shared TLS context
+ *   master_script.c    scripts as text: SHA-1s, the group script's body
+ *                      (pure, no state)
  */
 #ifndef RL_MASTER_INT_H
 #define RL_MASTER_INT_H
@@ -63,8 +67,8 @@
 
 enum mstate { M_DOWN, M_CONNECTING, M_HANDSHAKE, M_UP };
 /* What a command in a master's queue was sent for. */
-enum rec_kind { REC_BATCH, REC_PING, REC_AUTH, REC_INFO, REC_CONFIG, REC_OBSERVE, REC_HANDSHAKE_PING,
-                REC_UNDO };
+enum rec_kind { REC_BATCH, REC_GROUP, REC_PING, REC_AUTH, REC_INFO, REC_CONFIG, REC_OBSERVE,
+                REC_HANDSHAKE_PING, REC_UNDO };
 
 struct chan;   /* a notice channel wanted (master_notice.c) */
 struct mtls;   /* a TLS session on a connection's socket (master_tls.c) */
@@ -85,6 +89,7 @@ struct mbatch {
     bool decided;               /* decide said yes: in the pool's decided list */
     struct mbatch *dnext;       /* in the decided list */
     const mscript *script;
+    int nkeys;                  /* keys among the script's arguments */
     int argc;                   /* EVALSHA sha nkeys args... */
     const char **argv;          /* one allocation with argvlen and the copied args */
     size_t *argvlen;            /* bytes of each argv[i] */
@@ -107,6 +112,9 @@ struct mrecord {
                                    later while the master keeps answering what came
                                    before it (master_read) */
     struct undo *undo;          /* REC_UNDO: kept until answered; queued again if the connection drops */
+    struct mrecord *members;    /* REC_GROUP: the REC_BATCH records its one call carries, in
+                                   order (chained by next); each holds its batch's reference */
+    int nmembers;
 };
 
 struct master {
@@ -121,6 +129,11 @@ struct master {
     struct mtls *tls;           /* TLS on ctx's socket once its TCP connect is done; NULL:
                                    plain (or not yet); the handshake runs in M_CONNECTING */
     struct mrecord *head, *tail; /* written, awaiting replies, oldest first */
+    struct mrecord *grp_head, *grp_tail; /* REC_BATCH records of group scripts (mscript.group)
+                                   held back in this loop turn, oldest first: written, as one
+                                   group call when there are several, before anything else is
+                                   appended and before the turn's write (master_group_flush) */
+    int ngrp;                   /* records from grp_head */
     struct mrecord *unsent;     /* the first of them no write has taken yet (NULL: all out):
                                    a deadline counts from when the command could reach the
                                    master, not from when this process queued it */
@@ -221,6 +234,14 @@ void mpool_pack_command(void *mem, const char *verb, const char *script, int nke
 int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
                   int argc, const char **argv, const size_t *lens, uint64_t now,
                   uint64_t deadline);
+/* A record of kind for batch b's slot, due at deadline, on no queue yet;
+ * NULL when out of memory. */
+struct mrecord *master_record_new(enum rec_kind kind, struct mbatch *b, int slot, uint64_t now,
+                                  uint64_t deadline);
+/* master_append for a record made by master_record_new, which the queue
+ * takes (the caller still owns it on -1). */
+int master_append_record(struct master *m, struct mrecord *r, int argc, const char **argv,
+                         const size_t *lens);
 /* A write took m's buffered commands at now: each unsent record is due its
  * timeout from now, and a batch's deadline counts from its first write
  * (timeout_us, the pool's). Time this process spent before the write (a
@@ -261,6 +282,19 @@ void mpool_batch_answer(mpool *p, struct mbatch *b, int slot, const master_reply
  * batch: a NOSCRIPT answer moves r's reference on b to a new record. */
 void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, const redisReply *rr,
                         uint64_t now);
+/* m answered group record r (REC_GROUP) with rr: each member gets its own
+ * result (all of them the one error, when the call failed as a whole). The
+ * caller frees r; its members are freed here. */
+void master_group_reply(mpool *p, struct master *m, struct mrecord *r, const redisReply *rr,
+                        uint64_t now);
+/* Writes the records m holds back (grp_head): alone, one; else group calls
+ * of up to MSCRIPT_GROUP_MAX. Called before anything else is appended to
+ * m and before each write. */
+void master_group_flush(mpool *p, struct master *m, uint64_t now);
+/* m's connection is gone, or r could not be written (sent false): every
+ * batch record in r (a REC_BATCH, or each member of a REC_GROUP) answers as
+ * failed and may be redone when m is back. Frees r's members, not r. */
+void master_record_failed(mpool *p, struct master *m, struct mrecord *r, bool sent, uint64_t now);
 /* Completes the batches whose decide said yes, with the answers read so far:
  * called once the replies at hand (one poll's) are read, so a master that
  * answered in the same turn is not counted as late. */

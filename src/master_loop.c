@@ -154,6 +154,7 @@ static void housekeeping(mpool *p, uint64_t now)
             const char *ping[] = {"PING"};
             size_t plen[] = {4};
             m->next_ping_us = now + MASTER_PING_INTERVAL_US;
+            master_group_flush(p, m, now);   /* what this turn holds goes first */
             if (master_append(m, REC_PING, NULL, 0, 1, ping, plen, now, now + p->timeout_us) < 0)
                 master_fail(p, m, "out of memory", now);
         }
@@ -288,7 +289,7 @@ static void on_stop(void *arg, uint64_t now)
             redisFree(m->sub);
             m->sub = NULL;
         }
-        if (m->ctx || m->head) {
+        if (m->ctx || m->head || m->grp_head) {
             m->state = M_DOWN;        /* not "was up": no master_down line */
             m->logged_down = true;
             master_fail(p, m, "stopping", now);

@@ -79,37 +79,58 @@ void master_sent(struct master *m, uint64_t timeout_us, uint64_t now)
         r->out = true;
         r->sent_us = now;
         r->due_us = r->deadline_us = now + r->timeout_us;
-        struct mbatch *b = r->kind == REC_BATCH ? r->batch : NULL;
-        if (b && !b->flushed) {
-            b->flushed = true;
-            b->deadline_us = now + timeout_us;
+        /* a group's members are each a batch's record */
+        for (struct mrecord *x = r->kind == REC_GROUP ? r->members : r; x;
+             x = r->kind == REC_GROUP ? x->next : NULL) {
+            if (x != r) {
+                x->out = true;
+                x->sent_us = now;
+                x->due_us = x->deadline_us = now + x->timeout_us;
+            }
+            struct mbatch *b = x->kind == REC_BATCH ? x->batch : NULL;
+            if (b && !b->flushed) {
+                b->flushed = true;
+                b->deadline_us = now + timeout_us;
+            }
         }
     }
     m->unsent = NULL;
+}
+
+struct mrecord *master_record_new(enum rec_kind kind, struct mbatch *b, int slot, uint64_t now,
+                                  uint64_t deadline)
+{
+    struct mrecord *r = malloc(sizeof *r);
+    if (!r)
+        return NULL;
+    *r = (struct mrecord){.kind = kind, .batch = b, .slot = slot, .sent_us = now,
+                          .timeout_us = deadline > now ? deadline - now : 0,
+                          .due_us = deadline, .deadline_us = deadline};
+    return r;
+}
+
+int master_append_record(struct master *m, struct mrecord *r, int argc, const char **argv,
+                         const size_t *lens)
+{
+    if (redisAppendCommandArgv(m->ctx, argc, argv, lens) != REDIS_OK)
+        return -1;
+    master_push(m, r);
+    if (!m->unsent)
+        m->unsent = r;
+    return 0;
 }
 
 int master_append(struct master *m, enum rec_kind kind, struct mbatch *b, int slot,
                   int argc, const char **argv, const size_t *lens, uint64_t now,
                   uint64_t deadline)
 {
-    struct mrecord *r = malloc(sizeof *r);
+    struct mrecord *r = master_record_new(kind, b, slot, now, deadline);
     if (!r)
         return -1;
-    if (redisAppendCommandArgv(m->ctx, argc, argv, lens) != REDIS_OK) {
+    if (master_append_record(m, r, argc, argv, lens) < 0) {
         free(r);
         return -1;
     }
-    r->kind = kind;
-    r->batch = b;
-    r->slot = slot;
-    r->sent_us = now;
-    r->timeout_us = deadline > now ? deadline - now : 0;
-    r->out = false;
-    r->due_us = r->deadline_us = deadline;
-    r->undo = NULL;
-    master_push(m, r);
-    if (!m->unsent)
-        m->unsent = r;
     return 0;
 }
 

@@ -4,6 +4,8 @@
  * where they come from outside the script. */
 #include "scripts.h"
 
+#include <stdlib.h>
+
 /* The marker check every vote script starts with (scripts.h). */
 #define GUARD \
     "if ARGV[#ARGV] == '1' then\n" \
@@ -54,7 +56,7 @@ mscript script_acquire = {"acquire",
     "  end\n"
     "  return {1, f}\n"
     "end\n"
-    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true};
+    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true, NULL, 0};
 
 mscript script_settle = {"settle",
     GUARD
@@ -62,7 +64,7 @@ mscript script_settle = {"settle",
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "  return 1\n"
     "end\n"
-    "return 0\n", "", true, true, NULL, true};
+    "return 0\n", "", true, true, NULL, true, NULL, 0};
 
 mscript script_extend = {"extend",
     GUARD
@@ -77,7 +79,7 @@ mscript script_extend = {"extend",
     "  return {1, c, v}\n"
     "end\n"
     "if v then return {-1} end\n"
-    "return {0}\n", "", false, true, NULL, true};
+    "return {0}\n", "", false, true, NULL, true, NULL, 0};
 
 mscript script_inspect = {"inspect",
     GUARD
@@ -87,7 +89,7 @@ mscript script_inspect = {"inspect",
     "if " COUNTER_BAD("c") " then c = 0 end\n"
     "local o, owner = redis.call('GET', KEYS[3]), ''\n"
     "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
-    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false};
+    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false, NULL, 0};
 
 /* An election leader's new value: the owner key holds "<value>\n<candidate>
  * <since> <proclaimed value>"; the first two words stay. Only where the
@@ -105,11 +107,11 @@ mscript script_proclaim = {"proclaim",
     "  return {1}\n"
     "end\n"
     "if v then return {-1} end\n"
-    "return {0}\n", "", false, true, NULL, true};
+    "return {0}\n", "", false, true, NULL, true, NULL, 0};
 
 /* A notice of a change (scripts.h). */
 mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1])\nreturn 1\n", "", false, false,
-                          NULL, false};
+                          NULL, false, NULL, 0};
 
 /* A semaphore's limit (scripts.h). */
 mscript script_sem_limit = {"sem_limit",
@@ -124,7 +126,7 @@ mscript script_sem_limit = {"sem_limit",
     "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n"
     "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
     "end\n"
-    "return {1, tonumber(ARGV[1])}\n", "", false, true, NULL, true};
+    "return {1, tonumber(ARGV[1])}\n", "", false, true, NULL, true, NULL, 0};
 
 /* A release: match is the Lua test of the stored value v (scripts.h). */
 #define RELEASE_BODY(match) \
@@ -138,9 +140,9 @@ mscript script_sem_limit = {"sem_limit",
     "return 0\n"
 #define MATCH_TOKEN "v == ARGV[1] or (ARGV[2] == '~' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ')"
 
-mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false};
+mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false, NULL, 0};
 mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay,
-                              false};
+                              false, NULL, 0};
 
 mscript script_marker = {"marker",
     "local mk, act, run_id = KEYS[1], ARGV[1], ARGV[2]\n"
@@ -176,10 +178,20 @@ mscript script_marker = {"marker",
     "if st ~= 'ready' then return {1, 0} end\n"
     "local left = (tonumber(redis.call('HGET', mk, 'until') or '0') or 0) - now\n"
     "if left < 0 then left = 0 end\n"
-    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false};
+    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false, NULL, 0};
+
+/* Every script a batch sends, as one call when several meet on a master in
+ * one loop turn (master.h, group commit). Its body is built by
+ * mscript_group_init. */
+mscript script_group = {"group", "", "", false, false, NULL, false, NULL, 0};
 
 void scripts_init(void)
 {
+    static mscript *const members[] = {&script_acquire, &script_settle, &script_extend,
+                                       &script_inspect, &script_release, &script_proclaim,
+                                       &script_sem_limit, &script_publish};
+    if (mscript_group_init(&script_group, members, (int)(sizeof members / sizeof members[0])) < 0)
+        abort();   /* at start-up, before anything runs */
     mscript_init(&script_acquire);
     mscript_init(&script_settle);
     mscript_init(&script_extend);

@@ -137,7 +137,14 @@ extern mscript script_release_replay;
  * Answers {state, ms_left}: state 0 no marker, 1 pending, 2 ready. */
 extern mscript script_marker;
 
-/* Computes every script's SHA-1; call once before use. */
+/* The group script (master.h: group commit): acquire, settle, extend,
+ * inspect, release, proclaim, sem_limit and publish, any mix of them in one
+ * call, each answering what it would alone. The marker script always goes
+ * alone. */
+extern mscript script_group;
+
+/* Computes every script's SHA-1 and builds the group script; call once
+ * before use. */
 void scripts_init(void);
 
 #endif

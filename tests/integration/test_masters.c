@@ -554,3 +554,69 @@ Test(masters_decided, majority_answers_without_waiting_for_paused_masters)
     h_resp_free(&b);
     h_resp_free(&r);
 }
+
+/* ---- group commit ---- */
+
+/* Script calls master i has run since its stats were reset. */
+static long long script_calls(int i)
+{
+    redisReply *x = h_redis(C, i, "INFO commandstats");
+    cr_assert_not_null(x);
+    long long n = 0;
+    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    for (int k = 0; k < 2; k++) {
+        const char *at = strstr(x->str, names[k]);
+        if (at)
+            n += atoll(at + strlen(names[k]));
+    }
+    freeReplyObject(x);
+    return n;
+}
+
+static void gc_next(h_loader *l, char *name, size_t len, const char **body)
+{
+    snprintf(name, len, "gc-%d", l->id);
+    *body = NULL;
+}
+
+/* n clients do acquire+release cycles for ms; returns the operations
+ * answered (acquires and releases), after asserting each was a success. */
+static long cycles(int n, int ms)
+{
+    static h_loader l[16];
+    pthread_t t[16];
+    for (int i = 0; i < n; i++)
+        l[i] = (h_loader){.c = C, .next = gc_next};
+    h_load_start(l, n, t);
+    usleep((useconds_t)ms * 1000);
+    h_load_join(l, n, t);
+    long answered = H_LOAD_SUM(l, n, answered);
+    cr_assert_eq(H_LOAD_SUM(l, n, five_xx) + H_LOAD_SUM(l, n, no_answer), 0);
+    cr_assert_gt(answered, 20, "the load ran");
+    return answered;
+}
+
+/* Operations that meet on a master in one loop turn reach it as one script
+ * call (the group script); one client alone sends one call per operation.
+ * Counted on the master itself (INFO commandstats). */
+Test(masters, operations_that_meet_go_to_a_master_as_one_call)
+{
+    redisReply *x = h_redis(C, 0, "CONFIG RESETSTAT");
+    freeReplyObject(x);
+    long alone = cycles(1, 1000);
+    long long calls_alone = script_calls(0);
+    x = h_redis(C, 0, "CONFIG RESETSTAT");
+    freeReplyObject(x);
+    long crowd = cycles(16, 1500);
+    long long calls_crowd = script_calls(0);
+    fprintf(stderr, "group commit: 1 client: %ld operations, %lld script calls on one master; "
+            "16 clients: %ld operations, %lld calls (%.1f operations per call)\n",
+            alone, calls_alone, crowd, calls_crowd, (double)crowd / (double)(calls_crowd ? calls_crowd : 1));
+    cr_assert_geq(calls_alone, alone - 1, "one client: every operation is a call of its own");
+    cr_assert_lt(calls_crowd * 4, crowd * 3, "16 clients: %lld calls for %ld operations", calls_crowd, crowd);
+    for (int i = 0; i < 16; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "gc-%d", i);
+        cr_assert_eq(h_keys_left(C, name), 0, "every lock released");
+    }
+}

@@ -1,0 +1,457 @@
+/* Unit tests of the group script (master.h, group commit) on a real
+ * redis-server: a group call of any mix of commands answers, and leaves,
+ * exactly what the same commands sent one by one in the same order do.
+ *
+ * The differential test runs a random sequence twice on one server: one by
+ * one (EVAL of each script) in database 0, and cut into random groups (EVAL
+ * of the group script) in database 1, with the same changes of the world
+ * between groups in both (the marker set, cleared or pushed into the
+ * future, a fence counter that does not parse, a key of the wrong type).
+ * Answers must match command by command, and both databases must hold the
+ * same keys, values and expiries at the end. Only PTTLs may differ, by the
+ * few milliseconds between the two runs; fences are taken from seeds the
+ * test proposes, so they match exactly.
+ */
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "scripts.h"
+
+static h_cluster *C;
+static redisContext *R;
+
+static void setup(void)
+{
+    scripts_init();
+    C = h_cluster_start(1, NULL);
+    R = redisConnect("127.0.0.1", C->m[0].port);
+    cr_assert(R && !R->err, "connect to the master");
+}
+
+static void teardown(void)
+{
+    if (R)
+        redisFree(R);
+    h_cluster_free(C);
+}
+
+TestSuite(scripts, .init = setup, .fini = teardown, .timeout = 120);
+
+/* One command: a script with its keys and arguments. */
+struct cmd {
+    const mscript *s;
+    int nkeys, nargs;
+    char args[12][96];
+};
+
+static redisReply *run(const char **argv, const size_t *lens, int argc)
+{
+    redisReply *r = redisCommandArgv(R, argc, argv, lens);
+    cr_assert(r, "redis: %s", R->errstr);
+    return r;
+}
+
+static void select_db(int db)
+{
+    redisReply *r = redisCommand(R, "SELECT %d", db);
+    cr_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+}
+
+/* EVAL of c's own script. */
+static redisReply *run_alone(const struct cmd *c)
+{
+    const char *argv[16];
+    size_t lens[16];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", c->nkeys);
+    argv[0] = "EVAL";
+    argv[1] = c->s->body;
+    argv[2] = nk;
+    for (int i = 0; i < c->nargs; i++)
+        argv[3 + i] = c->args[i];
+    for (int i = 0; i < 3 + c->nargs; i++)
+        lens[i] = strlen(argv[i]);
+    return run(argv, lens, 3 + c->nargs);
+}
+
+/* EVAL of the group script for cmds[0..n), laid out as master.h says. */
+static redisReply *run_group(const struct cmd *cmds, int n)
+{
+    static const char *argv[4096];
+    static size_t lens[4096];
+    static char nums[1024][16];
+    int k = 0, u = 0, nkeys = 0;
+    for (int i = 0; i < n; i++)
+        nkeys += cmds[i].nkeys;
+#define NUM(v) (snprintf(nums[u], sizeof nums[u], "%d", (int)(v)), argv[k++] = nums[u++])
+    argv[k++] = "EVAL";
+    argv[k++] = script_group.body;
+    NUM(nkeys);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < cmds[i].nkeys; j++)
+            argv[k++] = cmds[i].args[j];
+    NUM(n);
+    for (int i = 0; i < n; i++) {
+        NUM(cmds[i].s->group_fn);
+        NUM(cmds[i].nkeys);
+        NUM(cmds[i].nargs - cmds[i].nkeys);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = cmds[i].nkeys; j < cmds[i].nargs; j++)
+            argv[k++] = cmds[i].args[j];
+#undef NUM
+    for (int i = 0; i < k; i++)
+        lens[i] = strlen(argv[i]);
+    return run(argv, lens, k);
+}
+
+/* Whether two answers are the same, but for PTTLs and quarantine times left
+ * (integers from 1000 to 10^7 ms) a few milliseconds apart; why not in why.
+ * Fences (from 10^15) must be equal. */
+static bool same_reply(const redisReply *a, const redisReply *b, char *why, size_t len)
+{
+    if (a->type != b->type) {
+        snprintf(why, len, "type %d vs %d (%s / %s)", a->type, b->type,
+                 a->type == REDIS_REPLY_ERROR ? a->str : "", b->type == REDIS_REPLY_ERROR ? b->str : "");
+        return false;
+    }
+    switch (a->type) {
+    case REDIS_REPLY_INTEGER: {
+        long long d = a->integer - b->integer;
+        bool pttl = a->integer >= 1000 && a->integer < 10000000 && b->integer >= 1000 && b->integer < 10000000;
+        if (d == 0 || (pttl && d > -200 && d < 200))
+            return true;
+        snprintf(why, len, "integer %lld vs %lld", a->integer, b->integer);
+        return false;
+    }
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+        if (a->len == b->len && !memcmp(a->str, b->str, a->len))
+            return true;
+        snprintf(why, len, "'%s' vs '%s'", a->str, b->str);
+        return false;
+    case REDIS_REPLY_ERROR: {
+        /* A script's own error is the same text; a redis.call refused
+         * names the script and line it came from, so only its code must
+         * match (WRONGTYPE ...). */
+        if (!strncmp(a->str, "ERR redlockd:", 13) || !strncmp(b->str, "ERR redlockd:", 13)) {
+            if (!strcmp(a->str, b->str))
+                return true;
+        } else {
+            const char *codes[] = {"WRONGTYPE", "OOM", "NOPERM"};
+            for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+                if (strstr(a->str, codes[i]) && strstr(b->str, codes[i]))
+                    return true;
+        }
+        snprintf(why, len, "error '%s' vs '%s'", a->str, b->str);
+        return false;
+    }
+    case REDIS_REPLY_ARRAY:
+        if (a->elements != b->elements) {
+            snprintf(why, len, "%zu elements vs %zu", a->elements, b->elements);
+            return false;
+        }
+        for (size_t i = 0; i < a->elements; i++)
+            if (!same_reply(a->element[i], b->element[i], why, len))
+                return false;
+        return true;
+    default:
+        return true;
+    }
+}
+
+static void set_args(struct cmd *c, const mscript *s, int nkeys, int nargs, ...)
+{
+    va_list ap;
+    va_start(ap, nargs);
+    c->s = s;
+    c->nkeys = nkeys;
+    c->nargs = nargs;
+    for (int i = 0; i < nargs; i++)
+        snprintf(c->args[i], sizeof c->args[i], "%s", va_arg(ap, const char *));
+    va_end(ap);
+}
+
+static long long next_seed = 1000000000000000LL;
+
+/* A random command on a few names, values and owners: every script of the
+ * group, guarded or not, matching or not. */
+static void random_cmd(struct cmd *c)
+{
+    static const char *names[] = {"n:a", "n:b", "n:c"};
+    static const char *values[] = {"tok1", "tok2", "tok1 s1", "tok1 s2", "tok3"};
+    static const char *owners[] = {"", "", "web-1", "cand 1700000000000 10.0.0.7:5432"};
+    const char *n = names[rand() % 3];
+    char key[64], fence[64], owner[64], ttl[16], px[16], seed[32], f[32];
+    snprintf(key, sizeof key, "%s", n);
+    snprintf(fence, sizeof fence, "%s#fence", n);
+    snprintf(owner, sizeof owner, "%s#owner", n);
+    snprintf(ttl, sizeof ttl, "%d", 20000 + rand() % 5 * 1000);
+    snprintf(px, sizeof px, "%d", 40000 + rand() % 5 * 1000);
+    const char *v = values[rand() % 5], *guard = rand() % 4 ? "1" : "0";
+    switch (rand() % 9) {
+    case 0:
+    case 1:   /* acquire: its seed is taken where there is no counter or one below it (always
+                 within the bound: a fence from the master's own clock would differ by the
+                 time between the two runs) */
+        snprintf(seed, sizeof seed, "%lld", next_seed += rand() % 2 * 1000);
+        set_args(c, &script_acquire, 4, 11, key, fence, owner, SCRIPT_MARKER_KEY, v, ttl, px,
+                 owners[rand() % 4], seed, "900000000000000000", guard);
+        break;
+    case 2:   /* settle to some fence */
+        snprintf(f, sizeof f, "%lld", next_seed - rand() % 3000);
+        set_args(c, &script_settle, 3, 7, key, fence, SCRIPT_MARKER_KEY, v, f, px, guard);
+        break;
+    case 3:
+        set_args(c, &script_extend, 4, 8, key, fence, owner, SCRIPT_MARKER_KEY, v, ttl, px, guard);
+        break;
+    case 4:
+        set_args(c, &script_inspect, 4, 5, key, fence, owner, SCRIPT_MARKER_KEY, guard);
+        break;
+    case 5:
+        set_args(c, &script_release, 2, 5, key, owner, v, rand() % 2 ? "=" : "~",
+                 rand() % 2 ? "redlockd:released:x" : "");
+        break;
+    case 6:
+        set_args(c, &script_proclaim, 3, 6, key, owner, SCRIPT_MARKER_KEY, v, "10.0.0.9:5432", guard);
+        break;
+    case 7: {
+        static const char *limits[] = {"0", "-1", "2", "3"};
+        set_args(c, &script_sem_limit, 2, 5, "s:x#limit", SCRIPT_MARKER_KEY, limits[rand() % 4], px, guard);
+        break;
+    }
+    default:
+        set_args(c, &script_publish, 1, 2, key, "redlockd:released:y");
+        break;
+    }
+}
+
+/* The same change of the world in the current database. */
+static void world_change(int what, const char *name)
+{
+    redisReply *r = NULL;
+    switch (what) {
+    case 0:
+        r = redisCommand(R, "HSET %s state ready until 0", SCRIPT_MARKER_KEY);
+        break;
+    case 1:
+        r = redisCommand(R, "DEL %s", SCRIPT_MARKER_KEY);
+        break;
+    case 2:
+        /* in quarantine for an hour from the master's clock: {-101, ms_left} with
+         * ms_left a few ms apart in the two runs, as a PTTL is */
+        r = redisCommand(R, "EVAL %s 1 %s",
+                         "local t = redis.call('TIME')\n"
+                         "local u = (tonumber(t[1]) + 3600) * 1000000\n"
+                         "return redis.call('HSET', KEYS[1], 'state', 'ready', 'until', string.format('%d', u))",
+                         SCRIPT_MARKER_KEY);
+        break;
+    case 3:
+        r = redisCommand(R, "SET %s#fence not-a-number PX 60000", name);
+        break;
+    case 4:
+        r = redisCommand(R, "DEL %s %s#fence", name, name);
+        r = (freeReplyObject(r), redisCommand(R, "HSET %s x 1", name));
+        break;
+    default:
+        r = redisCommand(R, "DEL %s", name);
+        break;
+    }
+    cr_assert(r && r->type != REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+}
+
+/* Every key of the current database with its type, value and PTTL. */
+static redisReply *dump_db(void)
+{
+    static const char dump[] =
+        "local out = {}\n"
+        "local keys = redis.call('KEYS', '*')\n"
+        "table.sort(keys)\n"
+        "for _, k in ipairs(keys) do\n"
+        "  local t = redis.call('TYPE', k)['ok']\n"
+        "  local v = t == 'string' and redis.call('GET', k) or table.concat(redis.call('HGETALL', k), ',')\n"
+        "  table.insert(out, k) table.insert(out, t) table.insert(out, v)\n"
+        "  table.insert(out, redis.call('PTTL', k))\n"
+        "end\n"
+        "return out\n";
+    redisReply *r = redisCommand(R, "EVAL %s 0", dump);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY);
+    return r;
+}
+
+/* Runs cmds[0..n) one by one in db 0 and as a group in db 1 (after the
+ * same world change in both); asserts the answers match (mismatch NULL),
+ * or reports the first difference into mismatch when given (the negative
+ * control: a group of the commands in another order). */
+static bool compare_chunk(const struct cmd *alone, const struct cmd *grouped, int n, int change,
+                          const char *name, char *mismatch, size_t len)
+{
+    select_db(0);
+    if (change >= 0)
+        world_change(change, name);
+    redisReply *ra[MSCRIPT_GROUP_MAX];
+    for (int i = 0; i < n; i++)
+        ra[i] = run_alone(&alone[i]);
+    select_db(1);
+    if (change >= 0)
+        world_change(change, name);
+    redisReply *rg = run_group(grouped, n);
+    cr_assert_eq(rg->type, REDIS_REPLY_ARRAY, "group call: %s", rg->type == REDIS_REPLY_ERROR ? rg->str : "?");
+    cr_assert_eq(rg->elements, (size_t)n);
+    bool same = true;
+    char why[400];
+    for (int i = 0; i < n && same; i++) {
+        if (!same_reply(ra[i], rg->element[i], why, sizeof why)) {
+            same = false;
+            if (!mismatch)
+                cr_assert_fail("command %d of %d (%s %s): alone vs grouped: %s", i, n, alone[i].s->name,
+                        alone[i].args[0], why);
+            snprintf(mismatch, len, "command %d (%s): %.300s", i, alone[i].s->name, why);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        freeReplyObject(ra[i]);
+    freeReplyObject(rg);
+    return same;
+}
+
+static void flush_both(void)
+{
+    redisReply *r = redisCommand(R, "FLUSHALL");
+    freeReplyObject(r);
+}
+
+Test(scripts, a_group_answers_what_the_commands_answer_one_by_one)
+{
+    unsigned seed = (unsigned)h_now_us();
+    fprintf(stderr, "scripts: random seed %u\n", seed);
+    srand(seed);
+    flush_both();
+    static struct cmd cmds[MSCRIPT_GROUP_MAX];
+    int total = 0, groups = 0, errors_seen = 0;
+    while (total < 3000) {
+        int n = 1 + rand() % 12;
+        if (rand() % 20 == 0)
+            n = MSCRIPT_GROUP_MAX;
+        for (int i = 0; i < n; i++)
+            random_cmd(&cmds[i]);
+        int change = rand() % 3 == 0 ? rand() % 6 : -1;
+        char name[8];
+        snprintf(name, sizeof name, "n:%c", "abc"[rand() % 3]);
+        compare_chunk(cmds, cmds, n, change, name, NULL, 0);
+        errors_seen += change == 3 || change == 4;
+        total += n;
+        groups++;
+    }
+    /* Both databases hold the same, with expiries a few ms apart. */
+    select_db(0);
+    redisReply *a = dump_db();
+    select_db(1);
+    redisReply *b = dump_db();
+    char why[400];
+    cr_assert(same_reply(a, b, why, sizeof why), "the databases differ: %s", why);
+    cr_assert_gt(a->elements, 0);
+    fprintf(stderr, "scripts: %d commands in %d groups, %d worlds with a bad counter or a wrong type, "
+                    "%zu keys alike\n", total, groups, errors_seen, a->elements / 4);
+    freeReplyObject(a);
+    freeReplyObject(b);
+}
+
+/* Duplicates of one name in one group, in order: the second acquire finds
+ * the first's lock, the extension and release act on the first's grant,
+ * and the last acquire takes the name with the next fence. */
+Test(scripts, duplicates_of_one_name_in_one_group)
+{
+    flush_both();
+    select_db(1);
+    world_change(0, "d");
+    struct cmd c[5];
+    set_args(&c[0], &script_acquire, 4, 11, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t1", "30000",
+             "60000", "", "1000000000000123", "900000000000000000", "1");
+    set_args(&c[1], &script_acquire, 4, 11, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t2", "30000",
+             "60000", "", "0", "0", "1");
+    set_args(&c[2], &script_extend, 4, 8, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t1", "40000",
+             "60000", "1");
+    set_args(&c[3], &script_release, 2, 5, "d", "d#owner", "t1", "=", "");
+    set_args(&c[4], &script_acquire, 4, 11, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t2", "30000",
+             "60000", "", "0", "0", "1");
+    redisReply *r = run_group(c, 5);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+    cr_assert_eq(r->elements, 5);
+    cr_assert_eq(r->element[0]->element[0]->integer, 1);
+    cr_assert_eq(r->element[0]->element[1]->integer, 1000000000000123LL);
+    cr_assert_eq(r->element[1]->element[0]->integer, 0, "the name is held by the first");
+    cr_assert_gt(r->element[1]->element[1]->integer, 29000);
+    cr_assert_eq(r->element[2]->element[0]->integer, 1);
+    cr_assert_eq(r->element[2]->element[1]->integer, 1000000000000123LL);
+    cr_assert_str_eq(r->element[3]->element[1]->str, "t1");
+    cr_assert_eq(r->element[4]->element[0]->integer, 1);
+    cr_assert_eq(r->element[4]->element[1]->integer, 1000000000000124LL, "the next fence");
+    freeReplyObject(r);
+}
+
+/* A group split by the guard: with the master in quarantine, the guarded
+ * commands answer {-101, ms_left} and the unguarded ones (--quarantine off,
+ * a release) run, each as it would alone. */
+Test(scripts, a_group_split_by_the_guard)
+{
+    flush_both();
+    select_db(1);
+    world_change(2, "g");
+    struct cmd c[3];
+    set_args(&c[0], &script_acquire, 4, 11, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "30000",
+             "60000", "", "0", "0", "1");
+    set_args(&c[1], &script_acquire, 4, 11, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "30000",
+             "60000", "", "0", "0", "0");
+    set_args(&c[2], &script_release, 2, 5, "g", "g#owner", "t1", "=", "");
+    redisReply *r = run_group(c, 3);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+    cr_assert_eq(r->element[0]->element[0]->integer, SCRIPT_QUARANTINED);
+    cr_assert_gt(r->element[0]->element[1]->integer, 0);
+    cr_assert_eq(r->element[1]->element[0]->integer, 1, "unguarded: it runs");
+    cr_assert_eq(r->element[2]->element[0]->integer, 1, "and the release deletes it");
+    freeReplyObject(r);
+    /* A bad counter fails its own command only. */
+    world_change(0, "g");
+    world_change(3, "g");
+    set_args(&c[0], &script_acquire, 4, 11, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "30000",
+             "60000", "", "0", "0", "1");
+    set_args(&c[1], &script_acquire, 4, 11, "h", "h#fence", "h#owner", SCRIPT_MARKER_KEY, "t1", "30000",
+             "60000", "", "0", "0", "1");
+    r = run_group(c, 2);
+    cr_assert_eq(r->element[0]->type, REDIS_REPLY_ERROR);
+    cr_assert(strstr(r->element[0]->str, "is not an integer"), "%s", r->element[0]->str);
+    cr_assert_eq(r->element[1]->type, REDIS_REPLY_ARRAY);
+    cr_assert_eq(r->element[1]->element[0]->integer, 1);
+    freeReplyObject(r);
+    redisReply *g = redisCommand(R, "EXISTS g");
+    cr_assert_eq(g->integer, 0, "the failed acquire left no lock");
+    freeReplyObject(g);
+}
+
+/* Negative control: the comparison catches a group that does not run the
+ * commands in their order (an acquire and a release of one name swapped). */
+Test(scripts, negative_control_a_reordered_group_is_caught)
+{
+    flush_both();
+    select_db(0);
+    world_change(0, "x");
+    select_db(1);
+    world_change(0, "x");
+    struct cmd c[2], swapped[2];
+    set_args(&c[0], &script_acquire, 4, 11, "x", "x#fence", "x#owner", SCRIPT_MARKER_KEY, "t1", "30000",
+             "60000", "", "0", "0", "1");
+    set_args(&c[1], &script_release, 2, 5, "x", "x#owner", "t1", "=", "");
+    swapped[0] = c[1];
+    swapped[1] = c[0];
+    char mismatch[400] = "";
+    cr_assert_not(compare_chunk(c, swapped, 2, -1, "x", mismatch, sizeof mismatch),
+                  "a reordered group must not compare equal");
+    fprintf(stderr, "scripts: negative control caught: %s\n", mismatch);
+}
