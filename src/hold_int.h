@@ -24,6 +24,7 @@
 #include "master.h"   /* loop_now_us (loop.h): the clock the engine counts validity on */
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
+#define HOLD_RENEW_EARLY_MS 50  /* an extension goes up to this much early to leave with others */
 
 enum hold_end { END_NONE, END_LOST, END_RELEASED };
 
