@@ -127,8 +127,26 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
         lr.lost += lost[i];
     for (int i = 0; i < n; i++)
         close(pf[i].fd >= 0 ? pf[i].fd : -pf[i].fd - 1);
-    sleep(2);   /* the releases go out; memory is trimmed after many closes */
-    lr.closed_rss_kib = proc_kib(d, "VmRSS:");
+    /* The releases go out and the connections go; memory is given back
+     * once many streams closed (hold_renew.c): RSS is read every second
+     * until it stops falling (three readings in a row within 1% of the
+     * first of them), for up to 20 s. */
+    uint64_t c0_us = now_us();
+    long base = proc_kib(d, "VmRSS:");
+    int steady = 0;
+    while (steady < 3 && now_us() - c0_us < 20000000ULL) {
+        sleep(1);
+        long cur = proc_kib(d, "VmRSS:");
+        lr.closed_rss_kib = cur;
+        if (cur >= base - base / 100) {
+            steady++;
+        } else {
+            steady = 0;
+            base = cur;
+        }
+    }
+    lr.closed_s = (double)(now_us() - c0_us) / 1e6;
+    lr.peak_rss_kib = proc_kib(d, "VmHWM:");
     kill(d, SIGTERM);
     waitpid(d, NULL, 0);
     free(pf);
@@ -146,8 +164,9 @@ void print_leases(const lease_result *lr)
            lr->leases, LEASE_TTL_MS, LEASE_TTL_MS / 3, lr->acquired, lr->open_s, lr->lost);
     printf("  script calls/s per master: %.0f to %.0f; redlockd CPU %.0f%% of a core\n",
            lr->calls_per_s_min, lr->calls_per_s_max, lr->cpu_pct);
-    printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), %.1f MiB after "
-           "they closed\n", (double)lr->idle_rss_kib / 1024.0, (double)lr->rss_kib / 1024.0,
+    printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), peak %.1f MiB, "
+           "%.1f MiB %.0f s after they closed\n", (double)lr->idle_rss_kib / 1024.0,
+           (double)lr->rss_kib / 1024.0,
            lr->leases ? (double)(lr->rss_kib - lr->idle_rss_kib) / lr->leases : 0.0,
-           (double)lr->closed_rss_kib / 1024.0);
+           (double)lr->peak_rss_kib / 1024.0, (double)lr->closed_rss_kib / 1024.0, lr->closed_s);
 }

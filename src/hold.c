@@ -30,6 +30,8 @@ void free_if_done(hold *h)
     DLIST_UNLINK(s->list, h, prev, next);
     s->open--;
     s->used--;
+    s->freed_since_trim++;
+    s->last_free_us = loop_now_us();
     free(h);
 }
 
@@ -97,10 +99,19 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
 }
 
 /* A hold of the grant res of req, not linked yet. */
-static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
-                        uint64_t sent_us)
+/* A hold, with its role part after it when with_role. */
+static hold *hold_new(bool with_role)
 {
-    hold *h = calloc(1, sizeof *h);
+    hold *h = calloc(1, sizeof *h + (with_role ? sizeof(struct hold_role) : 0));
+    if (h && with_role)
+        h->role = (struct hold_role *)(h + 1);
+    return h;
+}
+
+static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
+                        uint64_t sent_us, bool with_role)
+{
+    hold *h = hold_new(with_role);
     if (!h)
         return NULL;
     h->s = s;
@@ -118,36 +129,36 @@ static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const 
 hold *hold_start(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                  uint64_t sent_us, int fd, hold_wake_fn wake, void *arg)
 {
-    hold *h = grant_hold(s, e, req, res, sent_us);
+    hold *h = grant_hold(s, e, req, res, sent_us, false);
     return h ? hold_link(s, h, res->ttl_ms, fd, wake, arg, false) : NULL;
 }
 
 hold *hold_permit(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                   uint64_t sent_us, const hold_permit_of *of, int fd, hold_wake_fn wake, void *arg)
 {
-    hold *h = grant_hold(s, e, req, res, sent_us);
+    hold *h = grant_hold(s, e, req, res, sent_us, true);
     if (!h)
         return NULL;
     h->permit = true;
-    h->of = *of;
+    h->role->of = *of;
     return hold_link(s, h, res->ttl_ms, fd, wake, arg, false);
 }
 
 hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char *label,
                     const char *candidate, int fd, hold_wake_fn wake, void *arg)
 {
-    hold *h = calloc(1, sizeof *h);
+    hold *h = hold_new(true);
     if (!h)
         return NULL;
     h->s = s;
     h->e = e;
     h->election = true;
     h->campaigning = true;
-    h->acq_req = *req;
-    h->acq_req.op = RL_ACQUIRE;
+    h->role->acq_req = *req;
+    h->role->acq_req.op = RL_ACQUIRE;
     snprintf(h->name, sizeof h->name, "%s", req->name);
-    snprintf(h->label, sizeof h->label, "%s", label);
-    snprintf(h->candidate, sizeof h->candidate, "%s", candidate);
+    snprintf(h->role->label, sizeof h->role->label, "%s", label);
+    snprintf(h->role->candidate, sizeof h->role->candidate, "%s", candidate);
     h->ttl_ms = req->ttl_ms;
     h->pend_campaigning = true;
     return hold_link(s, h, req->ttl_ms, fd, wake, arg, true);
@@ -165,21 +176,22 @@ static bool format_next(hold *h)
         h->pend_campaigning = false;
         n = snprintf(h->out, sizeof h->out,
                      "{\"event\":\"campaigning\",\"name\":\"%s\",\"candidate\":\"%s\"}\n",
-                     h->label, h->candidate);
+                     h->role->label, h->role->candidate);
     } else if (h->pend_acquired && h->election) {
         h->pend_acquired = false;
         h->pend_renewed = false;
         n = snprintf(h->out, sizeof h->out,
                      "{\"event\":\"elected\",\"name\":\"%s\",\"candidate\":\"%s\",\"term\":%lld,"
                      "\"token\":\"%s\",\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
-                     h->label, h->candidate, h->fence, h->token, left, h->ttl_ms);
+                     h->role->label, h->role->candidate, h->fence, h->token, left, h->ttl_ms);
     } else if (h->pend_acquired && h->permit) {
         h->pend_acquired = false;
         h->pend_renewed = false;
         n = snprintf(h->out, sizeof h->out,
                      "{\"event\":\"acquired\",\"name\":\"%s\",\"limit\":%d,\"slot\":%d,"
                      "\"token\":\"%d:%s\",\"fence\":%lld,\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
-                     h->of.semaphore, h->of.limit, h->of.slot, h->of.slot, h->token, h->fence, left, h->ttl_ms);
+                     h->role->of.semaphore, h->role->of.limit, h->role->of.slot, h->role->of.slot,
+                     h->token, h->fence, left, h->ttl_ms);
     } else if (h->pend_acquired) {
         h->pend_acquired = false;
         h->pend_renewed = false;   /* the acquired event carries the newest validity */

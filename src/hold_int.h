@@ -25,8 +25,18 @@
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
 #define HOLD_RENEW_EARLY_MS 50  /* an extension goes up to this much early to leave with others */
+#define HOLD_TRIM_AFTER 256     /* holds freed before the renewer gives free memory back (malloc_trim) */
+#define HOLD_TRIM_QUIET_MS 500  /* ... once no hold was freed for this long (their connections too) */
 
 enum hold_end { END_NONE, END_LOST, END_RELEASED };
+
+/* What only an election's campaign or a semaphore's permit needs. */
+struct hold_role {
+    rl_request acq_req;             /* what the campaign acquires */
+    char label[RL_NAME_MAX + 1];    /* the election's name, as its events give it */
+    char candidate[RL_OWNER_MAX + 1];
+    hold_permit_of of;              /* a permit's semaphore */
+};
 
 struct hold {
     hold_set *s;
@@ -60,13 +70,10 @@ struct hold {
     bool campaigning;               /* not elected yet: nothing to renew or release */
     bool acquiring;                 /* the campaign's acquire is in flight */
     rl_handle *acq;                 /* that acquire, until its rl_finish */
-    rl_request acq_req;             /* what the campaign acquires */
-    char label[RL_NAME_MAX + 1];    /* the election's or semaphore's name, as its events give it */
-    char candidate[RL_OWNER_MAX + 1];
-
-    /* A semaphore's permit (hold_permit): name is the slot's lock. */
-    bool permit;
-    hold_permit_of of;
+    bool permit;                    /* a semaphore's permit (hold_permit): name is the slot's lock */
+    struct hold_role *role;         /* an election's or a permit's part (in the same allocation,
+                                       after the hold); NULL for a lock's hold, which is most of
+                                       them: 10,000 leases do not carry it */
 
     /* what the stream has still to say, in this order */
     bool pend_acquired;
@@ -91,6 +98,8 @@ struct hold_set {
     int used;                       /* holds open plus reservations */
     int open;
     int releases_pending;
+    int freed_since_trim;           /* holds freed since the renewer last gave memory back */
+    uint64_t last_free_us;          /* when the last hold was freed */
     bool ending;                    /* stopping: no renewals, new holds refused */
     bool stop;
     pthread_t renewer;

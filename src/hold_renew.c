@@ -1,5 +1,7 @@
 /* hold_renew.c - the renewer of held streams and the engine's answers to
  * it (hold_int.h). */
+#include <malloc.h>
+
 #include "hold_int.h"
 
 static void campaign_try(hold *h, uint64_t now);
@@ -61,7 +63,7 @@ static rl_request request_of(const hold *h, enum rl_op op)
     snprintf(req.name, sizeof req.name, "%s", h->name);
     snprintf(req.token, sizeof req.token, "%s", h->token);
     if (h->permit)   /* a slot's release notice goes to its semaphore's channel */
-        snprintf(req.notice_name, sizeof req.notice_name, "%s", h->of.limit_name);
+        snprintf(req.notice_name, sizeof req.notice_name, "%s", h->role->of.limit_name);
     return req;
 }
 
@@ -76,8 +78,8 @@ static void ignore_answer(void *arg, const rl_result *res)
 static void keep_limit(const hold *h)
 {
     rl_request req = {.op = RL_SEM_LIMIT, .limit = -1, .ttl_ms = h->ttl_ms};
-    snprintf(req.name, sizeof req.name, "%s", h->of.limit_name);
-    (void)rl_submit(h->of.limit_engine, &req, ignore_answer, NULL, NULL);
+    snprintf(req.name, sizeof req.name, "%s", h->role->of.limit_name);
+    (void)rl_submit(h->role->of.limit_engine, &req, ignore_answer, NULL, NULL);
 }
 
 /* The lock is lost: the stream says so now; what the token may still hold
@@ -223,7 +225,7 @@ static void campaign_try(hold *h, uint64_t now)
 {
     h->acquiring = true;
     h->engine_refs++;
-    if (rl_submit(h->e, &h->acq_req, campaign_done, h, &h->acq) < 0) {
+    if (rl_submit(h->e, &h->role->acq_req, campaign_done, h, &h->acq) < 0) {
         h->acquiring = false;
         h->engine_refs--;
         h->acq = NULL;
@@ -326,6 +328,19 @@ void *renewer_main(void *arg)
     while (!s->stop) {
         uint64_t now = loop_now_us();
         uint64_t next = renew_pass(s, now);
+        if (s->freed_since_trim >= HOLD_TRIM_AFTER &&
+            now >= s->last_free_us + HOLD_TRIM_QUIET_MS * 1000ULL) {
+            /* Many streams closed, and none for a while: what their
+             * connections, requests and holds took goes back to the system,
+             * so RSS returns near its idle level instead of staying at its
+             * peak (glibc keeps freed memory in its arenas otherwise). Off
+             * the event loops; the renewer passes at least once a second. */
+            s->freed_since_trim = 0;
+            pthread_mutex_unlock(&s->mu);
+            malloc_trim(0);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
         if (next > now) {
             struct timespec until = deadline_after_ms((long long)((next - now + 999) / 1000));
             pthread_cond_timedwait(&s->changed, &s->mu, &until);

@@ -87,14 +87,24 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
         return stream_refused(ctx);
     }
     ctx->hold_reserved = false;   /* the reservation is the hold now */
+    /* The grant is the hold's now (on_completed would finish it as
+     * delivered): the engine's task is let go at once rather than kept as
+     * long as the stream (3.5 KiB a lease). */
+    pthread_mutex_lock(&s->reg_lock);
+    rl_handle *h = ctx->h;
+    ctx->h = NULL;
+    pthread_mutex_unlock(&s->reg_lock);
+    rl_finish(ctx->eng, h, true);
     return stream_answer(ctx, 201);
 }
 
 /* An NDJSON answer read from ctx's hold or watch (hold_reader). */
 enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
 {
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, hold_reader,
-                                                               ctx, NULL);
+    /* Events are at most HOLD_EVENT_MAX bytes: a block of that size is all
+     * a stream needs (libmicrohttpd allocates it with the response). */
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HOLD_EVENT_MAX,
+                                                               hold_reader, ctx, NULL);
     if (!r)
         return MHD_NO;   /* on_completed closes the hold, which releases */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");

@@ -359,7 +359,7 @@ void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, in
     int argc = nargs + 3;
     /* One allocation holds the whole command: NOSCRIPT may need it again
      * after this call. */
-    struct mbatch *b = calloc(1, sizeof *b);
+    struct mbatch *b = calloc(1, sizeof *b + (size_t)p->n * sizeof b->replies[0]);
     void *mem = b ? malloc(mpool_pack_size(nargs, lens)) : NULL;
     if (!mem) {
         /* No memory: every master counts as failed. */

@@ -93,7 +93,8 @@ struct mbatch {
     int argc;                   /* EVALSHA sha nkeys args... */
     const char **argv;          /* one allocation with argvlen and the copied args */
     size_t *argvlen;            /* bytes of each argv[i] */
-    master_reply replies[MASTER_MAX]; /* by master index; FAIL until answered */
+    master_reply replies[];     /* by master index (the pool's n of them: a batch in flight
+                                   costs no more than its masters); FAIL until answered */
 };
 
 /* A command written on a master's connection, awaiting its reply. Replies
