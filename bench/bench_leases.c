@@ -26,30 +26,6 @@ static long long script_calls(int m)
     return n;
 }
 
-/* Reads the events of the streams poll found readable, up to ms: marks
- * those that said acquired (counting them in *got) and lost. */
-static void read_events(struct pollfd *pf, int n, bool *acq, bool *lost, int *got, int ms)
-{
-    if (poll(pf, (nfds_t)n, ms) <= 0)
-        return;
-    char buf[4096];
-    for (int i = 0; i < n; i++) {
-        if (!pf[i].revents)
-            continue;
-        ssize_t k = recv(pf[i].fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (k <= 0) {
-            pf[i].fd = -pf[i].fd - 1;   /* closed: poll no more */
-            continue;
-        }
-        if (!acq[i] && memmem(buf, (size_t)k, "\"acquired\"", 10)) {
-            acq[i] = true;
-            (*got)++;
-        }
-        if (memmem(buf, (size_t)k, "\"lost\"", 6))
-            lost[i] = true;
-    }
-}
-
 lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, double seconds)
 {
     lease_result lr = {.leases = n};
@@ -76,31 +52,12 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     usleep(300000);
     lr.idle_rss_kib = proc_kib(d, "VmRSS:");
 
-    struct pollfd *pf = calloc((size_t)n, sizeof *pf);
-    bool *acq = calloc((size_t)n, sizeof *acq), *lost = calloc((size_t)n, sizeof *lost);
-    if (!pf || !acq || !lost)
-        die("calloc");
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    char body[64], req[256];
-    int blen = snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":%d}", LEASE_TTL_MS);
     uint64_t t0 = now_us();
-    for (int i = 0; i < n; i++) {
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
-            die("connect");
-        int rlen = snprintf(req, sizeof req,
-                            "POST /locks/lease-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                            "application/json\r\nContent-Length: %d\r\n\r\n%s", i, blen, body);
-        if (send(s, req, (size_t)rlen, MSG_NOSIGNAL) != rlen)
-            die("send");
-        pf[i] = (struct pollfd){.fd = s, .events = POLLIN};
-    }
+    h_leases *ls = h_leases_open(port, n, LEASE_TTL_MS, "lease");
     /* every stream's acquired event, within 60 s */
-    int got = 0;
-    while (got < n && now_us() - t0 < 60000000ULL)
-        read_events(pf, n, acq, lost, &got, 100);
-    lr.acquired = got;
+    while (ls->got < n && now_us() - t0 < 60000000ULL)
+        h_leases_read(ls, 100);
+    lr.acquired = ls->got;
     lr.open_s = (double)(now_us() - t0) / 1e6;
 
     long long c0[NMASTERS], c1[NMASTERS];
@@ -109,7 +66,7 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     double cpu0 = proc_cpu_s(d);
     uint64_t s0 = now_us();
     while (now_us() - s0 < (uint64_t)(seconds * 1e6))
-        read_events(pf, n, acq, lost, &got, 100);
+        h_leases_read(ls, 100);
     double el = (double)(now_us() - s0) / 1e6;
     double cpu1 = proc_cpu_s(d);
     lr.calls_per_s_min = -1;
@@ -123,10 +80,8 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     }
     lr.cpu_pct = cpu0 >= 0 && cpu1 >= 0 ? 100.0 * (cpu1 - cpu0) / el : -1;
     lr.rss_kib = proc_kib(d, "VmRSS:");
-    for (int i = 0; i < n; i++)
-        lr.lost += lost[i];
-    for (int i = 0; i < n; i++)
-        close(pf[i].fd >= 0 ? pf[i].fd : -pf[i].fd - 1);
+    lr.lost = ls->nlost;
+    h_leases_close(ls);
     /* The releases go out and the connections go; memory is given back
      * once many streams closed (hold_renew.c): RSS is read every second
      * until it stops falling (three readings in a row within 1% of the
@@ -149,9 +104,6 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     lr.peak_rss_kib = proc_kib(d, "VmHWM:");
     kill(d, SIGTERM);
     waitpid(d, NULL, 0);
-    free(pf);
-    free(acq);
-    free(lost);
     lr.ran = true;
     return lr;
 }

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -191,6 +192,24 @@ struct h_loader {
     int last_error;                   /* CURLcode of the last request without an answer */
     long last_new_conn;               /* whether it had opened a new connection (1) */
 };
+/* Leases: n held streams ("hold": true) on one redlockd, each on a
+ * connection of its own, driven by one poll loop in the calling thread. */
+typedef struct h_leases {
+    int n;
+    struct pollfd *pf;                /* one per stream; fd < 0 once it closed */
+    bool *acquired, *lost;            /* each stream's "acquired" and "lost" events seen */
+    int got;                          /* streams that said "acquired" */
+    int nlost;                        /* streams that said "lost" */
+    int closed;                       /* streams the service closed */
+} h_leases;
+/* Opens n held streams of ttl_ms on 127.0.0.1:port, named prefix-0 ..
+ * prefix-(n-1) (the caller raises RLIMIT_NOFILE first). */
+h_leases *h_leases_open(int port, int n, int ttl_ms, const char *prefix);
+/* Reads the streams' events for up to ms (returns at the first quiet poll). */
+void h_leases_read(h_leases *l, int ms);
+/* Closes every stream and frees l. */
+void h_leases_close(h_leases *l);
+
 /* Starts l[0..n-1] (c, next and tokens set by the caller) on threads t. */
 void h_load_start(h_loader *l, int n, pthread_t *t);
 /* Stops them (unless they stopped themselves) and waits for them. */

@@ -1,5 +1,5 @@
 /* harness_load.c - see harness.h: clients that acquire and release until
- * stopped (h_loader). */
+ * stopped (h_loader), and many held streams at once (h_leases). */
 #include "harness.h"
 
 #include <curl/curl.h>
@@ -126,4 +126,66 @@ long h_load_sum(const h_loader *l, int n, size_t counter_offset)
     for (int i = 0; i < n; i++)
         sum += atomic_load((const atomic_long *)((const char *)&l[i] + counter_offset));
     return sum;
+}
+
+/* ---- leases ---- */
+
+h_leases *h_leases_open(int port, int n, int ttl_ms, const char *prefix)
+{
+    h_leases *l = calloc(1, sizeof *l);
+    if (!l || !(l->pf = calloc((size_t)n, sizeof *l->pf)) ||
+        !(l->acquired = calloc((size_t)n, sizeof *l->acquired)) || !(l->lost = calloc((size_t)n, sizeof *l->lost)))
+        h_die("calloc");
+    l->n = n;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    char body[64], req[384];
+    int blen = snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":%d}", ttl_ms);
+    for (int i = 0; i < n; i++) {
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+            h_die("connect");
+        int rlen = snprintf(req, sizeof req,
+                            "POST /locks/%s-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                            "application/json\r\nContent-Length: %d\r\n\r\n%s", prefix, i, blen, body);
+        if (send(s, req, (size_t)rlen, MSG_NOSIGNAL) != rlen)
+            h_die("send");
+        l->pf[i] = (struct pollfd){.fd = s, .events = POLLIN};
+    }
+    return l;
+}
+
+void h_leases_read(h_leases *l, int ms)
+{
+    if (poll(l->pf, (nfds_t)l->n, ms) <= 0)
+        return;
+    char buf[4096];
+    for (int i = 0; i < l->n; i++) {
+        if (!l->pf[i].revents)
+            continue;
+        ssize_t k = recv(l->pf[i].fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (k <= 0) {
+            l->pf[i].fd = -l->pf[i].fd - 1;   /* closed: poll no more */
+            l->closed++;
+            continue;
+        }
+        if (!l->acquired[i] && memmem(buf, (size_t)k, "\"acquired\"", 10)) {
+            l->acquired[i] = true;
+            l->got++;
+        }
+        if (!l->lost[i] && memmem(buf, (size_t)k, "\"lost\"", 6)) {
+            l->lost[i] = true;
+            l->nlost++;
+        }
+    }
+}
+
+void h_leases_close(h_leases *l)
+{
+    for (int i = 0; i < l->n; i++)
+        close(l->pf[i].fd >= 0 ? l->pf[i].fd : -l->pf[i].fd - 1);
+    free(l->pf);
+    free(l->acquired);
+    free(l->lost);
+    free(l);
 }
