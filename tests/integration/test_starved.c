@@ -12,14 +12,18 @@
  * cpu controller (these machines mount it), or cpu.max where only cgroup
  * v2 is mounted; as root. Where neither is writable the test says so and
  * is skipped. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -379,4 +383,116 @@ Test(starved, ten_thousand_leases, .timeout = 240)
             (double)(h_now_us() - t2) / 1e6);
     cr_assert_leq(after, idle + 24 * 1024, "RSS stayed at %.1f MiB after the streams closed (idle %.1f)",
                   after / 1024.0, idle / 1024.0);
+}
+
+/* Answers to n acquires sent at once (each on a connection of its own,
+ * ttl 1 s, no wait): counts by status into st (index status / 100) and the
+ * 503s that said no_quorum into *no_quorum. */
+static void acquire_burst(int n, const char *prefix, long st[6], long *no_quorum, long *unanswered)
+{
+    struct pollfd *pf = calloc((size_t)n, sizeof *pf);
+    cr_assert_not_null(pf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)C->http_port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    const char body[] = "{\"ttl_ms\":1000}";
+    for (int i = 0; i < n; i++) {
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
+        char req[256];
+        int len = snprintf(req, sizeof req,
+                           "POST /locks/%s-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", prefix, i, sizeof body - 1, body);
+        cr_assert_eq(send(s, req, (size_t)len, MSG_NOSIGNAL), len);
+        pf[i] = (struct pollfd){.fd = s, .events = POLLIN};
+    }
+    int left = n;
+    uint64_t t0 = h_now_us();
+    while (left > 0 && h_now_us() - t0 < 60000000ULL) {
+        if (poll(pf, (nfds_t)n, 200) <= 0)
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            char buf[2048];
+            ssize_t k = recv(pf[i].fd, buf, sizeof buf - 1, 0);   /* the answer is one small write */
+            int code = 0;
+            if (k > 12) {
+                buf[k] = '\0';
+                code = atoi(buf + 9);
+            }
+            if (code >= 100 && code < 600)
+                st[code / 100]++;
+            if (code == 503 && strstr(buf, "no_quorum"))
+                (*no_quorum)++;
+            close(pf[i].fd);
+            pf[i].fd = -1;
+            left--;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (pf[i].fd >= 0)
+            close(pf[i].fd);
+    *unanswered = left;
+    free(pf);
+}
+
+/* Its own renewals never make redlockd blame the masters: 2,200 leases
+ * renewed every second, 16 keep-alive clients cycling, and three bursts of
+ * 5,000 acquires at once. Renewals go first: no lease is lost; what does
+ * not fit would be answered 503 overloaded, never no_quorum; no master is
+ * marked down and /readyz stays ready. The issue found 157 no_quorum
+ * answers and healthy masters marked down in every run; on this 2-core
+ * machine this test passes against 9f43889 too (the connection-per-acquire
+ * bursts here do not build the queue the issue's did), so it guards the
+ * outcome rather than reproducing that run. */
+Test(starved, bursts_of_acquires_beside_many_leases, .timeout = 240)
+{
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    cr_assert_geq(rl.rlim_cur, (rlim_t)8000, "RLIMIT_NOFILE is %llu", (unsigned long long)rl.rlim_cur);
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, "--max-holds", "2300", "--max-connections", "7600", "--max-connections-per-ip", "7600",
+                   NULL);
+    enum { HELD = 2200, BURST = 5000 };
+    h_leases *ls = h_leases_open(C->http_port, HELD, 3000, "kept");
+    uint64_t t0 = h_now_us();
+    while (ls->got < HELD && ls->closed == 0 && h_now_us() - t0 < 60000000ULL)
+        h_leases_read(ls, 100);
+    cr_assert_eq(ls->got, HELD, "%d of %d leases granted", ls->got, HELD);
+    long st[6] = {0}, no_quorum = 0, unanswered = 0;
+    static h_loader l[16];
+    pthread_t t[16];
+    for (int i = 0; i < 16; i++)
+        l[i] = (h_loader){.c = C, .next = st_next};
+    h_load_start(l, 16, t);   /* keep-alive clients busy throughout */
+    for (int round = 0; round < 3; round++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "burst%d", round);
+        long u = 0;
+        acquire_burst(BURST, prefix, st, &no_quorum, &u);
+        unanswered += u;
+        uint64_t t1 = h_now_us();
+        while (h_now_us() - t1 < 1000000ULL)
+            h_leases_read(ls, 100);
+    }
+    uint64_t t2 = h_now_us();
+    while (h_now_us() - t2 < 3000000ULL)   /* one more renewal of each */
+        h_leases_read(ls, 100);
+    h_load_join(l, 16, t);
+    long five = H_LOAD_SUM(l, 16, five_xx), none = H_LOAD_SUM(l, 16, no_answer);
+    fprintf(stderr, "starved: 16 keep-alive clients beside them: %ld answers, %ld 5xx (last: %s), %ld unanswered\n",
+            H_LOAD_SUM(l, 16, answered), five, five ? l[0].last_5xx_body : "", none);
+    int lost = ls->nlost, closed = ls->closed;
+    h_leases_close(ls);
+    int down = down_lines(C);
+    long long overloaded = h_metric(C, "redlockd_overloaded_total");
+    fprintf(stderr, "starved: %d leases and 3 bursts of %d acquires: %ld 2xx, %ld 4xx, %ld 5xx (%ld no_quorum, "
+            "%lld overloaded), %ld unanswered, %d leases lost, %d master_down lines\n", HELD, BURST, st[2], st[4],
+            st[5], no_quorum, overloaded, unanswered, lost, down);
+    cr_assert_eq(lost + closed, 0, "%d leases said lost, %d were closed", lost, closed);
+    cr_assert_eq(no_quorum, 0, "%ld acquires were answered 503 no_quorum with five healthy masters", no_quorum);
+    cr_assert_eq(down, 0, "healthy masters were marked down %d times (log %s)", down, C->log);
+    cr_assert_eq(unanswered + none, 0, "%ld acquires got no answer", unanswered + none);
+    cr_assert_eq(st[2] + st[4] + st[5], 3 * BURST, "every acquire answered");
+    cr_assert(h_wait_status(C, "/readyz", 200, 5000));
 }
