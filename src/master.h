@@ -124,11 +124,15 @@ typedef struct mscript {
 /* Computes s->sha from s->body. */
 void mscript_init(mscript *s);
 /* Makes group the script that runs members[0..n) in one call: builds its
- * body (each member a local function of its own KEYS and ARGV, called in
- * turn under pcall), sets each member's group and group_fn, and computes
- * every SHA-1. The group's body is allocated once and lives as long as the
- * process. -1 when out of memory. */
-int mscript_group_init(mscript *group, mscript *const *members, int n);
+ * body (prelude, then each member a local function of its own KEYS and
+ * ARGV, called in turn under pcall), sets each member's group and
+ * group_fn, and computes every SHA-1. bodies[i] is member i's text in the
+ * group (NULL: its own body): it may call what the prelude defines, as
+ * long as it answers exactly what the member's own body would. The group's
+ * body is allocated once and lives as long as the process. -1 when out of
+ * memory. */
+int mscript_group_init(mscript *group, mscript *const *members, int n, const char *prelude,
+                       const char *const *bodies);
 
 /* The group script's call layout, for KEYS k and ARGV a of n commands:
  * a[1] = n; then for command i, a[2+3(i-1)..] = its function, its key

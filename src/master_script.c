@@ -34,18 +34,21 @@ static const char group_run[] =
     "end\n"
     "return out\n";
 
-int mscript_group_init(mscript *group, mscript *const *members, int n)
+int mscript_group_init(mscript *group, mscript *const *members, int n, const char *prelude,
+                       const char *const *bodies)
 {
-    size_t len = sizeof group_run + 64;
+    size_t len = sizeof group_run + strlen(prelude) + 64;
     for (int i = 0; i < n; i++)
-        len += strlen(members[i]->body) + 80;
+        len += strlen(bodies[i] ? bodies[i] : members[i]->body) + 80;
     char *body = malloc(len), *at = body;
     if (!body)
         return -1;
-    /* Each member's body, unchanged, as a function whose parameters shadow
-     * the globals KEYS and ARGV: it sees its own keys and arguments. */
+    /* Each member's body as a function whose parameters shadow the globals
+     * KEYS and ARGV: it sees its own keys and arguments. */
+    at += sprintf(at, "%s", prelude);
     for (int i = 0; i < n; i++)
-        at += sprintf(at, "local function f%d(KEYS, ARGV)\n%send\n", i + 1, members[i]->body);
+        at += sprintf(at, "local function f%d(KEYS, ARGV)\n%send\n", i + 1,
+                      bodies[i] ? bodies[i] : members[i]->body);
     at += sprintf(at, "local F = {");
     for (int i = 0; i < n; i++)
         at += sprintf(at, "%sf%d", i ? ", " : "", i + 1);

@@ -4,7 +4,9 @@
  * where they come from outside the script. */
 #include "scripts.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The marker check every vote script starts with (scripts.h). */
 #define GUARD \
@@ -185,12 +187,50 @@ mscript script_marker = {"marker",
  * mscript_group_init. */
 mscript script_group = {"group", "", "", false, false, NULL, false, NULL, 0};
 
-void scripts_init(void)
+/* In a group call, the guard reads the marker once for every command that
+ * runs it (no command of a group writes the marker), and each guarded
+ * body starts with GUARD_ONCE instead of GUARD: the same verdict, one
+ * HGET (and TIME) per call rather than per command. */
+static const char guard_prelude[] =
+    "local guard_seen = {}\n"
+    "local function guard(KEYS, ARGV)\n"
+    "  if ARGV[#ARGV] ~= '1' then return nil end\n"
+    "  local mk = KEYS[#KEYS]\n"
+    "  local v = guard_seen[mk]\n"
+    "  if v == nil then\n"
+    "    v = false\n"
+    "    local u = redis.call('HGET', mk, 'until')\n"
+    "    if not u then v = {-100}\n"
+    "    elseif u ~= '0' then\n"
+    "      local t = redis.call('TIME')\n"
+    "      local left = tonumber(u) - (tonumber(t[1]) * 1000000 + tonumber(t[2]))\n"
+    "      if left > 0 then v = {-101, math.ceil(left / 1000)} end\n"
+    "    end\n"
+    "    guard_seen[mk] = v\n"
+    "  end\n"
+    "  return v or nil\n"
+    "end\n";
+#define GUARD_ONCE "local g_ = guard(KEYS, ARGV)\nif g_ then return g_ end\n"
+
+static void scripts_init_once(void)
 {
     static mscript *const members[] = {&script_acquire, &script_settle, &script_extend,
                                        &script_inspect, &script_release, &script_proclaim,
                                        &script_sem_limit, &script_publish};
-    if (mscript_group_init(&script_group, members, (int)(sizeof members / sizeof members[0])) < 0)
+    enum { N = sizeof members / sizeof members[0] };
+    static char *bodies[N];   /* live as long as the process, as the group's body */
+    for (int i = 0; i < N; i++) {
+        const char *b = members[i]->body;
+        if (!members[i]->guarded)
+            continue;
+        if (strncmp(b, GUARD, strlen(GUARD)) != 0)
+            abort();   /* a guarded script starts with GUARD (scripts.h) */
+        bodies[i] = malloc(strlen(GUARD_ONCE) + strlen(b) - strlen(GUARD) + 1);
+        if (!bodies[i])
+            abort();   /* at start-up, before anything runs */
+        strcpy(stpcpy(bodies[i], GUARD_ONCE), b + strlen(GUARD));
+    }
+    if (mscript_group_init(&script_group, members, N, guard_prelude, (const char *const *)bodies) < 0)
         abort();   /* at start-up, before anything runs */
     mscript_init(&script_acquire);
     mscript_init(&script_settle);
@@ -202,4 +242,10 @@ void scripts_init(void)
     mscript_init(&script_proclaim);
     mscript_init(&script_sem_limit);
     mscript_init(&script_publish);
+}
+
+void scripts_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, scripts_init_once);   /* the engine and the markers both call it */
 }
