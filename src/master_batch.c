@@ -163,8 +163,7 @@ static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, 
             m->grp_head = r;
         m->grp_tail = r;
         m->ngrp++;
-        m->want_write = true;
-        return 0;
+        return 0;   /* master_flush writes it, this turn or once m has answered */
     }
     if (append_alone(p, m, r) < 0) {
         free(r);

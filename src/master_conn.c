@@ -391,9 +391,17 @@ void master_read(mpool *p, struct master *m, uint64_t now)
 
 void master_flush(mpool *p, struct master *m, uint64_t now)
 {
-    if (!m->ctx || m->state == M_CONNECTING || !m->want_write)
+    if (!m->ctx || m->state == M_CONNECTING)
         return;
-    master_group_flush(p, m, now);
+    /* Group commit: what this turn held back goes out now, unless a write
+     * to m is still unanswered; then it waits for those answers and goes
+     * as one call with whatever else arrives meanwhile. The group grows
+     * with the master's round trip under load, and a lone command (one
+     * client: nothing in flight) is never held. */
+    if (m->grp_head && !(m->head && m->head->out))
+        master_group_flush(p, m, now);
+    if (!m->want_write)
+        return;
     bool done = false;
     char why[200];
     if (mlink_write(m->ctx, m->tls, &done, why, sizeof why) < 0) {
