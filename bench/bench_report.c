@@ -135,10 +135,11 @@ void print_ratios(const bench_run *run)
     }
 }
 
-/* The targets of issue 22, as ratios within this run; hz is /healthz's p50. */
+/* The targets of issues 22 and 29, as ratios within this run; hz is
+ * /healthz's p50. */
 void print_targets(const bench_run *run, double hz)
 {
-    printf("\ntargets of issue 22 (this run):\n");
+    printf("\ntargets of issues 22 and 29 (this run):\n");
     for (int i = 0; i < run->nlevels; i++) {
         const result *r = run->res[i];
         if (run->levels[i] == 1) {
@@ -158,7 +159,15 @@ void print_targets(const bench_run *run, double hz)
         if (run->levels[i] == 64)
             printf("* 64 clients: fence raises per cycle %.3f reused, %.3f new names (target about 0)\n",
                    r[ROW_T1].raises_per_cycle, r[ROW_T1_NEW].raises_per_cycle);
+        if (run->levels[i] == 64)
+            printf("* 64 clients: redlockd t1 peak RSS over the run %.1f MiB (target < 20 MiB): %s\n",
+                   (double)run->max_rss[0] / 1024.0, run->max_rss[0] < 20 * 1024 ? "met" : "missed");
     }
+    long errors = 0;
+    for (int i = 0; i < run->nlevels; i++)
+        for (int k = 0; k < NROWS; k++)
+            errors += run->res[i][k].errors;
+    printf("* errors in every row: %ld (target 0): %s\n", errors, errors == 0 ? "met" : "missed");
 
 }
 

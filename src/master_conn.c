@@ -178,6 +178,9 @@ oom:
  * commands go first, then it takes votes again. */
 static void master_became_up(mpool *p, struct master *m, uint64_t now)
 {
+    /* What m was given while it voted and still holds back (group commit)
+     * came before anything remembered while it lagged: it goes first. */
+    master_group_flush(p, m, now);
     master_undo_flush(m, now);
     m->state = M_UP;
     m->lagging = false;
