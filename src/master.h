@@ -16,7 +16,8 @@
  * one loop turn go further: they are held until the turn's write and sent
  * as one call of the group script, which runs each in order and answers
  * each its own result (group commit: the master pays its per-call cost
- * once; a turn with one such command sends it alone). The batch completes when every master asked has answered or
+ * once; fewer than MSCRIPT_GROUP_MIN go alone, and a master that still owes
+ * the answer to its last write gets them once it answers). The batch completes when every master asked has answered or
  * when its deadline passes, whichever is first. Deadlines are the master's
  * own: a command has the timeout from when a write took it (time this
  * process spent before, paused or out of CPU, is not the master's), a
@@ -116,7 +117,7 @@ typedef struct mscript {
      * several commands of one group meet on a master in one loop turn, they
      * go as one call of the group script, which answers one result per
      * command, each what the command alone would have answered
-     * (mscript_group_body). Set by mscript_group_init. */
+     * (MSCRIPT_GROUP_MIN of them at least). Set by mscript_group_init. */
     const struct mscript *group;
     int group_fn;
 } mscript;
@@ -139,6 +140,10 @@ int mscript_group_init(mscript *group, mscript *const *members, int n, const cha
  * count, its argument count; then every command's arguments in turn. KEYS
  * are every command's keys in turn. The answer is an array of n results. */
 #define MSCRIPT_GROUP_MAX 64   /* commands in one group call */
+/* Fewer commands than this go alone: a group call costs a master more than
+ * its commands alone up to about this many (bench/group_cost.py: a cycle
+ * 19.1 us alone, 27.9 in groups of 1, 20.1 of 4, 17.3 of 10). */
+#define MSCRIPT_GROUP_MIN 8
 
 typedef struct mpool mpool;
 

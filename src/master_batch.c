@@ -255,15 +255,17 @@ void master_group_flush(mpool *p, struct master *m, uint64_t now)
             m->grp_tail = NULL;
         m->ngrp -= n;
         last->next = NULL;
-        int app = n == 1 ? append_alone(p, m, first) : append_group(p, m, first, n, now);
-        if (app < 0) {
-            /* Out of memory: these commands never reach m. */
-            while (first) {
-                struct mrecord *next = first->next;
+        if (n >= MSCRIPT_GROUP_MIN && append_group(p, m, first, n, now) == 0)
+            continue;
+        /* Too few to gain from a group call (or no memory for one): each
+         * goes alone; one that cannot (out of memory) never reaches m. */
+        while (first) {
+            struct mrecord *next = first->next;
+            if (append_alone(p, m, first) < 0) {
                 master_record_failed(p, m, first, false, now);
                 free(first);
-                first = next;
             }
+            first = next;
         }
     }
 }
