@@ -181,19 +181,20 @@ static int append_group(mpool *p, struct master *m, struct mrecord *first, int n
 {
     const mscript *g = first->batch->script->group;
     int nkeys = 0, nargs = 0;
-    uint64_t deadline = UINT64_MAX;
     struct mrecord *x = first;
     for (int i = 0; i < n; i++, x = x->next) {
         const struct mbatch *b = x->batch;
         nkeys += b->nkeys;
         nargs += b->argc - 3 - b->nkeys;
-        if (x->deadline_us < deadline)
-            deadline = x->deadline_us;
     }
     int nnums = 2 + 3 * n, argc = 3 + nkeys + 1 + 3 * n + nargs;
     size_t bytes = (size_t)argc * (sizeof(char *) + sizeof(size_t)) + (size_t)nnums * GROUP_NUM_LEN;
     const char **argv = malloc(bytes);
-    struct mrecord *gr = argv ? master_record_new(REC_GROUP, NULL, 0, now, deadline) : NULL;
+    /* The master has the pool's timeout from when a write takes the call
+     * (master_sent), however long its commands waited here: time spent
+     * holding them (for the master's last answer, or in a long turn) is
+     * never the master's. */
+    struct mrecord *gr = argv ? master_record_new(REC_GROUP, NULL, 0, now, now + p->timeout_us) : NULL;
     if (!gr) {
         free(argv);
         return -1;

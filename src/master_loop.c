@@ -97,9 +97,11 @@ static bool batch_waits(mpool *p, const struct mbatch *b, uint64_t now, uint64_t
     for (int i = 0; i < p->n; i++) {
         const master_reply *r = &b->replies[i];
         struct master *m = &p->masters[i];
-        if (r->kind != MREPLY_FAIL || !r->sent || !master_votes(m) || !m->head)
+        if (r->kind != MREPLY_FAIL || !r->sent || !master_votes(m) || (!m->head && !m->grp_head))
             continue;   /* answered, never sent, or its master lags or failed */
-        uint64_t due = master_head_due_us(m);
+        /* Nothing written is owed: its command is still held back (group
+         * commit) and goes out this turn, with the timeout from then. */
+        uint64_t due = m->head ? master_head_due_us(m) : now + p->timeout_us;
         if (now < due && (!*until || due < *until))
             *until = due;
     }
