@@ -40,19 +40,21 @@ int mscript_group_init(mscript *group, mscript *const *members, int n, const cha
     size_t len = sizeof group_run + strlen(prelude) + 64;
     for (int i = 0; i < n; i++)
         len += strlen(bodies[i] ? bodies[i] : members[i]->body) + 80;
-    char *body = malloc(len), *at = body;
+    char *body = malloc(len);
     if (!body)
         return -1;
+    size_t off = 0;   /* len counts enough for every piece: none is cut */
+#define PUT(...) (off += (size_t)snprintf(body + off, len - off, __VA_ARGS__))
     /* Each member's body as a function whose parameters shadow the globals
      * KEYS and ARGV: it sees its own keys and arguments. */
-    at += sprintf(at, "%s", prelude);
+    PUT("%s", prelude);
     for (int i = 0; i < n; i++)
-        at += sprintf(at, "local function f%d(KEYS, ARGV)\n%send\n", i + 1,
-                      bodies[i] ? bodies[i] : members[i]->body);
-    at += sprintf(at, "local F = {");
+        PUT("local function f%d(KEYS, ARGV)\n%send\n", i + 1, bodies[i] ? bodies[i] : members[i]->body);
+    PUT("local F = {");
     for (int i = 0; i < n; i++)
-        at += sprintf(at, "%sf%d", i ? ", " : "", i + 1);
-    at += sprintf(at, "}\n%s", group_run);
+        PUT("%sf%d", i ? ", " : "", i + 1);
+    PUT("}\n%s", group_run);
+#undef PUT
     group->body = body;
     mscript_init(group);
     for (int i = 0; i < n; i++) {
