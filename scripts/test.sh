@@ -43,8 +43,9 @@ echo "== plain build"
 run_suites build
 # The benchmark runs one second per level as a smoke test, never to judge speed.
 meson test -C build --suite bench --print-errorlogs
-# A starved redlockd (a CPU quota as Kubernetes sets it, SIGSTOP pauses)
-# marks no healthy master down: alone, in the plain build (about 40 s).
+# A starved redlockd (a CPU quota as Kubernetes sets it, SIGSTOP pauses,
+# 10,000 leases, bursts beside 2,200 of them) marks no healthy master down:
+# alone, in the plain build (about 75 s).
 meson test -C build --suite starved --print-errorlogs --num-processes 1
 # The image and the compose file, run for real with podman (root), then
 # run.sh and the README's curl lines in a bare Debian 12 container (run.sh
