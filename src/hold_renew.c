@@ -289,7 +289,11 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
             end_lost(h, h->fail_reason ? h->fail_reason : "expired");
             continue;
         }
-        bool due_now = now + renew_early_us(h) >= h->next_try_us;
+        /* Early only after a success: a retry after a failure keeps its
+         * own pace (HOLD_RETRY_MIN_MS at least). */
+        bool due_now = now + (h->fail_reason ? 0 : renew_early_us(h)) >= h->next_try_us;
+        /* Asked before each extension, early or not (client_silent has its
+         * own bound: a quarter of the ttl since the last event). */
         if (!h->extending && due_now && client_silent(h, now)) {
             /* What was sent last is still unacknowledged: the client is
              * dead or cut off. No more extensions: the lock goes when the

@@ -155,21 +155,16 @@ static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, 
     struct mrecord *r = master_record_new(REC_BATCH, b, slot, now, deadline);
     if (!r)
         return -1;
-    if (b->script->group) {
-        r->next = NULL;
-        if (m->grp_tail)
-            m->grp_tail->next = r;
-        else
-            m->grp_head = r;
-        m->grp_tail = r;
-        m->ngrp++;
-        return 0;   /* master_flush writes it, this turn or once m has answered */
-    }
-    if (append_alone(p, m, r) < 0) {
-        free(r);
-        return -1;
-    }
-    return 0;
+    /* Every script command waits in order, grouped or not, so none
+     * overtakes another (master_group_flush writes them). */
+    r->next = NULL;
+    if (m->grp_tail)
+        m->grp_tail->next = r;
+    else
+        m->grp_head = r;
+    m->grp_tail = r;
+    m->ngrp++;
+    return 0;   /* master_flush writes it, this turn or once m has answered */
 }
 
 /* Bytes of a number as group call text (master.h's layout). */
@@ -243,11 +238,12 @@ static int append_group(mpool *p, struct master *m, struct mrecord *first, int n
 void master_group_flush(mpool *p, struct master *m, uint64_t now)
 {
     while (m->grp_head) {
-        /* The longest run of one group script, up to MSCRIPT_GROUP_MAX. */
+        /* The longest run of one group script, up to MSCRIPT_GROUP_MAX (a
+         * script of no group: itself alone). */
         struct mrecord *first = m->grp_head, *last = first;
+        const mscript *g = first->batch->script->group;
         int n = 1;
-        while (n < MSCRIPT_GROUP_MAX && last->next &&
-               last->next->batch->script->group == first->batch->script->group) {
+        while (g && n < MSCRIPT_GROUP_MAX && last->next && last->next->batch->script->group == g) {
             last = last->next;
             n++;
         }
@@ -256,7 +252,7 @@ void master_group_flush(mpool *p, struct master *m, uint64_t now)
             m->grp_tail = NULL;
         m->ngrp -= n;
         last->next = NULL;
-        if (n >= MSCRIPT_GROUP_MIN && append_group(p, m, first, n, now) == 0)
+        if (g && n >= MSCRIPT_GROUP_MIN && append_group(p, m, first, n, now) == 0)
             continue;
         /* Too few to gain from a group call (or no memory for one): each
          * goes alone; one that cannot (out of memory) never reaches m. */

@@ -92,14 +92,9 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
         log_event(LOG_LEVEL_WARN, "master_down", "addr", m->name, "reason", why, NULL);
         m->logged_down = true;
     }
+    /* What was written first, then what was held back (it came after):
+     * releases to redo are remembered in that order. */
     struct mrecord *r;
-    while ((r = m->grp_head)) {   /* held back: never written */
-        m->grp_head = r->next;
-        master_record_failed(p, m, r, false, now);
-        free(r);
-    }
-    m->grp_tail = NULL;
-    m->ngrp = 0;
     while ((r = master_pop(m))) {
         if (r->kind == REC_BATCH || r->kind == REC_GROUP)
             master_record_failed(p, m, r, true, now);
@@ -107,6 +102,13 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
             master_undo_keep(m, r->undo, now);   /* it may not have run: send it again */
         free(r);
     }
+    while ((r = m->grp_head)) {   /* held back: never written */
+        m->grp_head = r->next;
+        master_record_failed(p, m, r, false, now);
+        free(r);
+    }
+    m->grp_tail = NULL;
+    m->ngrp = 0;
 }
 
 void master_connect(mpool *p, struct master *m, uint64_t now)

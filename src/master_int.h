@@ -130,10 +130,11 @@ struct master {
     struct mtls *tls;           /* TLS on ctx's socket once its TCP connect is done; NULL:
                                    plain (or not yet); the handshake runs in M_CONNECTING */
     struct mrecord *head, *tail; /* written, awaiting replies, oldest first */
-    struct mrecord *grp_head, *grp_tail; /* REC_BATCH records of group scripts (mscript.group)
-                                   held back in this loop turn, oldest first: written, as one
-                                   group call when there are several, before anything else is
-                                   appended and before the turn's write (master_group_flush) */
+    struct mrecord *grp_head, *grp_tail; /* REC_BATCH records held back, oldest first: written
+                                   at the turn's write, or once m has answered its last write,
+                                   and before anything else is appended (master_group_flush);
+                                   runs of MSCRIPT_GROUP_MIN or more of one group script as
+                                   one group call, the rest alone */
     int ngrp;                   /* records from grp_head */
     struct mrecord *unsent;     /* the first of them no write has taken yet (NULL: all out):
                                    a deadline counts from when the command could reach the

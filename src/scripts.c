@@ -182,8 +182,8 @@ mscript script_marker = {"marker",
     "if left < 0 then left = 0 end\n"
     "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false, NULL, 0};
 
-/* Every script a batch sends, as one call when several meet on a master in
- * one loop turn (master.h, group commit). Its body is built by
+/* Extensions, inspections, releases and notices, as one call when several
+ * meet on a master (master.h, group commit). Its body is built by
  * mscript_group_init. */
 mscript script_group = {"group", "", "", false, false, NULL, false, NULL, 0};
 
@@ -214,9 +214,13 @@ static const char guard_prelude[] =
 
 static void scripts_init_once(void)
 {
-    static mscript *const members[] = {&script_acquire, &script_settle, &script_extend,
-                                       &script_inspect, &script_release, &script_proclaim,
-                                       &script_sem_limit, &script_publish};
+    /* Only scripts that take no memory: Redis checks maxmemory at a
+     * script's first write only, so an acquire behind an extension in one
+     * call would not be refused OOM where alone it is (and the master would
+     * grow past maxmemory). Acquires, settles, proclaims and a semaphore's
+     * limit go alone. */
+    static mscript *const members[] = {&script_extend, &script_inspect, &script_release,
+                                       &script_publish};
     enum { N = sizeof members / sizeof members[0] };
     static char *bodies[N];   /* live as long as the process, as the group's body */
     for (int i = 0; i < N; i++) {

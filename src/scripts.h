@@ -137,10 +137,12 @@ extern mscript script_release_replay;
  * Answers {state, ms_left}: state 0 no marker, 1 pending, 2 ready. */
 extern mscript script_marker;
 
-/* The group script (master.h: group commit): acquire, settle, extend,
- * inspect, release, proclaim, sem_limit and publish, any mix of them in one
- * call, each answering what it would alone. The marker script always goes
- * alone. */
+/* The group script (master.h: group commit): extend, inspect, release and
+ * publish, any mix of them in one call, each answering what it would
+ * alone. Scripts that take memory (acquire, settle, proclaim, sem_limit)
+ * and the marker script always go alone: Redis refuses a script's write
+ * over maxmemory only at its first write, which in a group call may be
+ * another command's. */
 extern mscript script_group;
 
 /* Computes every script's SHA-1 and builds the group script; call once

@@ -285,12 +285,44 @@ static redisReply *dump_db(void)
     return r;
 }
 
-/* Runs cmds[0..n) one by one in db 0 and as a group in db 1 (after the
- * same world change in both); asserts the answers match (mismatch NULL),
- * or reports the first difference into mismatch when given (the negative
- * control: a group of the commands in another order). */
-static bool compare_chunk(const struct cmd *alone, const struct cmd *grouped, int n, int change,
-                          const char *name, char *mismatch, size_t len)
+/* The answers of cmds[0..n) in the current database as the master layer
+ * sends them: each run of group members as one group call (of any size
+ * here, so that small groups are tested too), every other script alone.
+ * out[i] is command i's answer; the calls made are kept in calls[] (the
+ * caller frees them). Returns how many group calls there were. */
+static int run_as_layer(const struct cmd *cmds, int n, const redisReply **out, redisReply **calls, int *ncalls)
+{
+    int groups = 0;
+    *ncalls = 0;
+    for (int i = 0; i < n;) {
+        if (cmds[i].s->group != &script_group) {
+            redisReply *r = run_alone(&cmds[i]);
+            calls[(*ncalls)++] = r;
+            out[i++] = r;
+            continue;
+        }
+        int k = i;
+        while (k < n && cmds[k].s->group == &script_group)
+            k++;
+        redisReply *g = run_group(&cmds[i], k - i);
+        cr_assert_eq(g->type, REDIS_REPLY_ARRAY, "group call: %s", g->type == REDIS_REPLY_ERROR ? g->str : "?");
+        cr_assert_eq(g->elements, (size_t)(k - i));
+        calls[(*ncalls)++] = g;
+        for (int j = i; j < k; j++)
+            out[j] = g->element[j - i];
+        groups++;
+        i = k;
+    }
+    return groups;
+}
+
+/* Runs cmds[0..n) one by one in db 0 and as the master layer sends them
+ * (group members grouped) in db 1, after the same world change in both;
+ * asserts the answers match (mismatch NULL), or reports the first
+ * difference into mismatch when given (the negative control: a group of
+ * the commands in another order). Returns the group calls made. */
+static int compare_chunk(const struct cmd *alone, const struct cmd *grouped, int n, int change,
+                         const char *name, char *mismatch, size_t len)
 {
     select_db(0);
     if (change >= 0)
@@ -301,13 +333,14 @@ static bool compare_chunk(const struct cmd *alone, const struct cmd *grouped, in
     select_db(1);
     if (change >= 0)
         world_change(change, name);
-    redisReply *rg = run_group(grouped, n);
-    cr_assert_eq(rg->type, REDIS_REPLY_ARRAY, "group call: %s", rg->type == REDIS_REPLY_ERROR ? rg->str : "?");
-    cr_assert_eq(rg->elements, (size_t)n);
+    const redisReply *rg[MSCRIPT_GROUP_MAX];
+    redisReply *calls[MSCRIPT_GROUP_MAX];
+    int ncalls;
+    int groups = run_as_layer(grouped, n, rg, calls, &ncalls);
     bool same = true;
     char why[400];
     for (int i = 0; i < n && same; i++) {
-        if (!same_reply(ra[i], rg->element[i], why, sizeof why)) {
+        if (!same_reply(ra[i], rg[i], why, sizeof why)) {
             same = false;
             if (!mismatch)
                 cr_assert_fail("command %d of %d (%s %s): alone vs grouped: %s", i, n, alone[i].s->name,
@@ -317,8 +350,9 @@ static bool compare_chunk(const struct cmd *alone, const struct cmd *grouped, in
     }
     for (int i = 0; i < n; i++)
         freeReplyObject(ra[i]);
-    freeReplyObject(rg);
-    return same;
+    for (int i = 0; i < ncalls; i++)
+        freeReplyObject(calls[i]);
+    return same ? groups : -1;
 }
 
 static void flush_both(void)
@@ -344,10 +378,9 @@ Test(scripts, a_group_answers_what_the_commands_answer_one_by_one)
         int change = rand() % 3 == 0 ? rand() % 6 : -1;
         char name[8];
         snprintf(name, sizeof name, "n:%c", "abc"[rand() % 3]);
-        compare_chunk(cmds, cmds, n, change, name, NULL, 0);
+        groups += compare_chunk(cmds, cmds, n, change, name, NULL, 0);
         errors_seen += change == 3 || change == 4;
         total += n;
-        groups++;
     }
     /* Both databases hold the same, with expiries a few ms apart. */
     select_db(0);
@@ -357,101 +390,126 @@ Test(scripts, a_group_answers_what_the_commands_answer_one_by_one)
     char why[400];
     cr_assert(same_reply(a, b, why, sizeof why), "the databases differ: %s", why);
     cr_assert_gt(a->elements, 0);
-    fprintf(stderr, "scripts: %d commands in %d groups, %d worlds with a bad counter or a wrong type, "
+    cr_assert_gt(groups, 100, "the sequence made group calls");
+    fprintf(stderr, "scripts: %d commands with %d group calls, %d worlds with a bad counter or a wrong type, "
                     "%zu keys alike\n", total, groups, errors_seen, a->elements / 4);
     freeReplyObject(a);
     freeReplyObject(b);
 }
 
-/* Duplicates of one name in one group, in order: the second acquire finds
- * the first's lock, the extension and release act on the first's grant,
- * and the last acquire takes the name with the next fence. */
+/* The lock d, taken alone (acquire is no group member) with fence seed. */
+static void take(const char *name, const char *value, const char *guard)
+{
+    struct cmd a;
+    char fence[64], owner[64];
+    snprintf(fence, sizeof fence, "%s#fence", name);
+    snprintf(owner, sizeof owner, "%s#owner", name);
+    set_args(&a, &script_acquire, 4, 11, name, fence, owner, SCRIPT_MARKER_KEY, value, "30000", "60000", "",
+             "1000000000000123", "900000000000000000", guard);
+    redisReply *r = run_alone(&a);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
+    cr_assert_eq(r->element[0]->integer, 1, "%s taken", name);
+    freeReplyObject(r);
+}
+
+/* Duplicates of one name in one group, in order: the inspection sees the
+ * grant, the holder's extension extends it, another token's is refused,
+ * the release deletes it and the last inspection finds nothing. */
 Test(scripts, duplicates_of_one_name_in_one_group)
 {
     flush_both();
     select_db(1);
     world_change(0, "d");
+    take("d", "t1", "1");
     struct cmd c[5];
-    set_args(&c[0], &script_acquire, 4, 11, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t1", "30000",
-             "60000", "", "1000000000000123", "900000000000000000", "1");
-    set_args(&c[1], &script_acquire, 4, 11, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t2", "30000",
-             "60000", "", "0", "0", "1");
-    set_args(&c[2], &script_extend, 4, 8, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t1", "40000",
-             "60000", "1");
+    set_args(&c[0], &script_inspect, 4, 5, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "1");
+    set_args(&c[1], &script_extend, 4, 8, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[2], &script_extend, 4, 8, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t2", "40000", "60000", "1");
     set_args(&c[3], &script_release, 2, 5, "d", "d#owner", "t1", "=", "");
-    set_args(&c[4], &script_acquire, 4, 11, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t2", "30000",
-             "60000", "", "0", "0", "1");
+    set_args(&c[4], &script_inspect, 4, 5, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "1");
     redisReply *r = run_group(c, 5);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->elements, 5);
-    cr_assert_eq(r->element[0]->element[0]->integer, 1);
+    cr_assert_gt(r->element[0]->element[0]->integer, 29000, "pttl of the grant");
     cr_assert_eq(r->element[0]->element[1]->integer, 1000000000000123LL);
-    cr_assert_eq(r->element[1]->element[0]->integer, 0, "the name is held by the first");
-    cr_assert_gt(r->element[1]->element[1]->integer, 29000);
-    cr_assert_eq(r->element[2]->element[0]->integer, 1);
-    cr_assert_eq(r->element[2]->element[1]->integer, 1000000000000123LL);
+    cr_assert_eq(r->element[1]->element[0]->integer, 1);
+    cr_assert_eq(r->element[1]->element[1]->integer, 1000000000000123LL);
+    cr_assert_str_eq(r->element[1]->element[2]->str, "t1");
+    cr_assert_eq(r->element[2]->element[0]->integer, -1, "another token's extension is refused");
     cr_assert_str_eq(r->element[3]->element[1]->str, "t1");
-    cr_assert_eq(r->element[4]->element[0]->integer, 1);
-    cr_assert_eq(r->element[4]->element[1]->integer, 1000000000000124LL, "the next fence");
+    cr_assert_eq(r->element[4]->element[0]->integer, -2, "gone after the release");
     freeReplyObject(r);
 }
 
 /* A group split by the guard: with the master in quarantine, the guarded
- * commands answer {-101, ms_left} and the unguarded ones (--quarantine off,
- * a release) run, each as it would alone. */
+ * commands answer {-101, ms_left} and the unguarded ones (--quarantine
+ * off, a release) run, each as it would alone; a command that raises an
+ * error (WRONGTYPE) fails alone. */
 Test(scripts, a_group_split_by_the_guard)
 {
     flush_both();
     select_db(1);
-    world_change(2, "g");
-    struct cmd c[3];
-    set_args(&c[0], &script_acquire, 4, 11, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "30000",
-             "60000", "", "0", "0", "1");
-    set_args(&c[1], &script_acquire, 4, 11, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "30000",
-             "60000", "", "0", "0", "0");
-    set_args(&c[2], &script_release, 2, 5, "g", "g#owner", "t1", "=", "");
-    redisReply *r = run_group(c, 3);
+    world_change(0, "g");
+    take("g", "t1", "1");
+    world_change(2, "g");   /* quarantine: until an hour from now */
+    struct cmd c[4];
+    set_args(&c[0], &script_extend, 4, 8, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[1], &script_extend, 4, 8, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "0");
+    set_args(&c[2], &script_inspect, 4, 5, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "1");
+    set_args(&c[3], &script_release, 2, 5, "g", "g#owner", "t1", "=", "");
+    redisReply *r = run_group(c, 4);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->element[0]->element[0]->integer, SCRIPT_QUARANTINED);
     cr_assert_gt(r->element[0]->element[1]->integer, 0);
     cr_assert_eq(r->element[1]->element[0]->integer, 1, "unguarded: it runs");
-    cr_assert_eq(r->element[2]->element[0]->integer, 1, "and the release deletes it");
+    cr_assert_eq(r->element[2]->element[0]->integer, SCRIPT_QUARANTINED);
+    cr_assert_eq(r->element[3]->element[0]->integer, 1, "and the release deletes it");
     freeReplyObject(r);
-    /* A bad counter fails its own command only. */
+    /* A key of the wrong type fails its own command only. */
     world_change(0, "g");
-    world_change(3, "g");
-    set_args(&c[0], &script_acquire, 4, 11, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "30000",
-             "60000", "", "0", "0", "1");
-    set_args(&c[1], &script_acquire, 4, 11, "h", "h#fence", "h#owner", SCRIPT_MARKER_KEY, "t1", "30000",
-             "60000", "", "0", "0", "1");
+    take("g", "t1", "1");
+    world_change(4, "h");   /* h is a hash */
+    set_args(&c[0], &script_extend, 4, 8, "h", "h#fence", "h#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[1], &script_extend, 4, 8, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
     r = run_group(c, 2);
     cr_assert_eq(r->element[0]->type, REDIS_REPLY_ERROR);
-    cr_assert(strstr(r->element[0]->str, "is not an integer"), "%s", r->element[0]->str);
+    cr_assert(strstr(r->element[0]->str, "WRONGTYPE"), "%s", r->element[0]->str);
     cr_assert_eq(r->element[1]->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->element[1]->element[0]->integer, 1);
     freeReplyObject(r);
-    redisReply *g = redisCommand(R, "EXISTS g");
-    cr_assert_eq(g->integer, 0, "the failed acquire left no lock");
-    freeReplyObject(g);
+}
+
+/* Scripts that take memory never join a group (Redis checks maxmemory at
+ * a script's first write only), and the marker script neither. */
+Test(scripts, scripts_that_take_memory_go_alone)
+{
+    const mscript *alone[] = {&script_acquire, &script_settle, &script_proclaim, &script_sem_limit,
+                              &script_marker};
+    for (size_t i = 0; i < sizeof alone / sizeof alone[0]; i++)
+        cr_assert_null(alone[i]->group, "%s is in a group", alone[i]->name);
+    const mscript *grouped[] = {&script_extend, &script_inspect, &script_release, &script_publish};
+    for (size_t i = 0; i < sizeof grouped / sizeof grouped[0]; i++)   /* PEXPIRE, GET, DEL, PUBLISH */
+        cr_assert_eq(grouped[i]->group, &script_group, "%s", grouped[i]->name);
 }
 
 /* Negative control: the comparison catches a group that does not run the
- * commands in their order (an acquire and a release of one name swapped). */
+ * commands in their order (an extension and a release of one lock
+ * swapped). */
 Test(scripts, negative_control_a_reordered_group_is_caught)
 {
     flush_both();
-    select_db(0);
-    world_change(0, "x");
-    select_db(1);
-    world_change(0, "x");
+    for (int db = 0; db < 2; db++) {
+        select_db(db);
+        world_change(0, "x");
+        take("x", "t1", "1");
+    }
     struct cmd c[2], swapped[2];
-    set_args(&c[0], &script_acquire, 4, 11, "x", "x#fence", "x#owner", SCRIPT_MARKER_KEY, "t1", "30000",
-             "60000", "", "0", "0", "1");
+    set_args(&c[0], &script_extend, 4, 8, "x", "x#fence", "x#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
     set_args(&c[1], &script_release, 2, 5, "x", "x#owner", "t1", "=", "");
     swapped[0] = c[1];
     swapped[1] = c[0];
     char mismatch[400] = "";
-    cr_assert_not(compare_chunk(c, swapped, 2, -1, "x", mismatch, sizeof mismatch),
-                  "a reordered group must not compare equal");
+    cr_assert_lt(compare_chunk(c, swapped, 2, -1, "x", mismatch, sizeof mismatch), 0,
+                 "a reordered group must not compare equal");
     fprintf(stderr, "scripts: negative control caught: %s\n", mismatch);
 }
