@@ -76,6 +76,7 @@ typedef struct lease_result {
     double open_s;                  /* from the first connect to the last acquired event */
     double calls_per_s_min, calls_per_s_max;   /* script calls per second, over the masters */
     double cpu_pct;                 /* redlockd's CPU, percent of one core */
+    double masters_cpu_pct;         /* the masters' CPU together (INFO cpu), percent of one core */
     long idle_rss_kib, rss_kib, closed_rss_kib;
     long peak_rss_kib;              /* VmHWM: the most redlockd held at any time */
     double closed_s;                /* from the close to RSS settled (closed_rss_kib) */

@@ -63,12 +63,13 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     long long c0[NMASTERS], c1[NMASTERS];
     for (int m = 0; m < NMASTERS; m++)
         c0[m] = script_calls(m);
-    double cpu0 = proc_cpu_s(d);
+    double cpu0 = proc_cpu_s(d), mcpu0 = masters_cpu_s();
     uint64_t s0 = now_us();
     while (now_us() - s0 < (uint64_t)(seconds * 1e6))
         h_leases_read(ls, 100);
     double el = (double)(now_us() - s0) / 1e6;
-    double cpu1 = proc_cpu_s(d);
+    double cpu1 = proc_cpu_s(d), mcpu1 = masters_cpu_s();
+    lr.masters_cpu_pct = mcpu0 >= 0 && mcpu1 >= 0 ? 100.0 * (mcpu1 - mcpu0) / el : -1;
     lr.calls_per_s_min = -1;
     for (int m = 0; m < NMASTERS; m++) {
         c1[m] = script_calls(m);
@@ -114,8 +115,8 @@ void print_leases(const lease_result *lr)
         return;
     printf("\nleases: %d held streams (ttl %d ms, renewed every %d ms), %d acquired in %.1f s, %d lost\n",
            lr->leases, LEASE_TTL_MS, LEASE_TTL_MS / 3, lr->acquired, lr->open_s, lr->lost);
-    printf("  script calls/s per master: %.0f to %.0f; redlockd CPU %.0f%% of a core\n",
-           lr->calls_per_s_min, lr->calls_per_s_max, lr->cpu_pct);
+    printf("  script calls/s per master: %.0f to %.0f; redlockd CPU %.0f%% of a core, the five masters' %.0f%%\n",
+           lr->calls_per_s_min, lr->calls_per_s_max, lr->cpu_pct, lr->masters_cpu_pct);
     printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), peak %.1f MiB, "
            "%.1f MiB %.0f s after they closed\n", (double)lr->idle_rss_kib / 1024.0,
            (double)lr->rss_kib / 1024.0,

@@ -23,6 +23,9 @@ It is a measurement, not a test; compare variants within one run.
 """
 import argparse, os, re, socket, subprocess, sys, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from redis_local import redis_server  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -48,19 +51,7 @@ def main():
     ap.add_argument('--n', type=int, default=20000)
     ap.add_argument('--rounds', type=int, default=7)
     o = ap.parse_args()
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    srv = subprocess.Popen([o.redis_server, '--port', str(port), '--bind', '127.0.0.1', '--save', '',
-                            '--appendonly', 'no'], stdout=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(('127.0.0.1', port), 0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with redis_server(o.redis_server) as port:
 
         def cli(*a):
             return subprocess.run(['redis-cli', '-p', str(port)] + list(a), capture_output=True,
@@ -107,9 +98,6 @@ def main():
         for k, v in res.items():
             v.sort()
             print('| %s | %.2f | %.2f |' % (k, v[len(v) // 2], v[0]))
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 if __name__ == '__main__':
