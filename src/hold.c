@@ -98,7 +98,6 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
     return h;
 }
 
-/* A hold of the grant res of req, not linked yet. */
 /* A hold, with its role part after it when with_role. */
 static hold *hold_new(bool with_role)
 {
@@ -108,6 +107,7 @@ static hold *hold_new(bool with_role)
     return h;
 }
 
+/* A hold of the grant res of req, not linked yet. */
 static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                         uint64_t sent_us, bool with_role)
 {

@@ -12,13 +12,13 @@
  * set of masters at once: commands are appended to each connection's buffer
  * and every buffer is flushed before any reply is read, so the masters work in
  * parallel, and commands of concurrent batches share one write per master
- * (pipelining). Scripts of a group (mscript.group) that meet on a master in
- * one loop turn go further: they are held until the turn's write and sent
- * as one call of the group script, which runs each in order and answers
- * each its own result (group commit: the master pays its per-call cost
- * once; fewer than MSCRIPT_GROUP_MIN go alone, and a master that still owes
- * the answer to its last write gets them once it answers). The batch completes when every master asked has answered or
- * when its deadline passes, whichever is first. Deadlines are the master's
+ * (pipelining). Group commit goes further: a master's script commands are
+ * held, in order, until the turn's write, or until it has answered its
+ * last write; then runs of MSCRIPT_GROUP_MIN or more of one group
+ * (mscript.group) go as one call of the group script, which runs each in
+ * order and answers each its own result (the master pays its per-call
+ * cost once), and the rest go alone. The batch completes when every master
+ * asked has answered or when its deadline passes, whichever is first. Deadlines are the master's
  * own: a command has the timeout from when a write took it (time this
  * process spent before, paused or out of CPU, is not the master's), a
  * master that keeps answering what came before it is not late (each answer
@@ -114,10 +114,10 @@ typedef struct mscript {
     bool takes_memory;
     /* Group commit: the script that runs this one among others (NULL: it
      * always goes alone), and this script's function there (1-based). When
-     * several commands of one group meet on a master in one loop turn, they
-     * go as one call of the group script, which answers one result per
-     * command, each what the command alone would have answered
-     * (MSCRIPT_GROUP_MIN of them at least). Set by mscript_group_init. */
+     * MSCRIPT_GROUP_MIN or more commands of one group are held for a master
+     * in a row, they go as one call of the group script, which answers one
+     * result per command, each what the command alone would have answered.
+     * Set by mscript_group_init. */
     const struct mscript *group;
     int group_fn;
 } mscript;
@@ -126,8 +126,8 @@ typedef struct mscript {
 void mscript_init(mscript *s);
 /* Makes group the script that runs members[0..n) in one call: builds its
  * body (prelude, then each member a local function of its own KEYS and
- * ARGV, called in turn under pcall), sets each member's group and
- * group_fn, and computes every SHA-1. bodies[i] is member i's text in the
+ * ARGV, called in turn under pcall), computes its SHA-1 and sets each
+ * member's group and group_fn (the members' own SHA-1s are mscript_init's). bodies[i] is member i's text in the
  * group (NULL: its own body): it may call what the prelude defines, as
  * long as it answers exactly what the member's own body would. The group's
  * body is allocated once and lives as long as the process. -1 when out of
@@ -141,8 +141,9 @@ int mscript_group_init(mscript *group, mscript *const *members, int n, const cha
  * are every command's keys in turn. The answer is an array of n results. */
 #define MSCRIPT_GROUP_MAX 64   /* commands in one group call */
 /* Fewer commands than this go alone: a group call costs a master more than
- * its commands alone up to about this many (bench/group_cost.py: a cycle
- * 19.1 us alone, 27.9 in groups of 1, 20.1 of 4, 17.3 of 10). */
+ * its commands alone up to about this many (bench/group_cost.py: an
+ * extension and a release 19.5 us alone, 22.6 in groups of 1, 20.5 of 4,
+ * 15.9 of 10). */
 #define MSCRIPT_GROUP_MIN 8
 
 typedef struct mpool mpool;

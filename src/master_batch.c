@@ -145,10 +145,10 @@ static int append_alone(mpool *p, struct master *m, struct mrecord *r)
     return app;
 }
 
-/* Appends batch b's command for m as record slot, due at deadline. A
- * script of a group waits in m's group list until the turn's write (or
- * until something else is appended to m), so that commands meeting there
- * go as one call. 0, or -1 when out of memory (nothing queued). */
+/* Queues batch b's command for m as record slot, due at deadline: it waits
+ * in m's held list (grp_head) until master_group_flush writes it, at the
+ * turn's write or once m has answered its last write, or before anything
+ * else is appended to m. 0, or -1 when out of memory (nothing queued). */
 static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, uint64_t now,
                         uint64_t deadline)
 {
@@ -156,14 +156,13 @@ static int batch_append(mpool *p, struct master *m, struct mbatch *b, int slot, 
     if (!r)
         return -1;
     /* Every script command waits in order, grouped or not, so none
-     * overtakes another (master_group_flush writes them). */
+     * overtakes another. */
     r->next = NULL;
     if (m->grp_tail)
         m->grp_tail->next = r;
     else
         m->grp_head = r;
     m->grp_tail = r;
-    m->ngrp++;
     return 0;   /* master_flush writes it, this turn or once m has answered */
 }
 
@@ -250,7 +249,6 @@ void master_group_flush(mpool *p, struct master *m, uint64_t now)
         m->grp_head = last->next;
         if (!m->grp_head)
             m->grp_tail = NULL;
-        m->ngrp -= n;
         last->next = NULL;
         if (g && n >= MSCRIPT_GROUP_MIN && append_group(p, m, first, n, now) == 0)
             continue;

@@ -108,7 +108,6 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
         free(r);
     }
     m->grp_tail = NULL;
-    m->ngrp = 0;
 }
 
 void master_connect(mpool *p, struct master *m, uint64_t now)

@@ -135,7 +135,6 @@ struct master {
                                    and before anything else is appended (master_group_flush);
                                    runs of MSCRIPT_GROUP_MIN or more of one group script as
                                    one group call, the rest alone */
-    int ngrp;                   /* records from grp_head */
     struct mrecord *unsent;     /* the first of them no write has taken yet (NULL: all out):
                                    a deadline counts from when the command could reach the
                                    master, not from when this process queued it */

@@ -73,26 +73,26 @@ struct mrecord *master_pop(struct master *m)
     return r;
 }
 
+/* Record r went out at now; a batch's deadline counts from its first write. */
+static void record_sent(struct mrecord *r, uint64_t timeout_us, uint64_t now)
+{
+    r->out = true;
+    r->sent_us = now;
+    r->due_us = r->deadline_us = now + r->timeout_us;
+    struct mbatch *b = r->kind == REC_BATCH ? r->batch : NULL;
+    if (b && !b->flushed) {
+        b->flushed = true;
+        b->deadline_us = now + timeout_us;
+    }
+}
+
 void master_sent(struct master *m, uint64_t timeout_us, uint64_t now)
 {
     for (struct mrecord *r = m->unsent; r; r = r->next) {
-        r->out = true;
-        r->sent_us = now;
-        r->due_us = r->deadline_us = now + r->timeout_us;
-        /* a group's members are each a batch's record */
-        for (struct mrecord *x = r->kind == REC_GROUP ? r->members : r; x;
-             x = r->kind == REC_GROUP ? x->next : NULL) {
-            if (x != r) {
-                x->out = true;
-                x->sent_us = now;
-                x->due_us = x->deadline_us = now + x->timeout_us;
-            }
-            struct mbatch *b = x->kind == REC_BATCH ? x->batch : NULL;
-            if (b && !b->flushed) {
-                b->flushed = true;
-                b->deadline_us = now + timeout_us;
-            }
-        }
+        record_sent(r, timeout_us, now);
+        if (r->kind == REC_GROUP)   /* its members are each a batch's record */
+            for (struct mrecord *x = r->members; x; x = x->next)
+                record_sent(x, timeout_us, now);
     }
     m->unsent = NULL;
 }

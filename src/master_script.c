@@ -60,7 +60,6 @@ int mscript_group_init(mscript *group, mscript *const *members, int n, const cha
     for (int i = 0; i < n; i++) {
         members[i]->group = group;
         members[i]->group_fn = i + 1;
-        mscript_init(members[i]);
     }
     return 0;
 }
