@@ -12,7 +12,13 @@ bool check_delivery(req_ctx *ctx)
     c->fd = ctx->confirm_fd;
     c->eng = ctx->eng;
     c->h = ctx->h;
-    c->until_us = ctx->start_us + (uint64_t)(ctx->res.validity_ms > 0 ? ctx->res.validity_ms : 0) * 1000ULL;
+    long long validity_ms = ctx->sem ? ctx->sem_res->validity_ms : ctx->res.validity_ms;
+    c->until_us = ctx->start_us + (uint64_t)(validity_ms > 0 ? validity_ms : 0) * 1000ULL;
+    c->sem = ctx->sem;   /* the check owns them now */
+    c->sem_res = ctx->sem_res;
+    c->pool = ctx->sh->pool;
+    ctx->sem = NULL;
+    ctx->sem_res = NULL;
     ctx->confirm_fd = -1;
     http_server *s = ctx->s;
     pthread_mutex_lock(&s->reg_lock);
@@ -64,7 +70,13 @@ void settle_deliveries(http_server *s, bool finally)
         delivery_check *c = done;
         done = c->next;
         close(c->fd);
+        if (c->sem && !c->arrived) {
+            metrics_count(s->m, METRICS_ABANDONED_GRANTS);
+            sem_give_back(s, c->pool, c->sem->name, c->sem_res);
+        }
         rl_finish(c->eng, c->h, c->arrived);
+        free(c->sem);
+        free(c->sem_res);
         free(c);
     }
 }

@@ -91,6 +91,10 @@ typedef struct delivery_check {
     rl_handle *h;               /* the grant, until rl_finish */
     uint64_t until_us;          /* the grant's validity ends */
     bool arrived;               /* the verdict, once settled */
+    sem_request *sem;           /* a semaphore's grant instead (h NULL): its permits are
+                                   given back when undelivered */
+    sem_result *sem_res;
+    mpool *pool;                /* the loop that serves sem's give-back */
 } delivery_check;
 
 /* One event loop's share of the server: a libmicrohttpd daemon in external

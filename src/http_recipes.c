@@ -177,8 +177,18 @@ enum MHD_Result sem_answer(req_ctx *ctx)
 {
     if (ctx->forced)
         return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
-    if (ctx->sem->op == SEM_ACQUIRE && ctx->sem->hold && ctx->sem_res->outcome == RL_OK)
+    bool granted = ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK;
+    if (granted && ctx->sem->hold)
         return sem_hold_answer(ctx);
+    /* As for a lock (lock_answer): permits nobody will read are not sent
+     * (on_completed gives them back); to a client that sent its FIN they
+     * are, and the watcher learns whether they arrived (delivery_check). */
+    if (granted && ctx->ci && client_gone(ctx->ci->fd)) {
+        ctx->gone = true;
+        return MHD_NO;
+    }
+    if (granted && ctx->ci && client_done_sending(ctx->ci->fd))
+        ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
     int status;
     long long retry_after_s = 0;
     char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
