@@ -32,7 +32,87 @@ void free_if_done(hold *h)
     s->used--;
     s->freed_since_trim++;
     s->last_free_us = loop_now_us();
+    hold_listen(h, false);
+    free(h->record);
     free(h);
+}
+
+/* ---- release notices ---- */
+
+struct want_job {
+    rl_engine *e;
+    bool on;
+    char name[];
+};
+
+static void want_run(void *arg)
+{
+    struct want_job *j = arg;
+    rl_engine_notice_want(j->e, j->name, j->on);
+    free(j);
+}
+
+/* Wants (on) or lets go of h's release notices, on its engine's loop: a
+ * lock's come on its own channel, a permit's on its semaphore's. Once
+ * each way. s->mu held. */
+void hold_listen(hold *h, bool on)
+{
+    if (h->listening == on)
+        return;
+    h->listening = on;
+    const char *channel = h->permit ? h->role->of.limit_name : h->name;
+    struct want_job *j = malloc(sizeof *j + strlen(channel) + 1);
+    if (!j)
+        return;   /* (then a DELETE elsewhere is found at the next extension) */
+    j->e = h->e;
+    j->on = on;
+    strcpy(j->name, channel);
+    if (rl_engine_post(h->e, want_run, j) < 0)
+        free(j);
+}
+
+/* A notice on the engine's loop: the released key. A hold of it renews at
+ * once, unless its validity is over (a notice then may be a later holder's
+ * release). */
+static void on_notice(void *arg, const char *key, size_t len)
+{
+    struct hold_ear *ear = arg;
+    hold_set *s = ear->s;
+    if (len <= ear->plen || memcmp(key, ear->prefix, ear->plen))
+        return;
+    const char *name = key + ear->plen;
+    size_t nlen = len - ear->plen;
+    uint64_t now = loop_now_us();
+    pthread_mutex_lock(&s->mu);
+    for (hold *h = s->list; h; h = h->next) {
+        if (h->e != ear->e || h->closed || h->end != END_NONE || h->campaigning || now >= h->valid_until_us ||
+            strlen(h->name) != nlen || memcmp(h->name, name, nlen))
+            continue;
+        h->notice_heard = true;
+        pthread_cond_signal(&s->changed);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hold_attach(hold_set *s, rl_engine *e)
+{
+    char prefix[RL_INTERNAL_NAME_MAX + 64];
+    rl_engine_key(e, "", prefix, sizeof prefix);
+    struct hold_ear *ear = malloc(sizeof *ear + strlen(prefix) + 1);
+    if (!ear)
+        return;
+    ear->s = s;
+    ear->e = e;
+    ear->plen = strlen(prefix);
+    strcpy(ear->prefix, prefix);
+    if (!rl_engine_add_notice_hook(e, on_notice, ear)) {
+        free(ear);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    ear->next = s->ears;
+    s->ears = ear;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the API ---- */
@@ -86,11 +166,14 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
     pthread_mutex_lock(&s->mu);
     if (s->ending) {
         pthread_mutex_unlock(&s->mu);
+        free(h->record);
         free(h);
         return NULL;
     }
     if (try_now)
         h->next_try_us = loop_now_us();
+    if (!h->campaigning)
+        hold_listen(h, true);
     DLIST_PUSH(s->list, h, prev, next);
     s->open++;
     pthread_cond_signal(&s->changed);
@@ -120,6 +203,11 @@ static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const 
     snprintf(h->token, sizeof h->token, "%s", res->token);
     h->ttl_ms = res->ttl_ms;
     h->fence = res->fence;
+    h->repair = res->masters_missing > 0;
+    if (req->owner[0] && !(h->record = strdup(req->owner))) {
+        free(h);
+        return NULL;
+    }
     h->valid_until_us = sent_us + (uint64_t)res->validity_ms * 1000ULL;
     h->next_try_us = sent_us + (uint64_t)res->ttl_ms * 1000ULL / 3;
     h->pend_acquired = true;
@@ -357,6 +445,11 @@ void hold_set_free(hold_set *s)
         pthread_cond_signal(&s->changed);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->renewer, NULL);
+    }
+    while (s->ears) {
+        struct hold_ear *ear = s->ears;
+        s->ears = ear->next;
+        free(ear);
     }
     pthread_cond_destroy(&s->changed);
     pthread_cond_destroy(&s->settled);

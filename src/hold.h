@@ -124,6 +124,13 @@ void hold_renew_now(hold *h);
  * with "released". Any thread. */
 void hold_released(hold_set *s, const char *name, const char *token);
 
+/* Hears engine e's release notices (call for every engine before traffic,
+ * with --notify): a hold whose lock is released through another instance
+ * (a DELETE with its token there) renews at once, finds it gone, and ends
+ * with "released" ("resigned" for a leader) instead of "lost". Every hold
+ * wants its name's notices while it holds. */
+void hold_attach(hold_set *s, rl_engine *e);
+
 /* Stopping: every open hold ends its stream with "released" (reason
  * shutting_down) and releases its lock once that event has left (at once
  * after half of timeout_ms for a client that does not read). Waits up to

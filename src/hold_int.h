@@ -55,6 +55,16 @@ struct hold {
     uint64_t next_try_us;           /* the next extension */
     const char *fail_reason;        /* of the last failed extension: the "lost" reason if
                                        validity runs out before one succeeds */
+    bool repair;                    /* the last grant or extension met masters without the
+                                       token: the next extension also takes the free ones
+                                       (script_renew), so that any majority keeps the lease */
+    bool listening;                 /* its name's release notices are wanted (hold_listen) */
+    bool notice_heard;              /* a release notice came for its name: renew now */
+    bool heard_sent;                /* the extension in flight was sent after such a notice:
+                                       if it finds the lock gone, the token released it (a
+                                       DELETE through another instance): "released" */
+    char *record;                   /* the owner record the masters keep beside the lock, for
+                                       those a repair takes (NULL: none) */
     int engine_refs;                /* engine requests in flight that point here */
     bool extending;                 /* an extension is in flight */
     bool release_after;             /* release once that extension answers */
@@ -104,12 +114,24 @@ struct hold_set {
     bool stop;
     pthread_t renewer;
     bool renewer_started;
+    struct hold_ear *ears;          /* one per engine (hold_attach), freed with the set */
+};
+
+/* The hold set's notice hook on one engine: the engine's key prefix, so a
+ * notice's key is matched against a hold's name without formatting. */
+struct hold_ear {
+    struct hold_ear *next;
+    hold_set *s;
+    rl_engine *e;
+    size_t plen;
+    char prefix[];
 };
 
 /* hold.c */
 void notify(hold *h);
 void end_stream(hold *h, enum hold_end kind, const char *reason);
 void free_if_done(hold *h);
+void hold_listen(hold *h, bool on);
 
 /* hold_renew.c */
 void sock_arm(int fd, long long ttl_ms);

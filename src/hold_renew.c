@@ -64,6 +64,14 @@ static rl_request request_of(const hold *h, enum rl_op op)
     snprintf(req.token, sizeof req.token, "%s", h->token);
     if (h->permit)   /* a slot's release notice goes to its semaphore's channel */
         snprintf(req.notice_name, sizeof req.notice_name, "%s", h->role->of.limit_name);
+    if (op == RL_EXTEND && h->repair) {
+        /* Masters answered without the token: the extension also takes the
+         * free ones (its own token, where the key is absent, under the same
+         * guard), so that any healthy majority keeps the lease. Only the
+         * masters where the token held count for the extension. */
+        req.repair_fence = h->fence;
+        snprintf(req.owner, sizeof req.owner, "%s", h->record ? h->record : "");
+    }
     return req;
 }
 
@@ -123,6 +131,8 @@ static void extend_done(void *arg, const rl_result *res)
     h->extending = false;
     h->engine_refs--;
     uint64_t now = loop_now_us();
+    bool heard = h->heard_sent;
+    h->heard_sent = false;
     if (h->end == END_NONE && !h->closed) {
         if (res->outcome == RL_OK) {
             /* next_try_us was set when the extension was sent; validity
@@ -131,8 +141,13 @@ static void extend_done(void *arg, const rl_result *res)
             h->valid_until_us = sent + (uint64_t)res->validity_ms * 1000ULL;
             h->next_try_us = sent + (uint64_t)h->ttl_ms * 1000ULL / 3;
             h->fail_reason = NULL;
+            h->repair = res->masters_missing > 0;
             h->pend_renewed = true;
             notify(h);
+        } else if (res->outcome == RL_NOT_HELD && heard) {
+            /* Gone right after a release notice for it, while valid: its
+             * token released it, through another instance. */
+            end_stream(h, END_RELEASED, NULL);
         } else if (res->outcome == RL_NOT_HELD) {
             /* Gone for good; the failed extension kept what the token
              * still holds (keep_on_fail), released by end_lost's rule. */
@@ -165,6 +180,26 @@ static void publish_done(void *arg, const rl_result *res)
     (void)res;
 }
 
+/* The owner record an elected campaign's masters keep: its owner with the
+ * leading byte 1 replaced by the term's start in Unix ms and a space, as
+ * script_acquire stamps it (each master from its own clock; here from
+ * ours, counted back to when the deciding attempt began). NULL when out of
+ * memory: a repair then stores no record. */
+static char *election_record(const hold *h, uint64_t from_us)
+{
+    const char *owner = h->role->acq_req.owner;
+    if (owner[0] != '\x01')
+        return owner[0] ? strdup(owner) : NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    long long since_ms = now_ms - (long long)((loop_now_us() - from_us) / 1000);
+    char *rec = malloc(24 + strlen(owner));
+    if (rec)
+        sprintf(rec, "%lld %s", since_ms, owner + 1);
+    return rec;
+}
+
 static void campaign_done(void *arg, const rl_result *res)
 {
     hold *h = arg;
@@ -184,9 +219,12 @@ static void campaign_done(void *arg, const rl_result *res)
         uint64_t from = res->attempt_us ? res->attempt_us : now;
         snprintf(h->token, sizeof h->token, "%s", res->token);
         h->fence = res->fence;
+        h->repair = res->masters_missing > 0;
+        h->record = election_record(h, from);
         h->valid_until_us = from + (uint64_t)res->validity_ms * 1000ULL;
         h->next_try_us = from + (uint64_t)h->ttl_ms * 1000ULL / 3;
         h->campaigning = false;
+        hold_listen(h, true);
         h->pend_campaigning = false;
         h->pend_acquired = true;
         notify(h);
@@ -291,7 +329,8 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         }
         /* Early only after a success: a retry after a failure keeps its
          * own pace (HOLD_RETRY_MIN_MS at least). */
-        bool due_now = now + (h->fail_reason ? 0 : renew_early_us(h)) >= h->next_try_us;
+        bool due_now = now + (h->fail_reason ? 0 : renew_early_us(h)) >= h->next_try_us ||
+                       (h->notice_heard && !h->extending);
         /* Asked before each extension, early or not (client_silent has its
          * own bound: a quarter of the ttl since the last event). */
         if (!h->extending && due_now && client_silent(h, now)) {
@@ -305,6 +344,13 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         }
         if (!h->extending && due_now) {
             rl_request req = request_of(h, RL_EXTEND);
+            if (h->notice_heard) {
+                /* After a release notice: is it still ours? Never a repair
+                 * then, which would take back what the release freed. */
+                h->notice_heard = false;
+                h->heard_sent = true;
+                req.repair_fence = 0;
+            }
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
             h->engine_refs++;

@@ -253,6 +253,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     }
     for (int k = 0; k < nloops; k++) {
         election_watch_attach(s->shards[k].engine);
+        hold_attach(s->holds, s->shards[k].engine);
         sem_engine_attach(s->shards[k].engine);
         run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
     }

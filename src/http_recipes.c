@@ -157,6 +157,7 @@ static enum MHD_Result sem_hold_answer(req_ctx *ctx)
     int slot_no;
     sem_token_split(p->token, SEM_LIMIT_MAX, &slot_no, grant.token, sizeof grant.token);
     sem_slot_name(ctx->sem->name, p->slot, slot.name, sizeof slot.name);
+    snprintf(slot.owner, sizeof slot.owner, "%s", ctx->sem->owner);   /* a repair's owner record */
     sem_limit_name(ctx->sem->name, of.limit_name, sizeof of.limit_name);
     snprintf(of.semaphore, sizeof of.semaphore, "%s", ctx->sem->name);
     of.limit_engine = engine_of_name(s, of.limit_name);

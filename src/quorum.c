@@ -71,18 +71,11 @@ long long quorum_seed_fence(bool have_counter, long long counter, long long prop
 
 long long quorum_fence_of_holders(const long long *fences, int n)
 {
-    long long best = 0;
-    int best_count = 0;
-    for (int i = 0; i < n; i++) {
-        int count = 0;
-        for (int j = 0; j < n; j++)
-            count += fences[j] == fences[i];
-        if (count > best_count || (count == best_count && fences[i] > best)) {
-            best = fences[i];
-            best_count = count;
-        }
-    }
-    return best;
+    long long least = 0;
+    for (int i = 0; i < n; i++)
+        if (fences[i] > 0 && (least == 0 || fences[i] < least))
+            least = fences[i];
+    return least;
 }
 
 static int cmp_ll(const void *a, const void *b)

@@ -66,9 +66,17 @@ long long quorum_seed_bound_us(long long fence_keep_ms);
 long long quorum_seed_fence(bool have_counter, long long counter, long long proposal,
                             long long now_us, long long bound_us);
 
-/* The fence an extension reports: the value most masters holding the token
- * agree on (ties to the larger). In a clean grant every holder agrees; a
- * master that applied a late SET may disagree and is outvoted. 0 if n == 0. */
+/* The fence an extension or an inspection reports: the least counter of the
+ * masters holding the token, 0 (a counter that does not parse) aside. The
+ * grant's yes votes hold exactly its fence (settled before it is answered;
+ * a settle still on its way to a master is applied before that master
+ * answers anything this instance sends later), and every other holder is
+ * above it, never below: a master that applied a late SET before its
+ * settle, or one that a held stream's repair took with a higher counter
+ * there (script_renew never lowers a counter, and keeps the holder's fence
+ * where it finds none or a lower one). So the answer is the grant's fence
+ * whenever one of its yes votes, or a master the repair raised, is among
+ * the holders that answered. 0 if n == 0. */
 long long quorum_fence_of_holders(const long long *fences, int n);
 
 /* How long until a majority could be free, from a refused acquire:

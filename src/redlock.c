@@ -332,6 +332,14 @@ void op_run(rl_task *op)
         return;
     }
     case RL_EXTEND: {
+        if (op->req.repair_fence > 0) {
+            char fence[24];
+            snprintf(fence, sizeof fence, "%lld", op->req.repair_fence);
+            const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
+                                  op->ttl_str, op->px_str, fence, op->req.owner, guard_arg(e)};
+            eval_decided(op, &script_renew, all_mask(e), 4, 10, args, extend_decided, extend_voted);
+            return;
+        }
         const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
                               op->ttl_str, op->px_str, guard_arg(e)};
         eval_decided(op, &script_extend, all_mask(e), 4, 8, args, extend_decided, extend_voted);

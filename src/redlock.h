@@ -74,6 +74,10 @@ typedef struct rl_request {
                                        its client has been told) */
     char notice_name[RL_INTERNAL_NAME_MAX + 1]; /* its release notices go to this name's
                                        channel ("" = its own): a semaphore's slots share one */
+    long long repair_fence;         /* extend (a held stream's, with a plain token): > 0 also
+                                       takes the masters where the key is free, raising their
+                                       counter to this fence and storing owner there as the
+                                       owner record (script_renew) */
 } rl_request;
 
 typedef struct rl_result {
@@ -92,6 +96,9 @@ typedef struct rl_result {
                                          is stored; read: 0 when none) */
     bool held;                        /* inspect */
     char owner[RL_OWNER_MAX + 1];     /* inspect: the holder's owner, "" when none was given */
+    int masters_missing;              /* acquire/extend with RL_OK: masters that answered
+                                         without the token (free, or another's): a held
+                                         stream's next renewal repairs (repair_fence) */
     int masters_ok;                   /* masters that answered (with RL_NO_QUORUM) */
     int masters_total;
     /* With RL_NO_QUORUM, why fewer than a majority voted: */

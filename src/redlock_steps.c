@@ -136,6 +136,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
         }
     }
     op->yes_mask = yes_mask;
+    op->res.masters_missing = no;   /* held by another: a held stream's renewals take them once free */
     /* Masters that answered "held", and those the SET never reached (down or
      * lagging), cannot hold our token; all others might, a master that
      * missed its deadline too: it may still apply the SET (a paused master
@@ -215,7 +216,7 @@ void extend_voted(void *arg, const master_reply *replies)
     rl_task *op = arg;
     rl_engine *e = op->e;
     long long fences[MASTER_MAX];
-    int yes = 0, answered = 0;
+    int yes = 0, answered = 0, missing = 0;
     bool other = false;
     uint32_t yes_mask = 0;
     for (int i = 0; i < e->n; i++) {
@@ -223,11 +224,16 @@ void extend_voted(void *arg, const master_reply *replies)
         if (!is_vote(r, 1))
             continue;
         answered++;
+        /* 2: a free master taken by a repair (script_renew). It does not
+         * vote: only where the token already held does the lock go on. */
         if (r->ints[0] == 1) {
             fences[yes++] = r->nints >= 2 ? r->ints[1] : 0;
             yes_mask |= 1u << i;
         } else if (r->ints[0] == -1) {
             other = true;
+            missing++;
+        } else if (r->ints[0] == 0) {
+            missing++;
         }
     }
     enum quorum_outcome q = quorum_decide(e->n, yes, answered);
@@ -240,6 +246,7 @@ void extend_voted(void *arg, const master_reply *replies)
     if (q == QUORUM_GRANTED && validity > 0) {
         op->res.outcome = RL_OK;
         op->res.fence = quorum_fence_of_holders(fences, yes);
+        op->res.masters_missing = missing;
         op->res.validity_ms = validity;
         op->res.ttl_ms = op->req.ttl_ms;
         snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token);

@@ -68,20 +68,41 @@ mscript script_settle = {"settle",
     "end\n"
     "return 0\n", "", true, true, NULL, true, NULL, 0};
 
+/* The extension where the key holds the value (script_extend and
+ * script_renew share it). */
+#define EXTEND_HELD \
+    "local v = redis.call('GET', KEYS[1])\n" \
+    "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then\n" \
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n" \
+    "  local o = redis.call('GET', KEYS[3])\n" \
+    "  if o and string.sub(o, 1, #v + 1) == v .. '\\n' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end\n" \
+    "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n" \
+    "  if " COUNTER_BAD("c") " then return {1, 0, v} end\n" \
+    "  redis.call('PEXPIRE', KEYS[2], ARGV[3])\n" \
+    "  return {1, c, v}\n" \
+    "end\n" \
+    "if v then return {-1} end\n"
+
 mscript script_extend = {"extend",
     GUARD
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  local o = redis.call('GET', KEYS[3])\n"
-    "  if o and string.sub(o, 1, #v + 1) == v .. '\\n' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end\n"
-    "  local c = tonumber(redis.call('GET', KEYS[2]) or '')\n"
-    "  if " COUNTER_BAD("c") " then return {1, 0, v} end\n"
-    "  redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
-    "  return {1, c, v}\n"
-    "end\n"
-    "if v then return {-1} end\n"
+    EXTEND_HELD
     "return {0}\n", "", false, true, NULL, true, NULL, 0};
+
+/* A held stream's extension that also takes the masters where the key is
+ * free (scripts.h). The fence counter is raised to the holder's fence,
+ * never lowered, so every later grant's fence still exceeds it. */
+mscript script_renew = {"renew",
+    GUARD
+    EXTEND_HELD
+    "local raw = redis.call('GET', KEYS[2])\n"
+    "local c = tonumber(raw or '')\n"
+    "if raw and " COUNTER_BAD("c") " then return {0} end\n"
+    "local f = tonumber(ARGV[4])\n"
+    "if not c or c < f then c = f end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "redis.call('SET', KEYS[2], string.format('%d', c), 'PX', ARGV[3])\n"
+    "if ARGV[5] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. '\\n' .. ARGV[5], 'PX', ARGV[2]) end\n"
+    "return {2, c, ARGV[1]}\n", "", false, true, NULL, true, NULL, 0};
 
 mscript script_inspect = {"inspect",
     GUARD
@@ -239,6 +260,7 @@ static void scripts_init_once(void)
     mscript_init(&script_acquire);
     mscript_init(&script_settle);
     mscript_init(&script_extend);
+    mscript_init(&script_renew);
     mscript_init(&script_inspect);
     mscript_init(&script_release);
     mscript_init(&script_release_replay);

@@ -89,6 +89,15 @@ extern mscript script_settle;
  * another value holds key; {0} when absent. The stored value lets a failed
  * extension by a caller's token release that exact grant everywhere. */
 extern mscript script_extend;
+/* KEYS as script_extend; ARGV value, ttl_ms, counter_px_ms, fence, owner
+ * record ("" none), guard. A held stream's extension that repairs its lease
+ * (hold.h): answers as script_extend where the key is held; where it is
+ * absent, takes it for value (SET, the key being free), raises the counter
+ * to at least fence (and keeps it counter_px_ms), stores the owner record
+ * when given, and answers {2, counter, value}. A counter that does not
+ * parse leaves that master alone ({0}). Never in a group: its writes take
+ * memory where its first write may not be the one Redis checks. */
+extern mscript script_renew;
 /* KEYS key, key#fence, key#owner, marker; ARGV guard. {pttl, counter,
  * owner_len, value .. owner} when present (counter 0 when it does not parse;
  * the owner only where the owner key belongs to the stored value), {-2}

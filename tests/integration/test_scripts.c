@@ -519,3 +519,94 @@ Test(scripts, negative_control_a_reordered_group_is_caught)
                  "a reordered group must not compare equal");
     fprintf(stderr, "scripts: negative control caught: %s\n", mismatch);
 }
+
+/* GET key in the selected database: its value, or "" when absent. */
+static void get_str(const char *key, char *out, size_t cap)
+{
+    redisReply *r = redisCommand(R, "GET %s", key);
+    cr_assert(r);
+    snprintf(out, cap, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+}
+
+/* A held stream's repair (script_renew): where the key is held it answers
+ * as an extension; where it is free it takes it for the token, stores the
+ * owner record and keeps the counter at least the holder's fence (raised
+ * from below or from nothing, never lowered); another token's key, a
+ * counter that does not parse and the guard leave the master alone. */
+Test(scripts, a_repair_takes_free_masters_only)
+{
+    flush_both();
+    select_db(0);
+    world_change(0, "r");
+    char got[128];
+    struct cmd c;
+    /* free, no counter: taken at exactly the fence */
+    set_args(&c, &script_renew, 4, 10, "r", "r#fence", "r#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000",
+             "1000000000000123", "w1", "1");
+    redisReply *r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, 2, "a free master is taken");
+    cr_assert_eq(r->element[1]->integer, 1000000000000123LL);
+    freeReplyObject(r);
+    get_str("r", got, sizeof got);
+    cr_assert_str_eq(got, "t1");
+    get_str("r#fence", got, sizeof got);
+    cr_assert_str_eq(got, "1000000000000123");
+    get_str("r#owner", got, sizeof got);
+    cr_assert_str_eq(got, "t1\nw1");
+    /* held now: an ordinary extension */
+    r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, 1, "held: extended");
+    cr_assert_eq(r->element[1]->integer, 1000000000000123LL);
+    freeReplyObject(r);
+    /* another token's key: refused, unchanged */
+    set_args(&c, &script_renew, 4, 10, "r", "r#fence", "r#owner", SCRIPT_MARKER_KEY, "t2", "40000", "60000",
+             "1000000000000999", "", "1");
+    r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, -1);
+    freeReplyObject(r);
+    get_str("r", got, sizeof got);
+    cr_assert_str_eq(got, "t1");
+    /* free with a higher counter (a loser's attempt): taken, counter kept */
+    freeReplyObject(redisCommand(R, "SET h#fence 1000000000000500"));
+    set_args(&c, &script_renew, 4, 10, "h", "h#fence", "h#owner", SCRIPT_MARKER_KEY, "t3", "40000", "60000",
+             "1000000000000123", "", "1");
+    r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, 2);
+    cr_assert_eq(r->element[1]->integer, 1000000000000500LL, "a counter is never lowered");
+    freeReplyObject(r);
+    get_str("h#owner", got, sizeof got);
+    cr_assert_str_eq(got, "", "no owner record without an owner");
+    /* free with a lower counter: raised to the fence */
+    freeReplyObject(redisCommand(R, "SET l#fence 1000000000000001"));
+    set_args(&c, &script_renew, 4, 10, "l", "l#fence", "l#owner", SCRIPT_MARKER_KEY, "t4", "40000", "60000",
+             "1000000000000123", "", "1");
+    r = run_alone(&c);
+    cr_assert_eq(r->element[1]->integer, 1000000000000123LL, "a lower counter is raised");
+    freeReplyObject(r);
+    /* a counter that does not parse: the master is left alone */
+    freeReplyObject(redisCommand(R, "SET b#fence nope"));
+    set_args(&c, &script_renew, 4, 10, "b", "b#fence", "b#owner", SCRIPT_MARKER_KEY, "t5", "40000", "60000",
+             "1000000000000123", "", "1");
+    r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, 0);
+    freeReplyObject(r);
+    get_str("b", got, sizeof got);
+    cr_assert_str_eq(got, "", "not taken");
+    /* in quarantine: the guard answers, nothing is taken */
+    world_change(2, "q");
+    set_args(&c, &script_renew, 4, 10, "q", "q#fence", "q#owner", SCRIPT_MARKER_KEY, "t6", "40000", "60000",
+             "1000000000000123", "", "1");
+    r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, SCRIPT_QUARANTINED);
+    freeReplyObject(r);
+    get_str("q", got, sizeof got);
+    cr_assert_str_eq(got, "", "not taken in quarantine");
+    /* the extension alone never takes a free master */
+    set_args(&c, &script_extend, 4, 8, "e", "e#fence", "e#owner", SCRIPT_MARKER_KEY, "t7", "40000", "60000", "0");
+    r = run_alone(&c);
+    cr_assert_eq(r->element[0]->integer, 0);
+    freeReplyObject(r);
+    get_str("e", got, sizeof got);
+    cr_assert_str_eq(got, "");
+}

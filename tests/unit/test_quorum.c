@@ -126,12 +126,16 @@ Test(fence, reports_raise_set)
     cr_assert_eq(at, 3);
 }
 
-Test(fence, extension_reports_the_holders_agreed_fence)
+Test(fence, extension_reports_the_grants_fence)
 {
     cr_assert_eq(quorum_fence_of_holders((long long[]){42, 42, 42}, 3), 42);
     cr_assert_eq(quorum_fence_of_holders((long long[]){42, 99, 42}, 3), 42,
-                 "a stray late SET is outvoted");
-    cr_assert_eq(quorum_fence_of_holders((long long[]){41, 42}, 2), 42);
+                 "a stray late SET's counter is above the fence");
+    cr_assert_eq(quorum_fence_of_holders((long long[]){42, 99, 99}, 3), 42,
+                 "two masters a repair took, whose counters stayed higher, are not the fence");
+    cr_assert_eq(quorum_fence_of_holders((long long[]){0, 42, 42}, 3), 42,
+                 "a counter that does not parse (0) says nothing");
+    cr_assert_eq(quorum_fence_of_holders((long long[]){0, 0}, 2), 0);
     cr_assert_eq(quorum_fence_of_holders(NULL, 0), 0);
 }
 
