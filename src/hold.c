@@ -37,6 +37,17 @@ void free_if_done(hold *h)
     free(h);
 }
 
+/* Its token released it (a DELETE, here or through another instance): the
+ * stream ends with "released", and there is nothing left to release, unless
+ * an extension was in flight (a repair may take a master back after the
+ * release): then the close releases again. s->mu held. */
+void end_released(hold *h)
+{
+    h->release_sent = !h->extending;
+    h->release_when_read = false;
+    end_stream(h, END_RELEASED, NULL);
+}
+
 /* ---- release notices ---- */
 
 struct want_job {
@@ -71,25 +82,24 @@ void hold_listen(hold *h, bool on)
         free(j);
 }
 
-/* A notice on the engine's loop: the released key. A hold of it renews at
- * once, unless its validity is over (a notice then may be a later holder's
- * release). */
-static void on_notice(void *arg, const char *key, size_t len)
+/* A notice on the engine's loop: the released key and the value deleted
+ * (a release through another instance). The hold of exactly that grant
+ * ends with "released" ("resigned"), as for a DELETE here. */
+static void on_notice(void *arg, const char *key, size_t len, const char *value, size_t vlen)
 {
     struct hold_ear *ear = arg;
     hold_set *s = ear->s;
-    if (len <= ear->plen || memcmp(key, ear->prefix, ear->plen))
+    if (!vlen || len <= ear->plen || memcmp(key, ear->prefix, ear->plen))
         return;
     const char *name = key + ear->plen;
     size_t nlen = len - ear->plen;
-    uint64_t now = loop_now_us();
     pthread_mutex_lock(&s->mu);
     for (hold *h = s->list; h; h = h->next) {
-        if (h->e != ear->e || h->closed || h->end != END_NONE || h->campaigning || now >= h->valid_until_us ||
-            strlen(h->name) != nlen || memcmp(h->name, name, nlen))
-            continue;
-        h->notice_heard = true;
-        pthread_cond_signal(&s->changed);
+        if (h->e == ear->e && !h->closed && !h->campaigning && strlen(h->token) == vlen &&
+            !memcmp(h->token, value, vlen) && strlen(h->name) == nlen && !memcmp(h->name, name, nlen)) {
+            end_released(h);
+            break;
+        }
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -376,9 +386,7 @@ void hold_released(hold_set *s, const char *name, const char *token)
     pthread_mutex_lock(&s->mu);
     for (hold *h = s->list; h; h = h->next) {
         if (!h->closed && !strcmp(h->token, token) && !strcmp(h->name, name)) {
-            h->release_sent = true;   /* the DELETE did it */
-            h->release_when_read = false;
-            end_stream(h, END_RELEASED, NULL);
+            end_released(h);
             break;
         }
     }

@@ -125,10 +125,11 @@ void hold_renew_now(hold *h);
 void hold_released(hold_set *s, const char *name, const char *token);
 
 /* Hears engine e's release notices (call for every engine before traffic,
- * with --notify): a hold whose lock is released through another instance
- * (a DELETE with its token there) renews at once, finds it gone, and ends
- * with "released" ("resigned" for a leader) instead of "lost". Every hold
- * wants its name's notices while it holds. */
+ * with --notify): a hold whose grant is released through another instance
+ * (a DELETE with its token there; the notice names the value deleted) ends
+ * with "released" ("resigned" for a leader) at once, as for a DELETE here,
+ * instead of "lost" at its next extension. Every hold wants its name's
+ * notices while it holds. */
 void hold_attach(hold_set *s, rl_engine *e);
 
 /* Stopping: every open hold ends its stream with "released" (reason

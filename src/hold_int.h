@@ -59,10 +59,6 @@ struct hold {
                                        token: the next extension also takes the free ones
                                        (script_renew), so that any majority keeps the lease */
     bool listening;                 /* its name's release notices are wanted (hold_listen) */
-    bool notice_heard;              /* a release notice came for its name: renew now */
-    bool heard_sent;                /* the extension in flight was sent after such a notice:
-                                       if it finds the lock gone, the token released it (a
-                                       DELETE through another instance): "released" */
     char *record;                   /* the owner record the masters keep beside the lock, for
                                        those a repair takes (NULL: none) */
     int engine_refs;                /* engine requests in flight that point here */
@@ -117,8 +113,8 @@ struct hold_set {
     struct hold_ear *ears;          /* one per engine (hold_attach), freed with the set */
 };
 
-/* The hold set's notice hook on one engine: the engine's key prefix, so a
- * notice's key is matched against a hold's name without formatting. */
+/* The hold set's notice hook on one engine, with the engine's key prefix
+ * (a notice's key is matched against a hold's name without formatting). */
 struct hold_ear {
     struct hold_ear *next;
     hold_set *s;
@@ -132,6 +128,7 @@ void notify(hold *h);
 void end_stream(hold *h, enum hold_end kind, const char *reason);
 void free_if_done(hold *h);
 void hold_listen(hold *h, bool on);
+void end_released(hold *h);
 
 /* hold_renew.c */
 void sock_arm(int fd, long long ttl_ms);

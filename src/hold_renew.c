@@ -131,8 +131,6 @@ static void extend_done(void *arg, const rl_result *res)
     h->extending = false;
     h->engine_refs--;
     uint64_t now = loop_now_us();
-    bool heard = h->heard_sent;
-    h->heard_sent = false;
     if (h->end == END_NONE && !h->closed) {
         if (res->outcome == RL_OK) {
             /* next_try_us was set when the extension was sent; validity
@@ -144,10 +142,6 @@ static void extend_done(void *arg, const rl_result *res)
             h->repair = res->masters_missing > 0;
             h->pend_renewed = true;
             notify(h);
-        } else if (res->outcome == RL_NOT_HELD && heard) {
-            /* Gone right after a release notice for it, while valid: its
-             * token released it, through another instance. */
-            end_stream(h, END_RELEASED, NULL);
         } else if (res->outcome == RL_NOT_HELD) {
             /* Gone for good; the failed extension kept what the token
              * still holds (keep_on_fail), released by end_lost's rule. */
@@ -329,8 +323,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         }
         /* Early only after a success: a retry after a failure keeps its
          * own pace (HOLD_RETRY_MIN_MS at least). */
-        bool due_now = now + (h->fail_reason ? 0 : renew_early_us(h)) >= h->next_try_us ||
-                       (h->notice_heard && !h->extending);
+        bool due_now = now + (h->fail_reason ? 0 : renew_early_us(h)) >= h->next_try_us;
         /* Asked before each extension, early or not (client_silent has its
          * own bound: a quarter of the ttl since the last event). */
         if (!h->extending && due_now && client_silent(h, now)) {
@@ -344,13 +337,6 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         }
         if (!h->extending && due_now) {
             rl_request req = request_of(h, RL_EXTEND);
-            if (h->notice_heard) {
-                /* After a release notice: is it still ours? Never a repair
-                 * then, which would take back what the release freed. */
-                h->notice_heard = false;
-                h->heard_sent = true;
-                req.repair_fence = 0;
-            }
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
             h->engine_refs++;

@@ -172,12 +172,13 @@ void rl_engine_sync(rl_engine *e, long long timeout_ms);
  * requests are still taken, until rl_engine_close. */
 int rl_engine_drain(rl_engine *e, long long timeout_ms);
 
-/* Notices (with --notify): hook(arg, key, len) is called on the engine's
- * loop for every notice that arrives (a release, or an RL_PUBLISH), after
+/* Notices (with --notify): hook(arg, key, len, value, vlen) is called on the
+ * engine's loop for every notice that arrives (a release, with the value it
+ * deleted; an RL_PUBLISH or a new subscription, with value ""), after
  * the engine's own waiters saw it. At most RL_NOTICE_HOOKS, added before
  * traffic; false when there is no room. */
 #define RL_NOTICE_HOOKS 4
-typedef void (*rl_notice_hook)(void *arg, const char *key, size_t len);
+typedef void (*rl_notice_hook)(void *arg, const char *key, size_t len, const char *value, size_t vlen);
 bool rl_engine_add_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
 
 /* True when release notices are on and a majority of the masters'

@@ -156,7 +156,7 @@ mscript script_sem_limit = {"sem_limit",
     "local v = redis.call('GET', KEYS[1])\n" \
     "if v and (" match ") then\n" \
     "  redis.call('DEL', KEYS[1], KEYS[2])\n" \
-    "  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end\n" \
+    "  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1] .. '\\n' .. v) end\n" \
     "  return {1, v}\n" \
     "end\n" \
     "if v then return -1 end\n" \

@@ -123,8 +123,9 @@ extern mscript script_sem_limit;
 /* KEYS key, key#owner; ARGV value, mode, channel.
  * mode "=": deletes key (and its owner key) where it holds exactly value;
  * mode "~": where it holds value or value followed by a space (any grant of a caller's token: what
- * DELETE and Dapr's unlock send). On delete, publishes key on channel unless
- * it is empty (the counter expires by itself, ttl + keep after the grant:
+ * DELETE and Dapr's unlock send). On delete, publishes "key\nvalue" (the
+ * value deleted: a held stream on another instance learns its token was
+ * released) on channel unless it is empty (the counter expires by itself, ttl + keep after the grant:
  * shortening it here cost every release two more commands). {1, deleted
  * value} deleted, -1 another value holds the key, 0 absent. redo_when_back: a
  * master that misses it runs it when it is back, so a grant it may hold never

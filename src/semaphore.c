@@ -177,8 +177,10 @@ static void arm_retry(void *arg)
  * name. A slot's release (NAME#i), or the subscription to NAME's channel
  * being confirmed (NAME#limit: a release just before it is not missed),
  * starts the next round of every acquire waiting on NAME. */
-static void on_notice(void *arg, const char *key, size_t len)
+static void on_notice(void *arg, const char *key, size_t len, const char *value, size_t vlen)
 {
+    (void)value;
+    (void)vlen;
     char prefix[RL_INTERNAL_NAME_MAX + 1];
     rl_engine_key(arg, "", prefix, sizeof prefix);
     size_t plen = strlen(prefix);
