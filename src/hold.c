@@ -300,6 +300,9 @@ static bool format_next(hold *h)
     } else if (h->pend_renewed && h->end == END_NONE && left > 0) {
         h->pend_renewed = false;
         n = snprintf(h->out, sizeof h->out, "{\"event\":\"renewed\",\"validity_ms\":%lld}\n", left);
+    } else if (h->pend_probe && h->end == END_NONE) {
+        h->pend_probe = false;
+        n = snprintf(h->out, sizeof h->out, " ");
     } else if (h->end != END_NONE && !h->end_formatted) {
         h->end_formatted = true;
         const char *what = h->end == END_LOST ? "lost" : h->election ? "resigned" : "released";
@@ -365,19 +368,12 @@ void hold_close(hold *h)
     pthread_mutex_unlock(&s->mu);
 }
 
-void hold_renew_now(hold *h)
+void hold_probe(hold *h)
 {
     hold_set *s = h->s;
     pthread_mutex_lock(&s->mu);
-    if (h->campaigning && h->end == END_NONE && !h->closed) {
-        /* Nothing to renew: an event all the same, which a closed client
-         * answers with a reset. */
-        h->pend_campaigning = true;
-        notify(h);
-    } else if (!h->extending && h->end == END_NONE && !h->closed) {
-        h->next_try_us = loop_now_us();
-        pthread_cond_signal(&s->changed);
-    }
+    if (h->end == END_NONE && !h->closed)
+        h->pend_probe = true;
     pthread_mutex_unlock(&s->mu);
 }
 

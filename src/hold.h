@@ -115,10 +115,12 @@ long hold_read(hold *h, char *buf, size_t cap);
  * called, and fd never read, after it returns. */
 void hold_close(hold *h);
 
-/* Renews h now instead of at its next third of the ttl (unless an
- * extension is in flight or the stream is ending): its "renewed" event then
- * tells whether the client still reads. Any thread; not after hold_close. */
-void hold_renew_now(hold *h);
+/* Writes one space to h's stream (JSON's whitespace, before the next
+ * event's line), now rather than at the next renewal: a client that closed
+ * its connection answers it with a reset, so the stream ends at once; a
+ * half-closed one reads it. The caller resumes the connection. Any thread;
+ * not after hold_close. */
+void hold_probe(hold *h);
 
 /* A DELETE released name with token: the hold of that grant, if any, ends
  * with "released". Any thread. */

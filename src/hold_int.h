@@ -85,6 +85,8 @@ struct hold {
     bool pend_acquired;
     bool pend_campaigning;
     bool pend_renewed;
+    bool pend_probe;                /* one space (hold_probe): JSON's whitespace before the
+                                       next event, which a closed client answers with a reset */
     enum hold_end end;
     const char *end_reason;         /* NULL: the event carries no reason */
     bool end_formatted;

@@ -347,6 +347,7 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
             rl_finish(ctx->eng, ctx->h, delivered);
     }
+    unwatch_stream(ctx);   /* (before libmicrohttpd closes the socket) */
     if (ctx->hold)
         hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
     if (ctx->watch)
@@ -355,6 +356,7 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         hold_unreserve(s->holds);
     pthread_mutex_lock(&s->reg_lock);
     s->nrequests--;
+    s->nprobed -= ctx->probed;
     if (ctx->ci) {
         ctx->ci->busy = false;
         ctx->ci->phase_start_us = loop_now_us();   /* the next request's deadline starts */

@@ -25,6 +25,10 @@ bool check_delivery(req_ctx *ctx)
     c->next = s->checks;
     s->checks = c;
     pthread_mutex_unlock(&s->reg_lock);
+    if (s->watch_ep >= 0) {   /* a reset is seen at once (watch_main) */
+        struct epoll_event ev = {.events = EPOLLET, .data.fd = c->fd};
+        epoll_ctl(s->watch_ep, EPOLL_CTL_ADD, c->fd, &ev);
+    }
     return true;
 }
 
@@ -69,6 +73,8 @@ void settle_deliveries(http_server *s, bool finally)
     while (done) {
         delivery_check *c = done;
         done = c->next;
+        if (s->watch_ep >= 0)
+            epoll_ctl(s->watch_ep, EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
         if (c->sem && !c->arrived) {
             metrics_count(s->m, METRICS_ABANDONED_GRANTS);
@@ -143,20 +149,114 @@ void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context
     pthread_mutex_lock(&s->reg_lock);
     DLIST_UNLINK(s->conns, ci, prev, next);
     s->nconns--;
+    s->nrecheck -= ci->recheck;
     s->closed_since_trim++;
     pthread_mutex_unlock(&s->reg_lock);
     free(ci);
     *socket_context = NULL;
 }
 
-/* The watcher: every HTTP_WATCH_INTERVAL_MS it
+/* What one look at the connections found to do once reg_lock is let go. */
+struct watch_acts {
+    req_ctx *left[64];          /* held streams and watches whose client left: resume to close */
+    int nleft;
+    req_ctx *probe[64];         /* held streams whose client sent its FIN: probe them */
+    int nprobe;
+    unsigned long long slow;
+    int *nprobed;               /* the server's count (reg_lock) */
+};
+
+/* Looks at one connection (reg_lock held): see watch_main. */
+static void look_at(conn_info *ci, uint64_t now, uint64_t timeout_us, struct watch_acts *a)
+{
+    req_ctx *ctx = ci->suspended;
+    if (ctx && (ctx->hold || ctx->watch) && !ctx->gone && a->nleft < 64 &&
+        (client_gone(ci->fd) || (ctx->watch && client_done_sending(ci->fd)))) {
+        /* (a watch's client has nothing to say: its FIN ends it) */
+        /* A held stream's client left: resume it so that it closes
+         * (hold_reader), and on_completed releases. */
+        ctx->gone = true;
+        ctx->susp = false;
+        ci->suspended = NULL;
+        a->left[a->nleft++] = ctx;
+    } else if (ctx && ctx->hold && !ctx->gone && a->nprobe < 64 && client_done_sending(ci->fd) &&
+               (!ctx->probed || ctx->probed_us + HTTP_PROBE_INTERVAL_MS * 1000ULL <= now)) {
+        /* Closed, or only half-closed? A closed client answers the probe
+         * with a reset (seen at once: watch_ep). A half-closed one reads
+         * it, and is probed again, since its full close sends nothing. */
+        if (!ctx->probed)
+            (*a->nprobed)++;
+        ctx->probed = true;
+        ctx->probed_us = now;
+        ctx->susp = false;   /* ours to resume: the stream stays open till then */
+        ci->suspended = NULL;
+        a->probe[a->nprobe++] = ctx;
+    } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
+        ctx->gone = true;
+        rl_cancel(ctx->eng, ctx->h);
+    } else if (ctx && ctx->semh && !ctx->gone && client_gone(ci->fd)) {
+        ctx->gone = true;   /* a waiting semaphore acquire stops waiting */
+        sem_cancel(ctx->semh);
+    } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
+        /* (phase_start_us may be later than now: set after now was read) */
+        ci->shut = true;   /* libmicrohttpd sees the end and closes it */
+        shutdown(ci->fd, SHUT_RDWR);
+        a->slow++;
+    }
+}
+
+/* What look_at found, done without reg_lock. */
+static void act(http_server *s, struct watch_acts *a, uint64_t now)
+{
+    static log_limit slow_log = LOG_LIMIT_INIT;
+    for (int k = 0; k < a->nleft; k++)
+        ctx_wake(a->left[k]);
+    for (int k = 0; k < a->nprobe; k++) {
+        hold_probe(a->probe[k]->hold);
+        ctx_wake(a->probe[k]);
+    }
+    for (unsigned long long k = 0; k < a->slow; k++)
+        metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
+    unsigned long long suppressed;
+    if (a->slow && log_allow(&slow_log, now, &suppressed)) {
+        char n[24], more[24];
+        snprintf(n, sizeof n, "%llu", a->slow);
+        snprintf(more, sizeof more, "%llu", suppressed);
+        log_event(LOG_LEVEL_WARN, "http_request_timeout", "connections", n, "suppressed_since_last",
+                  more, NULL);
+    }
+}
+
+void watch_stream(req_ctx *ctx)
+{
+    if (ctx->s->watch_ep < 0 || !ctx->ci)
+        return;
+    /* Edge-triggered: one report when the FIN comes, one at a reset (the
+     * kernel reports EPOLLHUP and EPOLLERR unasked). */
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLET, .data.fd = ctx->ci->fd};
+    if (epoll_ctl(ctx->s->watch_ep, EPOLL_CTL_ADD, ctx->ci->fd, &ev) == 0)
+        ctx->watched = true;
+}
+
+void unwatch_stream(req_ctx *ctx)
+{
+    if (ctx->watched && ctx->ci)
+        epoll_ctl(ctx->s->watch_ep, EPOLL_CTL_DEL, ctx->ci->fd, NULL);
+    ctx->watched = false;
+}
+
+/* The watcher. At once when the client of a held stream or a watch sends
+ * its FIN or a reset (watch_ep), and every HTTP_WATCH_INTERVAL_MS for every
+ * connection, it
  *  - cancels the engine request (or semaphore task) of every suspended
  *    connection whose connection failed (libmicrohttpd does not look at suspended
  *    connections), so a waiter stops waiting and no grant goes to a client
  *    that left; a FIN alone may be a half-close, so such a waiter waits on,
  *    and a grant it gets is checked for delivery (delivery_check);
- *  - renews a held stream at once when its client sent its FIN: a client
- *    that closed answers the event with a reset, and the stream ends;
+ *  - closes a held stream or watch whose client left;
+ *  - probes a held stream whose client sent its FIN (hold_probe), and again
+ *    every HTTP_PROBE_INTERVAL_MS while it is half-closed: a client that
+ *    closed answers with a reset, and the stream ends;
  *  - settles the delivery checks;
  *  - closes connections that have not sent a complete request within
  *    --request-timeout-ms of their start or their last answer (slowloris);
@@ -165,71 +265,75 @@ void *watch_main(void *arg)
 {
     http_server *s = arg;
     uint64_t timeout_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
-    static log_limit slow_log = LOG_LIMIT_INIT;
+    uint64_t next_pass = loop_now_us() + HTTP_WATCH_INTERVAL_MS * 1000ULL;
+    uint64_t next_probe = next_pass;
     while (!atomic_load(&s->stop_watch)) {
-        usleep(HTTP_WATCH_INTERVAL_MS * 1000);
         uint64_t now = loop_now_us();
-        unsigned long long slow = 0;
-        bool trim = false;
-        req_ctx *left_holds[64];
-        int nleft = 0;
-        req_ctx *probe[64];
-        int nprobe = 0;
         pthread_mutex_lock(&s->reg_lock);
-        for (conn_info *ci = s->conns; ci; ci = ci->next) {
-            req_ctx *ctx = ci->suspended;
-            if (ctx && (ctx->hold || ctx->watch) && !ctx->gone && nleft < 64 &&
-                (client_gone(ci->fd) || (ctx->watch && client_done_sending(ci->fd)))) {
-                /* (a watch's client has nothing to say: its FIN ends it) */
-                /* A held stream's client left: resume it so that it
-                 * closes (hold_reader), and on_completed releases. */
-                ctx->gone = true;
-                ctx->susp = false;
-                ci->suspended = NULL;
-                left_holds[nleft++] = ctx;
-            } else if (ctx && ctx->hold && !ctx->gone && !ctx->probed && nprobe < 64 &&
-                       client_done_sending(ci->fd)) {
-                /* Closed, or only half-closed? A closed client answers
-                 * the renewal's event with a reset, seen on a later pass. */
-                ctx->probed = true;
-                ctx->susp = false;   /* ours to resume: the stream stays open till then */
-                ci->suspended = NULL;
-                probe[nprobe++] = ctx;
-            } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
-                ctx->gone = true;
-                rl_cancel(ctx->eng, ctx->h);
-            } else if (ctx && ctx->semh && !ctx->gone && client_gone(ci->fd)) {
-                ctx->gone = true;   /* a waiting semaphore acquire stops waiting */
-                sem_cancel(ctx->semh);
-            } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
-                /* (phase_start_us may be later than now: set after now was read) */
-                ci->shut = true;   /* libmicrohttpd sees the end and closes it */
-                shutdown(ci->fd, SHUT_RDWR);
-                slow++;
+        uint64_t until = s->nprobed > 0 && next_probe < next_pass ? next_probe : next_pass;
+        if (s->nrecheck > 0 && now + HTTP_RECHECK_MS * 1000ULL < until)
+            until = now + HTTP_RECHECK_MS * 1000ULL;
+        pthread_mutex_unlock(&s->reg_lock);
+        int wait_ms = until > now ? (int)((until - now + 999) / 1000) : 0;
+        struct epoll_event evs[64];
+        int nev = 0;
+        if (s->watch_ep >= 0) {
+            nev = epoll_wait(s->watch_ep, evs, 64, wait_ms);
+        } else if (wait_ms > 0) {
+            usleep((useconds_t)wait_ms * 1000);
+        }
+        now = loop_now_us();
+        struct watch_acts a = {.nprobed = &s->nprobed};
+        bool checks = false, pass = now >= next_pass, probes = now >= next_probe;
+        pthread_mutex_lock(&s->reg_lock);
+        /* Only the connections that spoke: a look at every one of 10,000
+         * held streams per event would cost a poll each. */
+        for (int i = 0; i < nev; i++) {
+            conn_info *ci = s->conns;
+            while (ci && ci->fd != evs[i].data.fd)
+                ci = ci->next;
+            if (ci && !ci->suspended && !ci->recheck) {
+                /* Its stream is writing an event: the report (edge
+                 * triggered, so not repeated) is looked at once it waits. */
+                ci->recheck = true;
+                s->nrecheck++;
+            } else if (ci) {
+                look_at(ci, now, timeout_us, &a);
+            } else {
+                checks = true;   /* a delivery check's socket */
             }
         }
-        if (s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES) {
+        if (s->nrecheck > 0 && (nev == 0 || pass)) {
+            for (conn_info *ci = s->conns; ci; ci = ci->next)
+                if (ci->recheck && (ci->suspended || pass)) {
+                    ci->recheck = false;
+                    s->nrecheck--;
+                    look_at(ci, now, timeout_us, &a);
+                }
+        }
+        if (pass) {
+            for (conn_info *ci = s->conns; ci; ci = ci->next)
+                look_at(ci, now, timeout_us, &a);
+        } else if (probes && s->nprobed > 0) {
+            /* Half-closed held streams between passes: their full close
+             * sends nothing, so only a probe finds it. */
+            for (conn_info *ci = s->conns; ci; ci = ci->next)
+                if (ci->suspended && ci->suspended->probed)
+                    look_at(ci, now, timeout_us, &a);
+        }
+        if (probes)
+            next_probe = now + HTTP_PROBE_INTERVAL_MS * 1000ULL;
+        bool trim = false;
+        if (pass && s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES) {
             s->closed_since_trim = 0;
             trim = true;
         }
         pthread_mutex_unlock(&s->reg_lock);
-        for (int k = 0; k < nleft; k++)
-            ctx_wake(left_holds[k]);
-        for (int k = 0; k < nprobe; k++) {
-            hold_renew_now(probe[k]->hold);
-            ctx_wake(probe[k]);
-        }
-        settle_deliveries(s, false);
-        for (unsigned long long k = 0; k < slow; k++)
-            metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
-        unsigned long long suppressed;
-        if (slow && log_allow(&slow_log, now, &suppressed)) {
-            char n[24], more[24];
-            snprintf(n, sizeof n, "%llu", slow);
-            snprintf(more, sizeof more, "%llu", suppressed);
-            log_event(LOG_LEVEL_WARN, "http_request_timeout", "connections", n, "suppressed_since_last",
-                      more, NULL);
-        }
+        act(s, &a, now);
+        if (checks || pass)
+            settle_deliveries(s, false);
+        if (pass)
+            next_pass = now + HTTP_WATCH_INTERVAL_MS * 1000ULL;
         if (trim)
             malloc_trim(0);
     }

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <linux/sockios.h>
@@ -62,6 +63,8 @@
  * now 37 MiB). */
 #define HTTP_CONNECTION_MEMORY 8192
 #define HTTP_WATCH_INTERVAL_MS 100   /* how often gone clients and slow requests are looked for */
+#define HTTP_PROBE_INTERVAL_MS 25    /* how often a half-closed held stream is probed */
+#define HTTP_RECHECK_MS 2            /* a stream that was writing when its client spoke */
 #define HTTP_TRIM_AFTER_CLOSES 256   /* return freed connection memory to the system */
 #define HTTP_HANDSHAKE_GRACE_MS 50   /* quiescing: a handshake under way completes within this */
 #define HTTP_QUEUE_TAKE_MAX_MS 1000  /* quiescing: the most time spent emptying the queues */
@@ -77,6 +80,8 @@ typedef struct conn_info {
     bool busy;                  /* a complete request is being served */
     bool shut;                  /* closed for --request-timeout-ms */
     struct req_ctx *suspended;  /* the request waiting for the engine, if any */
+    bool recheck;               /* its socket spoke (watch_ep) while its stream was writing:
+                                   looked at again soon (reg_lock) */
 } conn_info;
 
 /* A grant answered to a client that had already sent its FIN: it may have
@@ -135,8 +140,14 @@ struct http_server {
                                    the shutdown waits for them */
     int nconns;                 /* connections in the registry, for --max-connections */
     int closed_since_trim;
+    int nrecheck;               /* connections with recheck set: reg_lock */
+    int nprobed;                /* held streams probed since their FIN (half-closed, or
+                                   closed and not yet seen so): reg_lock */
     pthread_t watcher;
     bool watching;
+    int watch_ep;               /* the watcher's epoll set: the sockets of held streams and
+                                   watches, for their client's FIN or reset (-1: none,
+                                   the watcher then only polls) */
     atomic_bool stop_watch;
 };
 
@@ -163,8 +174,10 @@ typedef struct req_ctx {
     bool submitted;           /* handed to the engine, connection suspended */
     bool dapr;                /* answer in Dapr's wire format */
     bool hold_reserved;       /* a place in s->holds is reserved for this acquire */
-    bool probed;              /* a held stream's client sent its FIN: a renewal was asked
-                                 for at once, which a closed client answers with a reset */
+    bool probed;              /* a held stream's client sent its FIN: it was probed
+                                 (hold_probe), which a closed client answers with a reset */
+    uint64_t probed_us;       /* the last probe (a half-closed client gets one again) */
+    bool watched;             /* its socket is in the watcher's epoll set (watch_stream) */
     int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
                                  socket, to learn whether the answer arrived (-1: none) */
     hold *hold;               /* the held stream this request became, until on_completed */
@@ -227,6 +240,8 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
 
 /* http_conns.c */
 bool check_delivery(req_ctx *ctx);
+void watch_stream(req_ctx *ctx);
+void unwatch_stream(req_ctx *ctx);
 void settle_deliveries(http_server *s, bool finally);
 void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                    enum MHD_ConnectionNotificationCode code);

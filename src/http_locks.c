@@ -112,6 +112,7 @@ enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
     enum MHD_Result rc = MHD_queue_response(ctx->conn, status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
+    watch_stream(ctx);   /* its client's FIN or reset is seen at once */
     metrics_request(ctx->s->m, ctx->mroute, (int)status, loop_now_us() - ctx->start_us);
     return rc;
 }

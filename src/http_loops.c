@@ -213,6 +213,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     }
     pthread_mutex_init(&s->reg_lock, NULL);
     pthread_cond_init(&s->reg_cond, NULL);
+    s->watch_ep = epoll_create1(EPOLL_CLOEXEC);
 
     char port[8];
     snprintf(port, sizeof port, "%d", cfg->listen.port);
@@ -224,6 +225,8 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         snprintf(err, errlen, "--listen %s:%d: %s", cfg->listen.host, cfg->listen.port,
                  gai_strerror(gai));
         hold_set_free(s->holds);
+        if (s->watch_ep >= 0)
+            close(s->watch_ep);
         free(s);
         return NULL;
     }
@@ -248,6 +251,8 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         for (int k = 0; k < started; k++)
             MHD_stop_daemon(s->shards[k].daemon);
         hold_set_free(s->holds);
+        if (s->watch_ep >= 0)
+            close(s->watch_ep);
         free(s);
         return NULL;
     }
@@ -339,6 +344,8 @@ void http_stop(http_server *s)
     for (int k = 0; k < s->nshards; k++)
         MHD_stop_daemon(s->shards[k].daemon);
     hold_set_free(s->holds);
+    if (s->watch_ep >= 0)
+        close(s->watch_ep);
     pthread_cond_destroy(&s->reg_cond);
     pthread_mutex_destroy(&s->reg_lock);
     free(s);
