@@ -33,9 +33,35 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
 
 #define LOCKS_PREFIX "/locks/"
 
+static const struct {
+    const char *prefix;
+    char kind;
+} beat_routes[] = {{LOCKS_PREFIX, 'l'}, {"/elections/", 'e'}, {"/semaphores/", 's'}};
+static const char beat_suffix[] = "/heartbeat";
+
+char api_heartbeat_of(const char *path, const char **name, size_t *len)
+{
+    size_t plen = strlen(path), slen = sizeof beat_suffix - 1;
+    for (size_t i = 0; i < sizeof beat_routes / sizeof beat_routes[0]; i++) {
+        size_t pre = strlen(beat_routes[i].prefix);
+        if (plen > pre + slen && !strncmp(path, beat_routes[i].prefix, pre) &&
+            !strcmp(path + plen - slen, beat_suffix)) {
+            *name = path + pre;
+            *len = plen - pre - slen;
+            return beat_routes[i].kind;
+        }
+    }
+    return 0;
+}
+
 enum api_route api_route_of(const char *path, const char **name)
 {
     *name = NULL;
+    size_t blen;
+    if (api_heartbeat_of(path, name, &blen)) {
+        *name = path;
+        return ROUTE_HEARTBEAT;
+    }
     if (!strcmp(path, "/healthz"))
         return ROUTE_HEALTHZ;
     if (!strcmp(path, "/readyz"))
@@ -84,7 +110,8 @@ const char *api_allowed_methods(enum api_route r)
     case ROUTE_DAPR_UNLOCK: return "POST";
     case ROUTE_DAPR_METADATA: return "GET";
     case ROUTE_ELECTION: return "GET, POST, DELETE";
-    case ROUTE_ELECTION_VALUE: return "PUT";
+    case ROUTE_ELECTION_VALUE:
+    case ROUTE_HEARTBEAT: return "PUT";
     default: return "GET, HEAD";
     }
 }
@@ -100,7 +127,7 @@ bool api_method_allowed(enum api_route r, const char *method)
         return !strcmp(method, "GET");
     if (r == ROUTE_ELECTION)
         return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "DELETE");
-    if (r == ROUTE_ELECTION_VALUE)
+    if (r == ROUTE_ELECTION_VALUE || r == ROUTE_HEARTBEAT)
         return !strcmp(method, "PUT");
     return !strcmp(method, "GET") || !strcmp(method, "HEAD");
 }
@@ -123,6 +150,7 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
     req->op = op;
     req->ttl_ms = lim->default_ttl_ms;
     req->wait_ms = 0;
+    req->heartbeat_ms = 0;
     *token_from_body = false;
     *err = API_E_BAD_REQUEST;
     if (op == RL_INSPECT)
@@ -139,8 +167,14 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
         const char *owner;
         if (jsonio_int(root, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0 ||
             jsonio_bool(root, "hold", &req->hold, msg, msglen) < 0 ||
+            jsonio_int(root, "heartbeat_ms", API_HEARTBEAT_MIN_MS, lim->max_ttl_ms, &req->heartbeat_ms, msg,
+                       msglen) < 0 ||
             jsonio_string(root, "owner", &owner, msg, msglen) < 0)
             goto out;
+        if (req->heartbeat_ms && !req->hold) {
+            snprintf(msg, msglen, "heartbeat_ms is for held streams: it needs \"hold\": true");
+            goto out;
+        }
         if (req->hold && req->ttl_ms < API_HOLD_MIN_TTL_MS) {
             snprintf(msg, msglen, "ttl_ms must be at least %d with hold (it is renewed every third)",
                      API_HOLD_MIN_TTL_MS);

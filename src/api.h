@@ -23,6 +23,8 @@ enum api_route {
     ROUTE_ELECTION,       /* /elections/{name} (docs/elections.md) */
     ROUTE_ELECTION_VALUE, /* PUT /elections/{name}/value: *name ends before "/value" */
     ROUTE_SEMAPHORE,      /* /semaphores/{name} (docs/semaphores.md) */
+    ROUTE_HEARTBEAT,      /* PUT /{locks,elections,semaphores}/{name}/heartbeat: *name is
+                             the whole path (api_heartbeat_of splits it) */
 };
 
 /* Error kinds of the contract; api_errors[] maps each to status and code. */
@@ -62,12 +64,18 @@ typedef struct api_limits {
 /* The shortest ttl a held stream may ask for: it is renewed every third of
  * it, and must outlast a few master round trips. */
 #define API_HOLD_MIN_TTL_MS 1000
+#define API_HEARTBEAT_MIN_MS 100   /* the least "heartbeat_ms" of a held stream */
 
 /* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
  * "/locks/", for the Dapr lock routes to the store name, for the election
  * routes to what follows "/elections/" (not yet validated; never empty;
- * for ROUTE_ELECTION_VALUE it goes on with "/value"). */
+ * for ROUTE_ELECTION_VALUE it goes on with "/value"; for ROUTE_HEARTBEAT
+ * *name is the path itself). */
 enum api_route api_route_of(const char *path, const char **name);
+
+/* Of a ROUTE_HEARTBEAT path: which kind of stream ('l' lock, 'e' election,
+ * 's' semaphore), and where its name begins and how long it is. */
+char api_heartbeat_of(const char *path, const char **name, size_t *len);
 
 /* The methods a route allows, for 405 and the Allow header. */
 const char *api_allowed_methods(enum api_route r);

@@ -71,7 +71,8 @@ int election_parse_campaign(const char *body, size_t len, long long default_ttl_
     }
     memcpy(candidate, c, strlen(c) + 1);
     if (value_field(root, false, value, msg, msglen) < 0 ||
-        jsonio_int(root, "ttl_ms", API_HOLD_MIN_TTL_MS, max_ttl_ms, &req->ttl_ms, msg, msglen) < 0)
+        jsonio_int(root, "ttl_ms", API_HOLD_MIN_TTL_MS, max_ttl_ms, &req->ttl_ms, msg, msglen) < 0 ||
+        jsonio_int(root, "heartbeat_ms", API_HEARTBEAT_MIN_MS, max_ttl_ms, &req->heartbeat_ms, msg, msglen) < 0)
         goto out;
     if (req->ttl_ms < API_HOLD_MIN_TTL_MS)
         req->ttl_ms = API_HOLD_MIN_TTL_MS;

@@ -164,8 +164,8 @@ static void poll_done(void *arg, const rl_result *res)
 /* A notice reached engine e: its watches of that key read at once. */
 static void on_notice(void *arg, const char *key, size_t len, const char *value, size_t vlen)
 {
-    (void)value;
-    (void)vlen;
+    if (vlen && value[0] == '\n')
+        return;   /* a heartbeat: nothing changed */
     rl_engine *e = arg;
     pthread_mutex_lock(&reg_mu);
     for (election_watch *w = registry; w; w = w->next) {

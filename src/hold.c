@@ -93,6 +93,15 @@ static void on_notice(void *arg, const char *key, size_t len, const char *value,
         return;
     const char *name = key + ear->plen;
     size_t nlen = len - ear->plen;
+    if (value[0] == '\n') {   /* a heartbeat taken by another instance */
+        char n[RL_INTERNAL_NAME_MAX + 1];
+        if (nlen < sizeof n) {
+            memcpy(n, name, nlen);
+            n[nlen] = '\0';
+            hold_heartbeat(s, n, value + 1, vlen - 1);
+        }
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     for (hold *h = s->list; h; h = h->next) {
         if (h->e == ear->e && !h->closed && !h->campaigning && strlen(h->token) == vlen &&
@@ -213,6 +222,8 @@ static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const 
     snprintf(h->token, sizeof h->token, "%s", res->token);
     h->ttl_ms = res->ttl_ms;
     h->fence = res->fence;
+    h->heartbeat_us = (uint64_t)req->heartbeat_ms * 1000ULL;
+    h->beat_us = sent_us;
     h->repair = res->masters_missing > 0;
     if (req->owner[0] && !(h->record = strdup(req->owner))) {
         free(h);
@@ -258,6 +269,8 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
     snprintf(h->role->label, sizeof h->role->label, "%s", label);
     snprintf(h->role->candidate, sizeof h->role->candidate, "%s", candidate);
     h->ttl_ms = req->ttl_ms;
+    h->heartbeat_us = (uint64_t)req->heartbeat_ms * 1000ULL;
+    h->beat_us = loop_now_us();
     h->pend_campaigning = true;
     return hold_link(s, h, req->ttl_ms, fd, wake, arg, true);
 }
@@ -366,6 +379,21 @@ void hold_close(hold *h)
         release_lock(h);
     free_if_done(h);
     pthread_mutex_unlock(&s->mu);
+}
+
+bool hold_heartbeat(hold_set *s, const char *name, const char *token, size_t tlen)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->mu);
+    for (hold *h = s->list; h && !found; h = h->next) {
+        if (h->closed || h->end != END_NONE || h->campaigning || strlen(h->token) != tlen ||
+            memcmp(h->token, token, tlen) || strcmp(h->name, name))
+            continue;
+        h->beat_us = loop_now_us();
+        found = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return found;
 }
 
 void hold_probe(hold *h)

@@ -115,6 +115,12 @@ long hold_read(hold *h, char *buf, size_t cap);
  * called, and fd never read, after it returns. */
 void hold_close(hold *h);
 
+/* The client of the stream holding name with token (an internal name: an
+ * election's lock, a permit's slot) showed it is alive: a stream asked with
+ * "heartbeat_ms" goes on for that long again. False when no such stream is
+ * open here. Any thread. */
+bool hold_heartbeat(hold_set *s, const char *name, const char *token, size_t tlen);
+
 /* Writes one space to h's stream (JSON's whitespace, before the next
  * event's line), now rather than at the next renewal: a client that closed
  * its connection answers it with a reset, so the stream ends at once; a

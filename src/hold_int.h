@@ -85,6 +85,8 @@ struct hold {
     bool pend_acquired;
     bool pend_campaigning;
     bool pend_renewed;
+    uint64_t heartbeat_us;          /* the client shows it is alive this often (0: not asked) */
+    uint64_t beat_us;               /* when it last did (or the stream began) */
     bool pend_probe;                /* one space (hold_probe): JSON's whitespace before the
                                        next event, which a closed client answers with a reset */
     enum hold_end end;

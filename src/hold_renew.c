@@ -218,6 +218,7 @@ static void campaign_done(void *arg, const rl_result *res)
         h->valid_until_us = from + (uint64_t)res->validity_ms * 1000ULL;
         h->next_try_us = from + (uint64_t)h->ttl_ms * 1000ULL / 3;
         h->campaigning = false;
+        h->beat_us = now;   /* its heartbeats count from the election */
         hold_listen(h, true);
         h->pend_campaigning = false;
         h->pend_acquired = true;
@@ -310,6 +311,19 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
         }
         if (h->end != END_NONE || h->closed || s->ending)
             continue;
+        if (h->heartbeat_us && !h->campaigning) {
+            /* (a campaign has no token to show it with until elected) */
+            uint64_t due = h->beat_us + h->heartbeat_us;
+            if (now >= due) {
+                /* The client stopped showing it is alive (hung, stopped):
+                 * no more renewals. What it holds goes when the validity it
+                 * was told runs out, as after any loss. */
+                end_lost(h, "no_heartbeat");
+                continue;
+            }
+            if (due < next)
+                next = due;
+        }
         if (h->campaigning) {
             if (!h->acquiring && now >= h->next_try_us)
                 campaign_try(h, now);

@@ -321,6 +321,10 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         if (!authorized(ctx, false))
             return unauthorized(ctx);
         return election_dispatch(ctx, method, name);
+    case ROUTE_HEARTBEAT:
+        if (!authorized(ctx, false))
+            return unauthorized(ctx);
+        return heartbeat_dispatch(ctx, name);
     case ROUTE_NOT_FOUND:
         break;
     }

@@ -235,6 +235,7 @@ enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store);
 enum MHD_Result election_answer(req_ctx *ctx);
 enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw);
 void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
+enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path);
 enum MHD_Result sem_answer(req_ctx *ctx);
 enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name);
 

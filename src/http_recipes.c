@@ -158,6 +158,7 @@ static enum MHD_Result sem_hold_answer(req_ctx *ctx)
     sem_token_split(p->token, SEM_LIMIT_MAX, &slot_no, grant.token, sizeof grant.token);
     sem_slot_name(ctx->sem->name, p->slot, slot.name, sizeof slot.name);
     snprintf(slot.owner, sizeof slot.owner, "%s", ctx->sem->owner);   /* a repair's owner record */
+    slot.heartbeat_ms = ctx->sem->heartbeat_ms;
     sem_limit_name(ctx->sem->name, of.limit_name, sizeof of.limit_name);
     snprintf(of.semaphore, sizeof of.semaphore, "%s", ctx->sem->name);
     of.limit_engine = engine_of_name(s, of.limit_name);
@@ -244,4 +245,56 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
         ctx->forced = true;
     }
     return MHD_YES;
+}
+
+/* ---- heartbeats (hold.h) ---- */
+
+static void beat_passed(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* PUT /{locks,elections,semaphores}/{name}/heartbeat with the stream's
+ * token: 204 when the stream is here; else 202, passed on as a notice on
+ * the name's channel to the instance that keeps it. */
+enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path)
+{
+    http_server *s = ctx->s;
+    const char *raw;
+    size_t len;
+    char kind = api_heartbeat_of(path, &raw, &len);
+    if (!rules_name_valid(raw, len))
+        return send_error(ctx, API_E_BAD_NAME, "the name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    char label[RL_NAME_MAX + 1], msg[200], token[TOKEN_MAX_LEN + 1];
+    memcpy(label, raw, len);
+    label[len] = '\0';
+    bool token_in_body;
+    enum api_err err;
+    rl_request pub = {.op = RL_PUBLISH};
+    if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req, &token_in_body,
+                       &err, msg, sizeof msg) < 0)
+        return send_error(ctx, err, msg, NULL);
+    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+    const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+    if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    snprintf(token, sizeof token, "%s", ctx->req.token);
+    if (kind == 'l') {
+        snprintf(pub.name, sizeof pub.name, "%s", label);
+    } else if (kind == 'e') {
+        election_lock_name(label, pub.name, sizeof pub.name);
+    } else {
+        int slot;
+        if (!sem_token_split(ctx->req.token, SEM_LIMIT_MAX, &slot, token, sizeof token))
+            return send_error(ctx, API_E_BAD_REQUEST, "the token must be a permit's (\"<slot>:<token>\")", NULL);
+        sem_slot_name(label, slot, pub.name, sizeof pub.name);
+        sem_limit_name(label, pub.notice_name, sizeof pub.notice_name);   /* a permit's channel */
+    }
+    if (hold_heartbeat(s->holds, pub.name, token, strlen(token)))
+        return send_body(ctx, 204, NULL, NULL, 0, true);
+    snprintf(pub.token, sizeof pub.token, "%s", token);
+    if (rl_submit(engine_of_name(s, pub.name), &pub, beat_passed, NULL, NULL) < 0)
+        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    return send_body(ctx, 202, NULL, NULL, 0, true);
 }

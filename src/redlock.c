@@ -366,9 +366,12 @@ void op_run(rl_task *op)
         /* Answered at once: the notice goes out ahead of anything sent
          * later, and a master that misses it misses it (watches re-read). */
         if (e->cfg.notify) {
-            const char *args[] = {op->key, op->channel};
-            size_t lens[] = {strlen(op->key), strlen(op->channel)};
-            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 2, args, lens, NULL, NULL);
+            /* With a token: a held stream's heartbeat, "key\n\ntoken" */
+            char beat[TOKEN_MAX_LEN + 3];
+            snprintf(beat, sizeof beat, "%s%s", op->req.token[0] ? "\n\n" : "", op->req.token);
+            const char *args[] = {op->key, op->channel, beat};
+            size_t lens[] = {strlen(op->key), strlen(op->channel), strlen(beat)};
+            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 3, args, lens, NULL, NULL);
         }
         op->res.outcome = RL_OK;
         op_answer(op);

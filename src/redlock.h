@@ -64,6 +64,8 @@ typedef struct rl_request {
                                        beside the lock, never in its value. proclaim: the
                                        new value (what follows candidate and since) */
     bool hold;                      /* acquire: a held stream (the HTTP layer keeps it) */
+    long long heartbeat_ms;         /* a held stream's client shows it is alive this often
+                                       (0: never asked; hold.h) */
     long long limit;                /* sem_limit: the semaphore's limit (0: read it, -1: keep
                                        it for at least ttl_ms) */
     bool queued;                    /* acquire/inspect: waits for a place among

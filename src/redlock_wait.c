@@ -267,13 +267,15 @@ void on_released(rl_engine *e, const char *key, size_t len)
 void on_notice(void *arg, const char *msg, size_t len)
 {
     rl_engine *e = arg;
-    /* A release's notice is "key\nvalue" (no name holds a control byte);
-     * a grant's or a subscription's is the key alone. */
+    /* A release's notice is "key\nvalue" (no name holds a control byte), a
+     * heartbeat's "key\n\ntoken"; a grant's or a subscription's is the key
+     * alone. */
     const char *nl = memchr(msg, '\n', len);
     size_t klen = nl ? (size_t)(nl - msg) : len;
     const char *value = nl ? nl + 1 : "";
     size_t vlen = nl ? len - klen - 1 : 0;
-    on_released(e, msg, klen);
+    if (!(vlen && value[0] == '\n'))   /* a heartbeat ("key\n\ntoken") frees nothing */
+        on_released(e, msg, klen);
     for (int i = 0; i < e->nhooks; i++)
         e->hooks[i](e->hook_args[i], msg, klen, value, vlen);
 }

@@ -133,7 +133,7 @@ mscript script_proclaim = {"proclaim",
     "return {0}\n", "", false, true, NULL, true, NULL, 0};
 
 /* A notice of a change (scripts.h). */
-mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1])\nreturn 1\n", "", false, false,
+mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1] .. (ARGV[2] or ''))\nreturn 1\n", "", false, false,
                           NULL, false, NULL, 0};
 
 /* A semaphore's limit (scripts.h). */

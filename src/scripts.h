@@ -110,8 +110,9 @@ extern mscript script_inspect;
  * expiry, and answers {1}; {-1} another value holds key; {0} absent. */
 extern mscript script_proclaim;
 
-/* KEYS key; ARGV channel. Publishes key on channel (an election's grant
- * or proclaim, so that watches on every instance look at once). */
+/* KEYS key; ARGV channel[, suffix]. Publishes key (and suffix) on channel
+ * (an election's grant or proclaim, so that watches on every instance look
+ * at once; with suffix "\n\ntoken", a held stream's heartbeat). */
 extern mscript script_publish;
 
 /* KEYS NAME#limit, marker; ARGV limit, px_ms, guard. limit "0" reads:

@@ -42,6 +42,7 @@ typedef struct sem_request {
     int permits;                  /* acquire: k, 1..limit */
     long long ttl_ms, wait_ms;
     bool hold;                    /* acquire of one permit: a held stream (the HTTP layer keeps it) */
+    long long heartbeat_ms;       /* with hold: as rl_request's */
     char owner[RL_OWNER_MAX + 1]; /* acquire, optional */
     int ntokens;                  /* extend, release */
     char tokens[SEM_LIMIT_MAX][SEM_TOKEN_MAX + 1];

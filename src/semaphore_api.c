@@ -42,6 +42,7 @@ int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_r
     req->op = SEM_ACQUIRE;
     req->ttl_ms = lim->default_ttl_ms;
     req->wait_ms = 0;
+    req->heartbeat_ms = 0;
     json_t *o = jsonio_read_object(body, len, false, msg, msglen);
     if (!o)
         return -1;
@@ -58,8 +59,13 @@ int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_r
         jsonio_int(o, "ttl_ms", 1, lim->max_ttl_ms, &req->ttl_ms, msg, msglen) < 0 ||
         jsonio_int(o, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0 ||
         jsonio_bool(o, "hold", &req->hold, msg, msglen) < 0 ||
+        jsonio_int(o, "heartbeat_ms", API_HEARTBEAT_MIN_MS, lim->max_ttl_ms, &req->heartbeat_ms, msg, msglen) < 0 ||
         jsonio_string(o, "owner", &owner, msg, msglen) < 0)
         goto out;
+    if (req->heartbeat_ms && !req->hold) {
+        snprintf(msg, msglen, "heartbeat_ms is for held streams: it needs \"hold\": true");
+        goto out;
+    }
     if (req->hold && permits != 1) {
         snprintf(msg, msglen, "a held stream keeps one permit: permits must be 1 with hold");
         goto out;

@@ -37,6 +37,7 @@
 
 #define CONNECT_TIMEOUT_MS 5000L
 #define CALL_TIMEOUT_MS 30000L      /* a call that does not wait */
+#define CLI_HEARTBEAT_MS 10000LL    /* run and elect without --ttl: the heartbeat_ms they ask for */
 #define RELEASE_TIMEOUT_MS 5000L    /* run's DELETE after CMD exits */
 #define MAX_BODY_BYTES (1 << 20)
 
@@ -77,6 +78,13 @@ typedef struct run {
     char token[300];
     long long fence;
     uint64_t valid_until_us;      /* from when the last acquired/renewed event was read */
+    /* heartbeats: the stream asks for one every heartbeat_ms (so that a
+     * stopped redlock loses its lock), sent every quarter of it */
+    long long heartbeat_ms;
+    CURL *beat;                   /* the heartbeat in flight, if any */
+    struct curl_slist *beat_hdrs;
+    answer beat_ans;
+    uint64_t next_beat_us;
     bool lost, releasing;
     char why[300];                /* what happened to the lock */
     /* CMD */

@@ -125,6 +125,16 @@ static int campaign_body(const run *r, char *out, size_t outlen)
     return n < 0 || (size_t)n >= outlen ? -1 : 0;
 }
 
+/* Adds "heartbeat_ms" to a JSON object's text in body. */
+static int add_heartbeat(char *body, size_t cap, long long ms)
+{
+    size_t n = strlen(body);
+    if (n < 2 || body[n - 1] != '}')
+        return -1;
+    int k = snprintf(body + n - 1, cap - (n - 1), ",\"heartbeat_ms\":%lld}", ms);
+    return k < 0 || (size_t)k >= cap - (n - 1) ? -1 : 0;
+}
+
 static int start_try(run *r)
 {
     char body[512];
@@ -132,6 +142,8 @@ static int start_try(run *r)
     if (r->a->cmd == CLI_ELECT ? campaign_body(r, body, sizeof body) < 0
                                : cli_acquire_body(r->a->ttl_ms, r->asked_ms, true, r->owner, body,
                                                   sizeof body) < 0)
+        return -1;
+    if (add_heartbeat(body, sizeof body, r->heartbeat_ms) < 0)
         return -1;
     answer_reset(&r->ans);
     cli_lines_free(&r->lines);
@@ -347,6 +359,46 @@ long stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout)
     return timeout;
 }
 
+/* The heartbeat's request goes. */
+static void beat_drop(run *r)
+{
+    curl_multi_remove_handle(r->multi, r->beat);
+    curl_easy_cleanup(r->beat);
+    r->beat = NULL;
+    curl_slist_free_all(r->beat_hdrs);
+    r->beat_hdrs = NULL;
+}
+
+/* The heartbeat that answered (or failed): the next one follows a quarter
+ * of heartbeat_ms after this one was sent. A failed one is only said: the
+ * stream tells whether the lock was lost. */
+static void beat_done(run *r, CURLcode rc)
+{
+    if (rc != CURLE_OK || (r->beat_ans.status != 204 && r->beat_ans.status != 202))
+        say("heartbeat: %s", rc != CURLE_OK ? r->beat_ans.errbuf : r->beat_ans.body);
+    beat_drop(r);
+}
+
+/* Sends a heartbeat when one is due; returns the poll timeout left. */
+static long heartbeat(run *r, uint64_t now, long timeout)
+{
+    if (r->beat || !r->acquired || r->lost)
+        return timeout;
+    if (now < r->next_beat_us)
+        return until_ms(r->next_beat_us, now, timeout);
+    char path[300];
+    snprintf(path, sizeof path, "%s/heartbeat", r->path);
+    answer_reset(&r->beat_ans);
+    long timeout_ms = r->heartbeat_ms > 1000 ? (long)r->heartbeat_ms : 1000;
+    r->beat = new_request("PUT", path, NULL, r->token, timeout_ms, &r->beat_hdrs, &r->beat_ans);
+    if (r->beat && curl_multi_add_handle(r->multi, r->beat) != CURLM_OK) {
+        curl_easy_cleanup(r->beat);
+        r->beat = NULL;
+    }
+    r->next_beat_us = now + (uint64_t)r->heartbeat_ms * 250u;
+    return until_ms(r->next_beat_us, now, timeout);
+}
+
 int cmd_run(const cli_args *a)
 {
     run r;
@@ -355,6 +407,7 @@ int cmd_run(const cli_args *a)
     r.phase = ACQUIRING;
     r.cap = CLI_SERVER_MAX_WAIT_MS;
     r.fence = -1;
+    r.heartbeat_ms = a->ttl_ms > 0 ? a->ttl_ms : CLI_HEARTBEAT_MS;
     lock_path(a->name, r.path, sizeof r.path);
     if (a->owner)
         snprintf(r.owner, sizeof r.owner, "%s", a->owner);
@@ -413,8 +466,10 @@ int cmd_run(const cli_args *a)
         }
         if (r.acquired && !r.lost && now >= r.valid_until_us)
             lose(&r, "lost: no renewal came before the lock's validity ran out (the held stream stalled?)");
-        if (r.acquired && !r.lost)
+        if (r.acquired && !r.lost) {
             timeout = until_ms(r.valid_until_us, now, timeout);
+            timeout = heartbeat(&r, now, timeout);
+        }
         if (r.lost && !r.child) {
             say("%s", r.why);   /* before CMD started */
             r.exit_code = CLI_EXIT_LOST;
@@ -450,8 +505,13 @@ int cmd_run(const cli_args *a)
         while ((m = curl_multi_info_read(r.multi, &left)))
             if (m->msg == CURLMSG_DONE && m->easy_handle == r.h)
                 on_done(&r, m->data.result);
+            else if (m->msg == CURLMSG_DONE && m->easy_handle == r.beat)
+                beat_done(&r, m->data.result);
     }
     /* Whatever way out: the stream closes, and with it the lock. */
+    if (r.beat)
+        beat_drop(&r);
+    answer_reset(&r.beat_ans);
     drop_request(&r);
     if (r.child > 0 && !r.reaped && r.phase != DONE) {
         /* An internal failure while CMD runs: it must not run unlocked. */

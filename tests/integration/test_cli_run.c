@@ -326,3 +326,33 @@ Test(cli_run, killed_redlock_releases_and_kills_cmd)
     cr_assert(gone, "CMD %d outlived redlock", child);
     cr_assert(freed, "the lock outlived redlock by 2 s");
 }
+
+/* A stopped redlock (SIGSTOP: its socket stays open and its kernel still
+ * acknowledges) sends no heartbeat: the service ends its held stream with
+ * lost (no_heartbeat) and the lock is free once the validity it last told
+ * has run out, within a heartbeat and a ttl (2 s each here). Without a
+ * heartbeat the service would renew it for as long as the socket lives.
+ * Resumed, redlock reads the loss and stops CMD. */
+Test(cli_run, a_stopped_redlock_loses_its_lock)
+{
+    start_service(5, NULL);
+    char script[300];
+    snprintf(script, sizeof script, "echo $$ > %s/started; while :; do sleep 0.05; done", T);
+    pid_t p = START("r", "run", "--ttl", "2s", "hung", "--", "sh", "-c", script);
+    cr_assert(wait_file("started", 5000), "CMD did not start: %s", err_of("r"));
+    cr_assert(h_held(C, "hung"));
+    h_stop_process(p);
+    uint64_t t0 = h_now_us();
+    bool freed = false;
+    while (!freed && h_now_us() - t0 < 15000000) {
+        usleep(50000);
+        freed = !h_held(C, "hung");
+    }
+    double s = (double)(h_now_us() - t0) / 1e6;
+    kill(p, SIGCONT);
+    cr_assert(freed, "the lock of a stopped redlock was still held after 15 s");
+    cr_log_info("cli_run: the lock of a stopped redlock was free %.2f s after the stop (ttl and heartbeat 2 s)", s);
+    int code = finish(p, 10000);
+    cr_assert_eq(code, 3, "redlock exited %d: %s", code, err_of("r"));
+    cr_assert(strstr(err_of("r"), "no_heartbeat"), "%s", err_of("r"));
+}

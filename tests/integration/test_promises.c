@@ -426,3 +426,100 @@ Test(promises, a_half_closed_leader_that_closes_is_noticed_before_its_next_renew
     cJSON_Delete(ev);
     h_stream_close(b);
 }
+
+/* ---- 6. a hung holder, with a heartbeat ---- */
+
+struct beat_arg {
+    h_cluster *c;
+    char path[128], hdr[300];
+    long status;
+};
+
+static void beat(struct beat_arg *b)
+{
+    h_resp r = h_http(b->c, "PUT", b->path, NULL, b->hdr, NULL);
+    b->status = r.status;
+    h_resp_free(&r);
+}
+
+/* A held lock asked with heartbeat_ms 600: heartbeats (PUT .../heartbeat
+ * with the token) keep it for three times that, through this instance
+ * (204) and through the other (202, passed on); then they stop, as a hung
+ * client's would, and the stream ends with lost (no_heartbeat). The lock
+ * is free once the validity it last told has run out. */
+Test(promises, a_holder_that_stops_its_heartbeats_loses_its_lease)
+{
+    start_two();
+    h_stream *s = h_stream_open(C, "/locks/hb", "{\"hold\":true,\"ttl_ms\":2000,\"heartbeat_ms\":600}", 3000);
+    cr_assert(s && s->status == 201, "%ld %s", s ? s->status : 0, s && s->body ? s->body : "");
+    cJSON *ev = next_news(s, 3000);
+    cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "acquired"));
+    struct beat_arg here = {.c = C}, there = {.c = P};
+    snprintf(here.path, sizeof here.path, "/locks/hb/heartbeat");
+    snprintf(there.path, sizeof there.path, "/locks/hb/heartbeat");
+    snprintf(here.hdr, sizeof here.hdr, "Lock-Token: %s", h_ev_str(ev, "token"));
+    snprintf(there.hdr, sizeof there.hdr, "Lock-Token: %s", h_ev_str(ev, "token"));
+    cJSON_Delete(ev);
+    uint64_t until = h_now_us() + 1800000;
+    int n = 0;
+    while (h_now_us() < until) {
+        beat(n % 2 ? &there : &here);
+        cr_assert_eq(n % 2 ? there.status : here.status, n % 2 ? 202 : 204, "heartbeat %d", n);
+        n++;
+        ev = next_news(s, 150);
+        cr_assert_null(ev, "with heartbeats: %s", ev ? h_ev_str(ev, "event") : "");
+    }
+    uint64_t stopped = h_now_us();
+    ev = next_news(s, 3000);
+    cr_assert(ev, "no event after the heartbeats stopped");
+    cr_assert_str_eq(h_ev_str(ev, "event"), "lost", "%s", cJSON_PrintUnformatted(ev));
+    cr_assert_str_eq(h_ev_str(ev, "reason"), "no_heartbeat");
+    cJSON_Delete(ev);
+    double lost_ms = (double)(h_now_us() - stopped) / 1000.0;
+    long st = 0;
+    while (h_now_us() - stopped < 8000000 && (st = h_acquire_status(P, "hb", NULL)) != 201)
+        usleep(50000);
+    cr_log_info("promises: heartbeats stopped: lost (no_heartbeat) after %.0f ms, the lock free after %.0f ms "
+                "(heartbeat 600, ttl 2000)", lost_ms, (double)(h_now_us() - stopped) / 1000.0);
+    cr_assert_eq(st, 201, "the lock of a holder without heartbeats was still held 8 s on");
+    h_stream_close(s);
+}
+
+/* The same for a leader: no heartbeat after the election ends its term
+ * (lost, no_heartbeat) and the rival is elected; a heartbeat with a token
+ * that holds nothing here is passed on (202), and one for a semaphore
+ * needs a permit's token. */
+Test(promises, a_leader_without_heartbeats_steps_down)
+{
+    start_two();
+    h_stream *a = h_stream_open(C, "/elections/hbe", "{\"candidate\":\"a\",\"ttl_ms\":2000,\"heartbeat_ms\":500}", 3000);
+    cr_assert(a && a->status == 201);
+    cJSON *ev = next_news(a, 3000);
+    cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "elected"));
+    long long term = h_ev_int(ev, "term");
+    cJSON_Delete(ev);
+    h_stream *b = h_stream_open(P, "/elections/hbe", "{\"candidate\":\"b\",\"ttl_ms\":2000}", 3000);
+    cr_assert(b && b->status == 201);
+    ev = next_news(a, 3000);
+    cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "lost"), "the leader went on without heartbeats");
+    cr_assert_str_eq(h_ev_str(ev, "reason"), "no_heartbeat");
+    cJSON_Delete(ev);
+    ev = next_news(b, 6000);
+    cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "elected"), "the rival was not elected");
+    cr_assert_gt(h_ev_int(ev, "term"), term);
+    cJSON_Delete(ev);
+    h_resp r = h_http(C, "PUT", "/elections/hbe/heartbeat", NULL, "Lock-Token: nobody-holds-this", NULL);
+    cr_assert_eq(r.status, 202, "%ld %s", r.status, r.body);
+    h_resp_free(&r);
+    r = h_http(C, "PUT", "/semaphores/hbs/heartbeat", NULL, "Lock-Token: no-slot", NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/hbx", "{\"heartbeat_ms\":500}", NULL);
+    cr_assert_eq(r.status, 400, "heartbeat_ms without hold: %ld %s", r.status, r.body);
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/hbx", "{\"hold\":true,\"heartbeat_ms\":50}", NULL);
+    cr_assert_eq(r.status, 400, "heartbeat_ms below 100: %ld %s", r.status, r.body);
+    h_resp_free(&r);
+    h_stream_close(a);
+    h_stream_close(b);
+}
