@@ -293,6 +293,8 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path)
     }
     if (hold_heartbeat(s->holds, pub.name, token, strlen(token)))
         return send_body(ctx, 204, NULL, NULL, 0, true);
+    if (atomic_load(&s->quiescing))
+        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
     snprintf(pub.token, sizeof pub.token, "%s", token);
     if (rl_submit(engine_of_name(s, pub.name), &pub, beat_passed, NULL, NULL) < 0)
         return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);

@@ -469,6 +469,8 @@ def framing(A):
     auth = f"Authorization: Bearer {AUTH_TOKEN}"
     for m, p in [("POST", "/locks/te-1"), ("PATCH", "/locks/te-1"), ("DELETE", "/locks/te-1"),
                  ("POST", "/elections/te-1"), ("DELETE", "/elections/te-1"), ("PUT", "/elections/te-1/value"),
+                 ("PUT", "/locks/te-1/heartbeat"), ("PUT", "/elections/te-1/heartbeat"),
+                 ("PUT", "/semaphores/te-1/heartbeat"),
                  ("POST", "/semaphores/te-1"), ("PATCH", "/semaphores/te-1"), ("DELETE", "/semaphores/te-1"),
                  ("POST", "/v1.0-alpha1/lock/lockstore"), ("POST", "/v1.0-alpha1/unlock/lockstore"),
                  ("GET", "/healthz"), ("GET", "/nope")]:
@@ -957,6 +959,9 @@ def shutting_down(tmp, masters):
                           ("GET", "/elections/sd-f", {}, b'{}'),
                           ("DELETE", "/elections/sd-f", {"Lock-Token": "t"}, b'{}'),
                           ("PUT", "/elections/sd-f/value", {"Lock-Token": "t"}, b'{"value":"x"}'),
+                          ("PUT", "/locks/sd-3/heartbeat", {"Lock-Token": "t"}, b'{}'),
+                          ("PUT", "/elections/sd-f/heartbeat", {"Lock-Token": "t"}, b'{}'),
+                          ("PUT", "/semaphores/sd-s/heartbeat", {"Lock-Token": "0:t"}, b'{}'),
                           ("POST", "/v1.0-alpha1/lock/lockstore", {},
                            b'{"resourceId":"sd-4","lockOwner":"o","expiryInSeconds":1}'),
                           ("POST", "/v1.0-alpha1/unlock/lockstore", {}, b'{"resourceId":"sd-4","lockOwner":"o"}')]:
@@ -1195,6 +1200,71 @@ def held_permit(A, n):
     h.finish()
 
 
+def heartbeats(A):
+    """PUT .../heartbeat on the three kinds of held stream: 204 where this
+    instance keeps the stream (token in the header, the query or the body),
+    202 passed on, and the refusals; a stream asked with heartbeat_ms that
+    gets none ends with lost (no_heartbeat)."""
+    n = "hb-1"
+    h = hold(A, n, {"hold": True, "ttl_ms": 3000, "heartbeat_ms": 2000}, "hb-1")
+    if h:
+        tok = h.events[0]["token"]
+        expect(A.req("PUT", f"/locks/{n}/heartbeat", headers={"Lock-Token": tok}), 204, what="a lock's heartbeat")
+        expect(A.req("PUT", f"/locks/{n}/heartbeat?token={tok}"), 204, what="a lock's heartbeat, token in the query")
+        expect(A.req("PUT", f"/locks/{n}/heartbeat", {"token": tok}), 204, what="a lock's heartbeat, token in the body")
+        expect(A.req("PUT", f"/locks/{n}/heartbeat", headers={"Lock-Token": "someone-else"}), 202,
+               what="a heartbeat for a stream kept elsewhere")
+        h.finish()
+    h = hold(A, "hb-2", {"hold": True, "ttl_ms": 1000, "heartbeat_ms": 100}, "hb-2", retry_s=5.0)
+    if h:
+        ev = h.until(lambda e: e.get("event") != "renewed", 5, "hb-2 without heartbeats")
+        if ev != {"event": "lost", "reason": "no_heartbeat"}:
+            fail(f"a held stream without heartbeats: {ev}, not lost (no_heartbeat)")
+        h.expect_end(3, "hb-2 after lost")
+        h.finish()
+    c = open_stream(lambda: Streamed(A, "POST", "/elections/hb-e", {"candidate": "a", "ttl_ms": 3000,
+                                                                     "heartbeat_ms": 2000}))
+    secrets.add("hb-e")
+    ev = c.until(lambda e: e.get("event") != "campaigning", 5, "hb-e elected") if c.a.status == 201 else None
+    if not ev or ev.get("event") != "elected":
+        fail(f"hb-e: {ev}, not elected")
+    else:
+        expect(A.req("PUT", "/elections/hb-e/heartbeat", headers={"Lock-Token": ev["token"]}), 204,
+               what="a leader's heartbeat")
+    c.finish()
+    p = open_stream(lambda: Streamed(A, "POST", "/semaphores/hb-s", {"limit": 1, "ttl_ms": 3000, "hold": True,
+                                                                      "heartbeat_ms": 2000}))
+    secrets.add("hb-s")
+    ev = p.until(lambda e: True, 5, "hb-s acquired") if p.a.status == 201 else None
+    if not ev or ev.get("event") != "acquired":
+        fail(f"hb-s: {ev}, not acquired")
+    else:
+        expect(A.req("PUT", "/semaphores/hb-s/heartbeat", headers={"Lock-Token": ev["token"]}), 204,
+               what="a held permit's heartbeat")
+        expect(A.req("PUT", "/semaphores/hb-s/heartbeat", headers={"Lock-Token": "0:someone-else"}), 202,
+               what="a permit's heartbeat passed on")
+    p.finish()
+    for m, path, body, hd, auth, st, err in [
+            ("PUT", "/locks/a%23b/heartbeat", None, {"Lock-Token": "t"}, True, 400, "bad_name"),
+            ("PUT", "/elections/a%23b/heartbeat", None, {"Lock-Token": "t"}, True, 400, "bad_name"),
+            ("PUT", "/semaphores/a%23b/heartbeat", None, {"Lock-Token": "0:t"}, True, 400, "bad_name"),
+            ("PUT", "/elections/hb-e/heartbeat", None, {"Lock-Token": "someone-else"}, True, 202, None),
+            ("PUT", "/locks/hb-1/heartbeat", None, None, True, 400, "bad_request"),
+            ("PUT", "/elections/hb-e/heartbeat", {"token": 7}, None, True, 400, "bad_request"),
+            ("PUT", "/semaphores/hb-s/heartbeat", None, {"Lock-Token": "no-slot"}, True, 400, "bad_request"),
+            ("PUT", "/locks/hb-1/heartbeat", None, {"Lock-Token": "t"}, None, 401, "unauthorized"),
+            ("PUT", "/elections/hb-e/heartbeat", None, {"Lock-Token": "t"}, None, 401, "unauthorized"),
+            ("PUT", "/semaphores/hb-s/heartbeat", None, {"Lock-Token": "0:t"}, None, 401, "unauthorized"),
+            ("GET", "/locks/hb-1/heartbeat", None, None, True, 405, "method_not_allowed"),
+            ("POST", "/locks/hb-3", {"heartbeat_ms": 500}, None, True, 400, "bad_request"),
+            ("POST", "/locks/hb-3", {"hold": True, "heartbeat_ms": 50}, None, True, 400, "bad_request"),
+            ("POST", "/semaphores/hb-s", {"limit": 1, "heartbeat_ms": 500}, None, True, 400, "bad_request")]:
+        expect(A.req(m, path, body, headers=hd, auth=auth), st, err, f"{m} {path} {body}")
+    for path, tok in [("/locks/hb-1/heartbeat", "t"), ("/elections/hb-e/heartbeat", "t"),
+                      ("/semaphores/hb-s/heartbeat", "0:t")]:
+        too_large(A, "PUT", path, {"Lock-Token": tok})
+
+
 def metrics_text(A):
     a = A.req("GET", "/metrics")
     if a.status != 200:
@@ -1368,6 +1438,7 @@ def main():
                          ("held streams", lambda: held_streams(A, masters)),
                          ("elections", lambda: elections(A, B)),
                          ("semaphores", lambda: semaphores(A, B)),
+                         ("heartbeats", lambda: heartbeats(A)),
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("overloaded", lambda: overloaded(tmp, masters)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),
