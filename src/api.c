@@ -429,6 +429,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     case RL_PROCLAIM:
     case RL_SEM_LIMIT:
     case RL_PUBLISH:
+    case RL_DEQUEUE:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

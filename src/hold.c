@@ -265,6 +265,14 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
     h->campaigning = true;
     h->role->acq_req = *req;
     h->role->acq_req.op = RL_ACQUIRE;
+    /* One place in the election's queue for all its rounds: campaigns are
+     * elected in the order they began, whichever instance they came to. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h->role->acq_req.ticket_since_us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    h->role->acq_req.keep_ticket = true;
+    if (token_new(h->role->acq_req.ticket) < 0)
+        h->role->acq_req.ticket[0] = '\0';   /* (it campaigns without a place) */
     snprintf(h->name, sizeof h->name, "%s", req->name);
     snprintf(h->role->label, sizeof h->role->label, "%s", label);
     snprintf(h->role->candidate, sizeof h->role->candidate, "%s", candidate);
@@ -360,6 +368,12 @@ long hold_read(hold *h, char *buf, size_t cap)
     return n;
 }
 
+static void dequeued(void *arg, const rl_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
 void hold_close(hold *h)
 {
     hold_set *s = h->s;
@@ -368,8 +382,16 @@ void hold_close(hold *h)
     h->want_wake = false;
     h->release_when_read = false;
     pthread_cond_broadcast(&s->settled);
-    if (h->acquiring)
+    if (h->acquiring) {
         rl_cancel(h->e, h->acq);   /* campaign_done then gives back what it won */
+    } else if (h->campaigning && h->role->acq_req.ticket[0]) {
+        /* Between two rounds: its ticket leaves the queue now, not when it
+         * expires. */
+        rl_request dq = {.op = RL_DEQUEUE};
+        snprintf(dq.name, sizeof dq.name, "%s", h->name);
+        snprintf(dq.ticket, sizeof dq.ticket, "%s", h->role->acq_req.ticket);
+        (void)rl_submit(h->e, &dq, dequeued, NULL, NULL);
+    }
     /* The client has gone, or the stream has ended. After "lost" the
      * connection completes as soon as the event is written, long before the
      * client reads it (and a client that stopped acknowledging may still be

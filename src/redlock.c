@@ -97,8 +97,27 @@ void set_active(rl_task *op, bool on)
 
 /* Reports op->res to the caller, once. The op is freed once no timer
  * points at it and the caller let go of it (rl_finish). */
+/* A waiter that leaves takes its ticket out of the name's queue on the
+ * masters in mask, and (not granted) tells the waiters behind it. */
+static void dequeue(rl_task *op, bool granted)
+{
+    rl_engine *e = op->e;
+    uint32_t mask = all_mask(e) & (granted ? ~op->yes_mask : ~0u);
+    op->ticket_sent = false;
+    if (!mask)
+        return;
+    const char *args[] = {op->queue_key, op->qdl_key, op->key, op->ticket, granted ? "" : op->channel};
+    size_t lens[5];
+    for (int i = 0; i < 5; i++)
+        lens[i] = strlen(args[i]);
+    mpool_eval(e->pool, &script_dequeue, mask, 3, 5, args, lens, NULL, NULL);
+}
+
 void op_answer(rl_task *op)
 {
+    if (op->req.op == RL_ACQUIRE && op->ticket_sent && !op->answered &&
+        !(op->res.outcome == RL_LOCKED && op->req.keep_ticket))
+        dequeue(op, op->res.outcome == RL_OK);
     if (op->wn) {
         /* A waiter answers with the holder's time left now, not as it was
          * when it last tried. */
@@ -164,7 +183,7 @@ void op_no_quorum(rl_task *op, int answered, const master_reply *replies)
 void eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
                   const char *const *args, mpool_decide_fn decide, mpool_done_fn done)
 {
-    size_t lens[12];
+    size_t lens[16];
     for (int i = 0; i < nargs; i++)
         lens[i] = strlen(args[i]);
     mpool_eval_decided(op->e->pool, s, mask, nkeys, nargs, args, lens, decide, done, op);
@@ -280,6 +299,8 @@ static void op_start(void *arg)
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
     snprintf(op->owner_key, sizeof op->owner_key, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
+    snprintf(op->queue_key, sizeof op->queue_key, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
+    snprintf(op->qdl_key, sizeof op->qdl_key, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
     if (e->cfg.notify && op->req.notice_name[0])   /* a semaphore's slots share one channel */
@@ -325,6 +346,20 @@ void op_run(rl_task *op)
             op_answer(op);
             return;
         }
+        if (op->req.ticket[0] || op->req.wait_ms > 0) {
+            /* A waiter: its ticket holds its place among the name's waiters
+             * on every master, whichever instance they came through. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long long since = op->req.ticket_since_us > 0
+                                  ? op->req.ticket_since_us
+                                  : (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+            snprintf(op->arrival_str, sizeof op->arrival_str, "%lld", since);
+            if (op->req.ticket[0])
+                snprintf(op->ticket, sizeof op->ticket, "%s", op->req.ticket);
+            else if (token_new(op->ticket) < 0)
+                op->ticket[0] = '\0';   /* (no randomness: it waits without a place) */
+        }
         snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token_given ? op->req.token : fresh);
         snprintf(op->value, sizeof op->value, "%s%s%s", op->res.token, op->req.token_given ? " " : "",
                  op->req.token_given ? fresh : "");
@@ -360,6 +395,14 @@ void op_run(rl_task *op)
         snprintf(limit, sizeof limit, "%lld", op->req.limit);
         const char *args[] = {op->key, SCRIPT_MARKER_KEY, limit, op->ttl_str, guard_arg(e)};
         eval(op, &script_sem_limit, all_mask(e), 2, 5, args, sem_limit_voted);
+        return;
+    }
+    case RL_DEQUEUE: {
+        snprintf(op->ticket, sizeof op->ticket, "%s", op->req.ticket);
+        if (op->ticket[0])
+            dequeue(op, false);
+        op->res.outcome = RL_OK;
+        op_answer(op);
         return;
     }
     case RL_PUBLISH: {

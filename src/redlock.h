@@ -34,6 +34,9 @@ enum rl_op {
                        election's grant, so that watches on every instance look at once) */
     RL_SEM_LIMIT,   /* a semaphore's limit: name is NAME#limit; limit 0 reads it, else
                        sets it where absent (or keeps it alive for ttl_ms) */
+    RL_DEQUEUE,     /* takes ticket out of the name's queue on every master and tells the
+                       waiters behind it (fire and forget: a campaign that ends between
+                       rounds) */
 };
 
 enum rl_outcome {
@@ -76,6 +79,15 @@ typedef struct rl_request {
                                        its client has been told) */
     char notice_name[RL_INTERNAL_NAME_MAX + 1]; /* its release notices go to this name's
                                        channel ("" = its own): a semaphore's slots share one */
+    char ticket[TOKEN_TEXT_LEN + 1]; /* acquire: the waiter's place in the name's queue on the
+                                       masters (fair order, scripts.h); "" and wait_ms > 0:
+                                       the engine draws one. A campaign keeps one for all its
+                                       rounds */
+    long long ticket_since_us;      /* acquire with a ticket: when the waiter arrived (Unix us;
+                                       0: now), its place in the queue */
+    bool keep_ticket;               /* acquire: an answer RL_LOCKED leaves the ticket queued (a
+                                       campaign's next round follows); any other end takes it
+                                       out */
     long long repair_fence;         /* extend (a held stream's, with a plain token): > 0 also
                                        takes the masters where the key is free, raising their
                                        counter to this fence and storing owner there as the

@@ -34,8 +34,11 @@
 
 #define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_INTERNAL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
 _Static_assert(sizeof SCRIPT_OWNER_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "owner key fits RL_KEY_MAX");
+_Static_assert(sizeof SCRIPT_QUEUE_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX &&
+               sizeof SCRIPT_QDL_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "queue keys fit RL_KEY_MAX");
 _Static_assert(MREPLY_STR_MAX >= TOKEN_MAX_LEN + 32 + RL_OWNER_MAX, "inspect's value and owner fit");
 #define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
+#define RL_TICKET_MARGIN_MS 2000   /* a waiter's ticket outlives its wait by this much */
 #define RL_WTAB_SIZE 4096            /* buckets of the waiter index (a power of two) */
 #define RL_WAKE_MARGIN_US 1000       /* past the holder's remaining time */
 #define RL_SEEN_SIZE 4096            /* names granted lately (a power of two) */
@@ -131,6 +134,11 @@ typedef struct rl_task {
     char key[RL_KEY_MAX];
     char fence_key[RL_KEY_MAX];
     char owner_key[RL_KEY_MAX];
+    char queue_key[RL_KEY_MAX];  /* acquire: the name's waiters' tickets (fair order) */
+    char qdl_key[RL_KEY_MAX];
+    char ticket[TOKEN_TEXT_LEN + 1]; /* acquire: this waiter's ticket ("" none) */
+    char arrival_str[24];        /* ... and its place: Unix us of its arrival */
+    bool ticket_sent;            /* an attempt carried the ticket: it may be queued */
     char value[MREPLY_STR_MAX + 1]; /* acquire: what SET stores, unique to this grant */
     char ttl_str[24];
     char px_str[24];             /* the counter's life: ttl_ms + fence_keep_ms */

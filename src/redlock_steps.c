@@ -200,13 +200,18 @@ static void acquire_seed(const rl_task *op, char *buf, size_t len)
 
 void acquire_attempt(rl_task *op)
 {
-    char seed[24];
+    char seed[24], ticket_ttl[24];
     op->start_us = loop_now_us();   /* step 1 */
     acquire_seed(op, seed, sizeof seed);
-    const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->value,
-                          op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
-                          guard_arg(op->e)};
-    eval_decided(op, &script_acquire, all_mask(op->e), 4, 11, args, acquire_decided, acquire_voted);   /* step 2 */
+    /* A ticket lives to the end of the wait, and a little more: the
+     * waiter's next attempt renews it (a dead waiter's expires). */
+    uint64_t left_us = op->wait_deadline_us > op->start_us ? op->wait_deadline_us - op->start_us : 0;
+    snprintf(ticket_ttl, sizeof ticket_ttl, "%llu", (unsigned long long)(left_us / 1000 + RL_TICKET_MARGIN_MS));
+    const char *args[] = {op->key, op->fence_key, op->owner_key, op->queue_key, op->qdl_key, SCRIPT_MARKER_KEY,
+                          op->value, op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
+                          op->ticket, op->arrival_str, ticket_ttl, guard_arg(op->e)};
+    op->ticket_sent |= op->ticket[0] != '\0';
+    eval_decided(op, &script_acquire, all_mask(op->e), 6, 16, args, acquire_decided, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */

@@ -26,7 +26,46 @@
 
 mscript script_acquire = {"acquire",
     GUARD
+    /* Fair order (scripts.h): a waiter's ticket joins the name's queue when
+     * it cannot take the name at once; only the oldest live ticket may take
+     * it, and while tickets wait an acquire without one takes nothing. */
+    "local tk = ARGV[7]\n"
+    "local queued = redis.call('EXISTS', KEYS[4]) == 1\n"
+    "local now\n"
+    "if queued or tk ~= '' then\n"
+    "  local t = redis.call('TIME')\n"
+    "  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "end\n"
+    "if queued then\n"
+    "  local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 32)\n"
+    "  if #old > 0 then\n"
+    "    redis.call('ZREM', KEYS[4], unpack(old))\n"
+    "    redis.call('ZREM', KEYS[5], unpack(old))\n"
+    "    queued = redis.call('EXISTS', KEYS[4]) == 1\n"
+    "  end\n"
+    "end\n"
+    "if queued or (tk ~= '' and redis.call('EXISTS', KEYS[1]) == 1) then\n"
+    "  if tk ~= '' then\n"
+    "    local ttl = tonumber(ARGV[9])\n"
+    "    redis.call('ZADD', KEYS[4], 'NX', ARGV[8], tk)\n"
+    "    redis.call('ZADD', KEYS[5], now + ttl, tk)\n"
+    "    if redis.call('PTTL', KEYS[4]) < ttl then\n"
+    "      redis.call('PEXPIRE', KEYS[4], ttl)\n"
+    "      redis.call('PEXPIRE', KEYS[5], ttl)\n"
+    "    end\n"
+    "  end\n"
+    "  local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"
+    "  if head and head ~= tk then\n"
+    "    local p = redis.call('PTTL', KEYS[1])\n"
+    "    if p == -2 then p = " SCRIPT_QUEUE_RETRY_MS " end\n"
+    "    return {0, p}\n"
+    "  end\n"
+    "end\n"
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  if tk ~= '' then\n"
+    "    redis.call('ZREM', KEYS[4], tk)\n"
+    "    redis.call('ZREM', KEYS[5], tk)\n"
+    "  end\n"
     "  local c = redis.call('GET', KEYS[2])\n"
     "  local f\n"
     "  if c then\n"
@@ -59,6 +98,12 @@ mscript script_acquire = {"acquire",
     "  return {1, f}\n"
     "end\n"
     "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true, NULL, 0};
+
+mscript script_dequeue = {"dequeue",
+    "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[3]) end\n"
+    "return 1\n", "", false, false, NULL, false, NULL, 0};
 
 mscript script_settle = {"settle",
     GUARD
@@ -258,6 +303,7 @@ static void scripts_init_once(void)
     if (mscript_group_init(&script_group, members, N, guard_prelude, (const char *const *)bodies) < 0)
         abort();   /* at start-up, before anything runs */
     mscript_init(&script_acquire);
+    mscript_init(&script_dequeue);
     mscript_init(&script_settle);
     mscript_init(&script_extend);
     mscript_init(&script_renew);

@@ -51,6 +51,10 @@
 
 #define SCRIPT_FENCE_SUFFIX "#fence"
 #define SCRIPT_OWNER_SUFFIX "#owner"
+#define SCRIPT_QUEUE_SUFFIX "#queue"   /* a name's waiters' tickets, by arrival (a sorted set) */
+#define SCRIPT_QDL_SUFFIX "#qdl"       /* ... and when each expires (master time, ms) */
+#define SCRIPT_QUEUE_RETRY_MS "100"    /* a ticket behind another while the name is free: the
+                                          retry delay, should the older waiter be gone */
 #define SCRIPT_MARKER_KEY "redlockd#marker"
 /* A release publishes the key on SCRIPT_NOTICE_PREFIX + key: only instances
  * with waiters for that name subscribe, so a release nobody waits for
@@ -63,8 +67,17 @@
 /* Vote scripts: the marker is the last key, and the last argument is "1" to
  * run the guard, "0" (--quarantine off) to skip it. */
 
-/* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms
- * (ttl plus the fence keep), owner ("" for none), seed, bound_us, guard.
+/* KEYS key, key#fence, key#owner, key#queue, key#qdl, marker; ARGV value,
+ * ttl_ms, counter_px_ms (ttl plus the fence keep), owner ("" for none),
+ * seed, bound_us, ticket, arrival_us, ticket_ttl_ms, guard.
+ * Fair order: a waiting acquire gives a ticket (a random id; "" for none)
+ * and its arrival (redlockd's clock, Unix us; the same for every attempt of
+ * one waiter). The ticket joins key#queue, ordered by arrival (ties by id,
+ * so every master orders alike), and lives ticket_ttl_ms from this attempt
+ * (key#qdl; expired tickets are dropped as they are met). While the queue
+ * holds a ticket, only its oldest may take the key: any other acquire
+ * answers {0, pttl} as if held (SCRIPT_QUEUE_RETRY_MS when the key is
+ * free). A grant removes its own ticket.
  * {1, fence} when SET NX took the key (and the owner key is set when an owner
  * is given; an owner starting with byte 1, which no caller's owner may hold,
  * is an election's: that byte becomes the master's time in Unix ms and a
@@ -73,6 +86,11 @@
  * when the key is held (pttl -1: no expiry). A counter that is not an integer
  * below 2^53 is an error, and the SET NX is undone in the same step. */
 extern mscript script_acquire;
+/* KEYS key#queue, key#qdl, key; ARGV ticket, channel. A waiter that leaves
+ * (answered without a grant, or granted where others still queue it)
+ * removes its ticket, and publishes key on channel (unless empty) so that
+ * the waiters behind it try at once. */
+extern mscript script_dequeue;
 /* KEYS key, key#fence, marker; ARGV value, fence, counter_px_ms, guard.
  * When key holds value with time left: sets the counter to exactly fence and
  * answers 1; else 0 and changes nothing. Run after a grant on every master

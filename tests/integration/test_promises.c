@@ -5,6 +5,7 @@
  * release through the other instance ends the holder's stream as
  * "released" or "resigned", not "lost". */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -522,4 +523,136 @@ Test(promises, a_leader_without_heartbeats_steps_down)
     h_resp_free(&r);
     h_stream_close(a);
     h_stream_close(b);
+}
+
+/* ---- 4. first come, first served across instances ---- */
+
+struct waiter {
+    h_cluster *c;
+    const char *name;
+    uint64_t granted_us;   /* 0: not granted */
+    char token[128];
+};
+
+static void *wait_for_lock(void *arg)
+{
+    struct waiter *w = arg;
+    char path[128];
+    snprintf(path, sizeof path, "/locks/%s", w->name);
+    h_resp r = h_http(w->c, "POST", path, "{\"ttl_ms\":30000,\"wait_ms\":15000}", NULL);
+    if (r.status == 201) {
+        w->granted_us = h_now_us();
+        snprintf(w->token, sizeof w->token, "%s", h_str(&r, "token"));
+        char hdr[200];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", w->token);
+        h_resp d = h_http(w->c, "DELETE", path, NULL, hdr, NULL);   /* the next one's turn */
+        h_resp_free(&d);
+    }
+    h_resp_free(&r);
+    return NULL;
+}
+
+/* Twenty handoffs: a waiter arrives through one instance, a second one
+ * 100 ms later through the other, and the holder releases through the
+ * second's instance (where a release wakes its own waiters first). The
+ * earliest waiter must get the lock in at least 95% of them (19 of 20);
+ * each waiter is granted in the end. */
+Test(promises, waiters_across_two_instances_are_served_in_arrival_order)
+{
+    start_two();
+    h_cluster *inst[2] = {C, P};
+    int first = 0;
+    for (int round = 0; round < 20; round++) {
+        int early = round % 2, late = 1 - early;
+        h_resp h = h_http(inst[late], "POST", "/locks/fair", "{\"ttl_ms\":30000}", NULL);
+        cr_assert_eq(h.status, 201, "round %d: the holder: %s", round, h.body);
+        char hdr[200];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_str(&h, "token"));
+        h_resp_free(&h);
+        struct waiter w[2] = {{inst[early], "fair", 0, ""}, {inst[late], "fair", 0, ""}};
+        pthread_t t[2];
+        pthread_create(&t[0], NULL, wait_for_lock, &w[0]);
+        usleep(100000);
+        pthread_create(&t[1], NULL, wait_for_lock, &w[1]);
+        usleep(100000);
+        h_resp d = h_http(inst[late], "DELETE", "/locks/fair", NULL, hdr, NULL);
+        cr_assert_eq(d.status, 204, "round %d: the holder's release", round);
+        h_resp_free(&d);
+        pthread_join(t[0], NULL);
+        pthread_join(t[1], NULL);
+        cr_assert(w[0].granted_us && w[1].granted_us, "round %d: a waiter was never granted", round);
+        first += w[0].granted_us < w[1].granted_us;
+    }
+    cr_log_info("promises: the earliest waiter got the lock first in %d of 20 handoffs across two instances", first);
+    cr_assert_geq(first, 19, "the earliest waiter went first in only %d of 20 handoffs", first);
+}
+
+/* The same for campaigns: each round the leader, elected through one
+ * instance, resigns there while two campaigns wait, the earlier one
+ * through the other instance; the earlier one must be elected next in at
+ * least 19 of 20 rounds. */
+Test(promises, campaigns_across_two_instances_are_elected_in_arrival_order)
+{
+    start_two();
+    h_cluster *inst[2] = {C, P};
+    int first = 0;
+    for (int round = 0; round < 20; round++) {
+        int early = round % 2, late = 1 - early;
+        h_stream *lead = h_stream_open(inst[late], "/elections/fc", "{\"candidate\":\"lead\",\"ttl_ms\":6000}", 3000);
+        cr_assert(lead && lead->status == 201);
+        cJSON *ev = next_news(lead, 3000);
+        if (!ev || strcmp(h_ev_str(ev, "event"), "elected")) {
+            for (int i = 0; i < 5; i++) {
+                redisReply *q = h_redis(C, i, "ZRANGE lock:fc#election#queue 0 -1 WITHSCORES");
+                redisReply *k = h_redis(C, i, "GET lock:fc#election");
+                fprintf(stderr, "master %d: key %s, queue", i, k && k->str ? k->str : "-");
+                for (size_t j = 0; q && j < q->elements; j++)
+                    fprintf(stderr, " %s", q->element[j]->str);
+                fprintf(stderr, "\n");
+            }
+        }
+        cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "elected"), "round %d: the leader", round);
+        char hdr[200];
+        snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_ev_str(ev, "token"));
+        cJSON_Delete(ev);
+        h_stream *a = h_stream_open(inst[early], "/elections/fc", "{\"candidate\":\"early\",\"ttl_ms\":6000}", 3000);
+        cr_assert(a && a->status == 201);
+        usleep(100000);
+        h_stream *b = h_stream_open(inst[late], "/elections/fc", "{\"candidate\":\"late\",\"ttl_ms\":6000}", 3000);
+        cr_assert(b && b->status == 201);
+        usleep(100000);
+        h_resp d = h_http(inst[late], "DELETE", "/elections/fc", NULL, hdr, NULL);
+        cr_assert_eq(d.status, 204, "round %d: the resign", round);
+        h_resp_free(&d);
+        h_resp g;
+        uint64_t until = h_now_us() + 5000000;
+        const char *leader = NULL;
+        do {
+            g = h_http(C, "GET", "/elections/fc", NULL, NULL);
+            leader = g.status == 200 ? h_str(&g, "leader") : NULL;
+            if (leader && strcmp(leader, "lead"))
+                break;
+            h_resp_free(&g);
+            g.json = NULL;
+            usleep(20000);
+        } while (h_now_us() < until);
+        cr_assert(leader && strcmp(leader, "lead"), "round %d: nobody was elected after the resign", round);
+        first += !strcmp(leader, "early");
+        h_resp_free(&g);
+        h_stream_close(lead);
+        h_stream_close(a);
+        h_stream_close(b);
+        /* both campaigns closed: the election is vacant before the next round */
+        until = h_now_us() + 5000000;
+        do {
+            g = h_http(C, "GET", "/elections/fc", NULL, NULL);
+            bool vacant = g.status == 200 && cJSON_IsNull(cJSON_GetObjectItem(g.json, "leader"));
+            h_resp_free(&g);
+            if (vacant)
+                break;
+            usleep(20000);
+        } while (h_now_us() < until);
+    }
+    cr_log_info("promises: the earlier campaign was elected next in %d of 20 rounds across two instances", first);
+    cr_assert_geq(first, 19, "the earlier campaign was elected next in only %d of 20 rounds", first);
 }

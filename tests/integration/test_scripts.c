@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "scripts.h"
@@ -45,7 +46,7 @@ TestSuite(scripts, .init = setup, .fini = teardown, .timeout = 120);
 struct cmd {
     const mscript *s;
     int nkeys, nargs;
-    char args[12][96];
+    char args[16][96];
 };
 
 static redisReply *run(const char **argv, const size_t *lens, int argc)
@@ -65,8 +66,8 @@ static void select_db(int db)
 /* EVAL of c's own script. */
 static redisReply *run_alone(const struct cmd *c)
 {
-    const char *argv[16];
-    size_t lens[16];
+    const char *argv[20];
+    size_t lens[20];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", c->nkeys);
     argv[0] = "EVAL";
@@ -187,7 +188,7 @@ static void random_cmd(struct cmd *c)
     static const char *values[] = {"tok1", "tok2", "tok1 s1", "tok1 s2", "tok3"};
     static const char *owners[] = {"", "", "web-1", "cand 1700000000000 10.0.0.7:5432"};
     const char *n = names[rand() % 3];
-    char key[64], fence[64], owner[64], ttl[16], px[16], seed[32], f[32];
+    char key[64], fence[64], owner[64], queue[64], qdl[64], ttl[16], px[16], seed[32], f[32];
     snprintf(key, sizeof key, "%s", n);
     snprintf(fence, sizeof fence, "%s#fence", n);
     snprintf(owner, sizeof owner, "%s#owner", n);
@@ -200,8 +201,10 @@ static void random_cmd(struct cmd *c)
                  within the bound: a fence from the master's own clock would differ by the
                  time between the two runs) */
         snprintf(seed, sizeof seed, "%lld", next_seed += rand() % 2 * 1000);
-        set_args(c, &script_acquire, 4, 11, key, fence, owner, SCRIPT_MARKER_KEY, v, ttl, px,
-                 owners[rand() % 4], seed, "900000000000000000", guard);
+        snprintf(queue, sizeof queue, "%s#queue", n);
+        snprintf(qdl, sizeof qdl, "%s#qdl", n);
+        set_args(c, &script_acquire, 6, 16, key, fence, owner, queue, qdl, SCRIPT_MARKER_KEY, v, ttl, px,
+                 owners[rand() % 4], seed, "900000000000000000", "", "0", "0", guard);
         break;
     case 2:   /* settle to some fence */
         snprintf(f, sizeof f, "%lld", next_seed - rand() % 3000);
@@ -410,8 +413,11 @@ static void take(const char *name, const char *value, const char *guard)
     char fence[64], owner[64];
     snprintf(fence, sizeof fence, "%s#fence", name);
     snprintf(owner, sizeof owner, "%s#owner", name);
-    set_args(&a, &script_acquire, 4, 11, name, fence, owner, SCRIPT_MARKER_KEY, value, "30000", "60000", "",
-             "1000000000000123", "900000000000000000", guard);
+    char queue[64], qdl[64];
+    snprintf(queue, sizeof queue, "%s#queue", name);
+    snprintf(qdl, sizeof qdl, "%s#qdl", name);
+    set_args(&a, &script_acquire, 6, 16, name, fence, owner, queue, qdl, SCRIPT_MARKER_KEY, value, "30000", "60000",
+             "", "1000000000000123", "900000000000000000", "", "0", "0", guard);
     redisReply *r = run_alone(&a);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->element[0]->integer, 1, "%s taken", name);
@@ -609,4 +615,67 @@ Test(scripts, a_repair_takes_free_masters_only)
     freeReplyObject(r);
     get_str("e", got, sizeof got);
     cr_assert_str_eq(got, "");
+}
+
+/* An acquire of "q" with ticket tk (arrival since) or none (""). */
+static long long queue_try(const char *value, const char *tk, const char *since, const char *ticket_ttl)
+{
+    struct cmd c;
+    set_args(&c, &script_acquire, 6, 16, "q", "q#fence", "q#owner", "q#queue", "q#qdl", SCRIPT_MARKER_KEY, value,
+             "30000", "60000", "", "0", "900000000000000000", tk, since, ticket_ttl, "1");
+    redisReply *r = run_alone(&c);
+    cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "");
+    long long v = r->element[0]->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static long long zcard(const char *key)
+{
+    redisReply *r = redisCommand(R, "ZCARD %s", key);
+    long long n = r ? r->integer : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Fair order: a waiter takes a free name without queueing; behind a holder
+ * its ticket queues, ordered by arrival whatever the order of the tries;
+ * only the oldest live ticket may take the name once free (a try without a
+ * ticket takes nothing while tickets wait); an expired ticket is dropped;
+ * the dequeue script takes a ticket out. */
+Test(scripts, a_name_is_taken_in_the_order_waiters_arrived)
+{
+    flush_both();
+    select_db(0);
+    world_change(0, "q");
+    cr_assert_eq(queue_try("v0", "t0", "100", "10000"), 1, "a free name, nobody waiting: taken at once");
+    cr_assert_eq(zcard("q#queue"), 0, "and nothing queued");
+    /* held by v0: two waiters, the later one tries first */
+    cr_assert_eq(queue_try("vB", "tB", "300", "10000"), 0);
+    cr_assert_eq(queue_try("vA", "tA", "200", "10000"), 0);
+    cr_assert_eq(zcard("q#queue"), 2);
+    freeReplyObject(redisCommand(R, "DEL q"));   /* the holder releases */
+    cr_assert_eq(queue_try("vB", "tB", "300", "10000"), 0, "not the oldest: refused on a free name");
+    cr_assert_eq(queue_try("vX", "", "0", "0"), 0, "no ticket: refused while tickets wait");
+    cr_assert_eq(queue_try("vA", "tA", "200", "10000"), 1, "the oldest takes it");
+    cr_assert_eq(zcard("q#queue"), 1, "its ticket left with the grant");
+    freeReplyObject(redisCommand(R, "DEL q"));
+    /* an older ticket that expired is dropped */
+    freeReplyObject(redisCommand(R, "SET q held"));
+    cr_assert_eq(queue_try("vC", "tC", "150", "1"), 0, "older than B: queued (for 1 ms)");
+    usleep(20000);
+    freeReplyObject(redisCommand(R, "DEL q"));
+    cr_assert_eq(queue_try("vB", "tB", "300", "10000"), 1, "C's ticket expired: B is the oldest live one");
+    freeReplyObject(redisCommand(R, "DEL q"));
+    /* the dequeue script */
+    freeReplyObject(redisCommand(R, "SET q held"));
+    cr_assert_eq(queue_try("vD", "tD", "400", "10000"), 0);
+    cr_assert_eq(zcard("q#queue"), 1);
+    struct cmd d;
+    set_args(&d, &script_dequeue, 3, 5, "q#queue", "q#qdl", "q", "tD", "");
+    freeReplyObject(run_alone(&d));
+    cr_assert_eq(zcard("q#queue"), 0, "dequeued");
+    cr_assert_eq(zcard("q#qdl"), 0);
+    freeReplyObject(redisCommand(R, "DEL q"));
+    cr_assert_eq(queue_try("vE", "", "0", "0"), 1, "nobody waiting: a try without a ticket takes it");
 }
