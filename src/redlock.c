@@ -102,7 +102,7 @@ void set_active(rl_task *op, bool on)
 static void dequeue(rl_task *op, bool granted)
 {
     rl_engine *e = op->e;
-    uint32_t mask = all_mask(e) & (granted ? ~op->yes_mask : ~0u);
+    uint32_t mask = all_mask(e) & (granted && op->req.op == RL_ACQUIRE ? ~op->yes_mask : ~0u);
     op->ticket_sent = false;
     if (!mask)
         return;
@@ -299,8 +299,14 @@ static void op_start(void *arg)
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
     snprintf(op->owner_key, sizeof op->owner_key, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
-    snprintf(op->queue_key, sizeof op->queue_key, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
-    snprintf(op->qdl_key, sizeof op->qdl_key, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
+    if (op->req.queue_name[0]) {
+        snprintf(op->queue_key, sizeof op->queue_key, "%s%s%s", e->key_prefix, op->req.queue_name,
+                 SCRIPT_QUEUE_SUFFIX);
+        snprintf(op->qdl_key, sizeof op->qdl_key, "%s%s%s", e->key_prefix, op->req.queue_name, SCRIPT_QDL_SUFFIX);
+    } else {
+        snprintf(op->queue_key, sizeof op->queue_key, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
+        snprintf(op->qdl_key, sizeof op->qdl_key, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
+    }
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
     if (e->cfg.notify && op->req.notice_name[0])   /* a semaphore's slots share one channel */
@@ -400,7 +406,7 @@ void op_run(rl_task *op)
     case RL_DEQUEUE: {
         snprintf(op->ticket, sizeof op->ticket, "%s", op->req.ticket);
         if (op->ticket[0])
-            dequeue(op, false);
+            dequeue(op, op->req.keep_ticket);   /* (granted: nobody to tell) */
         op->res.outcome = RL_OK;
         op_answer(op);
         return;

@@ -36,7 +36,7 @@ enum rl_op {
                        sets it where absent (or keeps it alive for ttl_ms) */
     RL_DEQUEUE,     /* takes ticket out of the name's queue on every master and tells the
                        waiters behind it (fire and forget: a campaign that ends between
-                       rounds) */
+                       rounds, a semaphore's waiter that is done) */
 };
 
 enum rl_outcome {
@@ -87,7 +87,11 @@ typedef struct rl_request {
                                        0: now), its place in the queue */
     bool keep_ticket;               /* acquire: an answer RL_LOCKED leaves the ticket queued (a
                                        campaign's next round follows); any other end takes it
-                                       out */
+                                       out. dequeue: tell nobody (the waiter was granted) */
+    char queue_name[RL_INTERNAL_NAME_MAX + 1]; /* acquire, dequeue: whose queue the ticket is in
+                                       ("" its own name; a semaphore's slots share one) */
+    long long ticket_ttl_ms;        /* acquire: how long the ticket lives (0: to the end of
+                                       wait_ms, and RL_TICKET_MARGIN_MS more) */
     long long repair_fence;         /* extend (a held stream's, with a plain token): > 0 also
                                        takes the masters where the key is free, raising their
                                        counter to this fence and storing owner there as the

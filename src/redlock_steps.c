@@ -206,7 +206,10 @@ void acquire_attempt(rl_task *op)
     /* A ticket lives to the end of the wait, and a little more: the
      * waiter's next attempt renews it (a dead waiter's expires). */
     uint64_t left_us = op->wait_deadline_us > op->start_us ? op->wait_deadline_us - op->start_us : 0;
-    snprintf(ticket_ttl, sizeof ticket_ttl, "%llu", (unsigned long long)(left_us / 1000 + RL_TICKET_MARGIN_MS));
+    if (op->req.ticket_ttl_ms > 0)
+        snprintf(ticket_ttl, sizeof ticket_ttl, "%lld", op->req.ticket_ttl_ms);
+    else
+        snprintf(ticket_ttl, sizeof ticket_ttl, "%llu", (unsigned long long)(left_us / 1000 + RL_TICKET_MARGIN_MS));
     const char *args[] = {op->key, op->fence_key, op->owner_key, op->queue_key, op->qdl_key, SCRIPT_MARKER_KEY,
                           op->value, op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
                           op->ticket, op->arrival_str, ticket_ttl, guard_arg(op->e)};

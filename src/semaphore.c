@@ -11,6 +11,8 @@
 
 #include "dlist.h"
 
+#define SEM_TICKET_MARGIN_MS 2000   /* a waiter's ticket outlives its wait by this much */
+
 typedef struct sem_task {
     atomic_int refs;                /* the task's own until done, and the caller's handle */
     atomic_bool cancelled;
@@ -30,6 +32,11 @@ typedef struct sem_task {
     int order[SEM_LIMIT_MAX];       /* acquire: the slots, in random order */
     int next;                       /* acquire: the next of order to try; else the next token */
     unsigned rng;
+    /* a waiting acquire's place among the semaphore's waiters on the
+     * masters (fair order: redlock.h's ticket), for all its rounds */
+    char ticket[TOKEN_TEXT_LEN + 1];
+    long long since_us;             /* its arrival, Unix us */
+    bool ticket_sent;
 } sem_task;
 
 static void notice_want(sem_task *t, bool on);
@@ -40,8 +47,18 @@ static void task_unref(sem_task *t)
         free(t);
 }
 
+static void ignore(void *arg, const rl_result *res);
+
 static void finish(sem_task *t)
 {
+    if (t->ticket_sent) {
+        /* Done waiting: its ticket leaves the queue (quietly when granted:
+         * its last slot took it out where it won). */
+        rl_request dq = {.op = RL_DEQUEUE, .keep_ticket = t->res.outcome == RL_OK};
+        snprintf(dq.name, sizeof dq.name, "%s", t->limit_name);
+        snprintf(dq.ticket, sizeof dq.ticket, "%s", t->ticket);
+        (void)rl_submit(t->limit_eng, &dq, ignore, NULL, NULL);
+    }
     if (t->subscribed)
         notice_want(t, false);
     t->done(t->arg, &t->res);
@@ -74,6 +91,18 @@ static int step(sem_task *t, enum rl_op op, int slot, const char *token, rl_done
         snprintf(r.token, sizeof r.token, "%s", token);
     if (op == RL_ACQUIRE)
         snprintf(r.owner, sizeof r.owner, "%s", t->req.owner);
+    if (op == RL_ACQUIRE)   /* every slot shares the semaphore's queue of waiters */
+        snprintf(r.queue_name, sizeof r.queue_name, "%s", t->limit_name);
+    if (op == RL_ACQUIRE && t->ticket[0]) {
+        /* A waiter: its ticket in that queue; only the oldest waiter takes
+         * a free slot. */
+        uint64_t now = loop_now_us();
+        snprintf(r.ticket, sizeof r.ticket, "%s", t->ticket);
+        r.ticket_since_us = t->since_us;
+        r.keep_ticket = true;
+        r.ticket_ttl_ms = (long long)((t->deadline_us > now ? t->deadline_us - now : 0) / 1000) + SEM_TICKET_MARGIN_MS;
+        t->ticket_sent = true;
+    }
     if (op == RL_SEM_LIMIT)
         r.limit = t->req.op == SEM_ACQUIRE ? t->req.limit : -1;   /* extend: keep it alive */
     return rl_submit(t->engine_of(t->eng_arg, r.name), &r, done, t, NULL);
@@ -520,6 +549,11 @@ int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, m
     if (getrandom(&t->rng, sizeof t->rng, 0) != sizeof t->rng)
         t->rng = (unsigned)loop_now_us();
     t->deadline_us = loop_now_us() + (uint64_t)req->wait_ms * 1000ULL;
+    if (req->op == SEM_ACQUIRE && req->wait_ms > 0 && token_new(t->ticket) == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        t->since_us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    }
     int rc;
     switch (req->op) {
     case SEM_ACQUIRE:
