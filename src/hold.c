@@ -142,6 +142,7 @@ hold_set *hold_set_new(int max_holds)
     if (!s)
         return NULL;
     s->max = max_holds;
+    s->no_repair = getenv("REDLOCKD_TEST_NO_REPAIR") != NULL;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     pthread_cond_init(&s->settled, NULL);

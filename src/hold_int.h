@@ -115,6 +115,8 @@ struct hold_set {
     pthread_t renewer;
     bool renewer_started;
     struct hold_ear *ears;          /* one per engine (hold_attach), freed with the set */
+    bool no_repair;                 /* test hook REDLOCKD_TEST_NO_REPAIR: renewals never take
+                                       free masters (the fault suite's negative control) */
 };
 
 /* The hold set's notice hook on one engine, with the engine's key prefix

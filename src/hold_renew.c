@@ -64,7 +64,7 @@ static rl_request request_of(const hold *h, enum rl_op op)
     snprintf(req.token, sizeof req.token, "%s", h->token);
     if (h->permit)   /* a slot's release notice goes to its semaphore's channel */
         snprintf(req.notice_name, sizeof req.notice_name, "%s", h->role->of.limit_name);
-    if (op == RL_EXTEND && h->repair) {
+    if (op == RL_EXTEND && h->repair && !h->s->no_repair) {
         /* Masters answered without the token: the extension also takes the
          * free ones (its own token, where the key is absent, under the same
          * guard), so that any healthy majority keeps the lease. Only the

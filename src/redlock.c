@@ -352,7 +352,7 @@ void op_run(rl_task *op)
             op_answer(op);
             return;
         }
-        if (op->req.ticket[0] || op->req.wait_ms > 0) {
+        if (!op->e->unfair && (op->req.ticket[0] || op->req.wait_ms > 0)) {
             /* A waiter: its ticket holds its place among the name's waiters
              * on every master, whichever instance they came through. */
             struct timespec ts;
@@ -373,17 +373,22 @@ void op_run(rl_task *op)
         return;
     }
     case RL_EXTEND: {
+        /* A held stream's extension (keep_on_fail) waits for every master
+         * (or its deadline) rather than for a majority's yes: which masters
+         * answered without the token decides its next repair, and those
+         * answers come last. */
+        mpool_decide_fn decide = op->req.keep_on_fail ? NULL : extend_decided;
         if (op->req.repair_fence > 0) {
             char fence[24];
             snprintf(fence, sizeof fence, "%lld", op->req.repair_fence);
             const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
                                   op->ttl_str, op->px_str, fence, op->req.owner, guard_arg(e)};
-            eval_decided(op, &script_renew, all_mask(e), 4, 10, args, extend_decided, extend_voted);
+            eval_decided(op, &script_renew, all_mask(e), 4, 10, args, decide, extend_voted);
             return;
         }
         const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
                               op->ttl_str, op->px_str, guard_arg(e)};
-        eval_decided(op, &script_extend, all_mask(e), 4, 8, args, extend_decided, extend_voted);
+        eval_decided(op, &script_extend, all_mask(e), 4, 8, args, decide, extend_voted);
         return;
     }
     case RL_RELEASE: {
@@ -458,6 +463,7 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_cond_init(&e->idle, NULL);
     scripts_init();
     snprintf(e->seed_bound, sizeof e->seed_bound, "%lld", quorum_seed_bound_us(cfg->fence_keep_ms));
+    e->unfair = getenv("REDLOCKD_TEST_UNFAIR") != NULL;
     const char *skew = getenv("REDLOCKD_TEST_SEED_SKEW_US");
     if (skew && !strcmp(skew, "off"))
         e->seed_off = true;

@@ -110,6 +110,9 @@ struct rl_engine {
      * the masters' bound; "off" proposes none (the masters' own rule). */
     long long seed_skew_us;
     bool seed_off;
+    /* Test hook, REDLOCKD_TEST_UNFAIR: waiters draw no tickets (no fair
+     * order across instances; the fault suite's negative control). */
+    bool unfair;
     struct seen seen[RL_SEEN_SIZE]; /* loop thread only */
 };
 

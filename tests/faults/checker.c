@@ -364,3 +364,16 @@ void fl_check_semaphore(fl_permit *p, size_t n, int limit, fl_semaphore_report *
             }
     }
 }
+
+void fl_check_order(const fl_handoff *h, size_t n, fl_order_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].next < 0) {
+            rep->nobody++;
+            continue;
+        }
+        rep->handoffs++;
+        rep->in_order += h[i].next == h[i].oldest;
+    }
+}

@@ -136,4 +136,20 @@ typedef struct fl_semaphore_report {
 /* Judges permits (reordered in place) against limit. */
 void fl_check_semaphore(fl_permit *p, size_t n, int limit, fl_semaphore_report *rep);
 
+/* ---- first come, first served ---- */
+
+/* One handoff: who got the name next (-1: nobody), and who had waited
+ * longest among those still waiting when it came free. */
+typedef struct fl_handoff {
+    int next, oldest;
+} fl_handoff;
+
+typedef struct fl_order_report {
+    long handoffs;              /* handoffs to somebody */
+    long in_order;              /* ... to the one that waited longest */
+    long nobody;                /* handoffs to nobody */
+} fl_order_report;
+
+void fl_check_order(const fl_handoff *h, size_t n, fl_order_report *rep);
+
 #endif
