@@ -113,6 +113,22 @@ static void on_notice(void *arg, const char *key, size_t len, const char *value,
     pthread_mutex_unlock(&s->mu);
 }
 
+void hold_detach(hold_set *s, rl_engine *e)
+{
+    pthread_mutex_lock(&s->mu);
+    for (struct hold_ear **p = &s->ears; *p; p = &(*p)->next) {
+        struct hold_ear *ear = *p;
+        if (ear->e != e)
+            continue;
+        *p = ear->next;
+        pthread_mutex_unlock(&s->mu);
+        rl_engine_remove_notice_hook(e, on_notice, ear);
+        free(ear);
+        return;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 void hold_attach(hold_set *s, rl_engine *e)
 {
     char prefix[RL_INTERNAL_NAME_MAX + 64];

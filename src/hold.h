@@ -139,6 +139,8 @@ void hold_released(hold_set *s, const char *name, const char *token);
  * instead of "lost" at its next extension. Every hold wants its name's
  * notices while it holds. */
 void hold_attach(hold_set *s, rl_engine *e);
+/* On e's loop thread, before hold_set_free: s hears e's notices no more. */
+void hold_detach(hold_set *s, rl_engine *e);
 
 /* Stopping: every open hold ends its stream with "released" (reason
  * shutting_down) and releases its lock once that event has left (at once

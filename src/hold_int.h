@@ -27,6 +27,7 @@
 #define HOLD_RENEW_EARLY_MS 50  /* an extension goes up to this much early to leave with others */
 #define HOLD_TRIM_AFTER 256     /* holds freed before the renewer gives free memory back (malloc_trim) */
 #define HOLD_TRIM_QUIET_MS 500  /* ... once no hold was freed for this long (their connections too) */
+#define HOLD_TRIM_AGAIN_MS 3000 /* ... and again this much later */
 
 enum hold_end { END_NONE, END_LOST, END_RELEASED };
 
@@ -110,6 +111,7 @@ struct hold_set {
     int releases_pending;
     int freed_since_trim;           /* holds freed since the renewer last gave memory back */
     uint64_t last_free_us;          /* when the last hold was freed */
+    uint64_t trim_again_us;         /* the second trim after many frees (0: none due) */
     bool ending;                    /* stopping: no renewals, new holds refused */
     bool stop;
     pthread_t renewer;

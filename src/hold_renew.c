@@ -378,14 +378,19 @@ void *renewer_main(void *arg)
     while (!s->stop) {
         uint64_t now = loop_now_us();
         uint64_t next = renew_pass(s, now);
-        if (s->freed_since_trim >= HOLD_TRIM_AFTER &&
-            now >= s->last_free_us + HOLD_TRIM_QUIET_MS * 1000ULL) {
+        bool again = s->trim_again_us && now >= s->trim_again_us;
+        if (again || (s->freed_since_trim >= HOLD_TRIM_AFTER &&
+                      now >= s->last_free_us + HOLD_TRIM_QUIET_MS * 1000ULL)) {
             /* Many streams closed, and none for a while: what their
              * connections, requests and holds took goes back to the system,
              * so RSS returns near its idle level instead of staying at its
              * peak (glibc keeps freed memory in its arenas otherwise). Off
              * the event loops; the renewer passes at least once a second. */
             s->freed_since_trim = 0;
+            /* Once more a while later: what the streams' ends freed on
+             * other threads (their notice subscriptions, the replies to
+             * unsubscribing) may come after this one. */
+            s->trim_again_us = again ? 0 : now + HOLD_TRIM_AGAIN_MS * 1000ULL;
             pthread_mutex_unlock(&s->mu);
             malloc_trim(0);
             pthread_mutex_lock(&s->mu);

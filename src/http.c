@@ -339,6 +339,12 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     if (!ctx)
         return;
+    if (ctx->hold || ctx->watch) {
+        /* A stream's connection closes with it (stream_answer): one more
+         * turn of the daemon right away frees it, rather than whenever
+         * something next wakes the daemon. */
+        atomic_store(&((http_shard *)cls)->kick, true);
+    }
     if (ctx->submitted) {
         metrics_inflight(s->m, -1);
         /* An answer that did not reach the client: a grant is released. A

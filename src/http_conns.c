@@ -151,6 +151,7 @@ void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context
     s->nconns--;
     s->nrecheck -= ci->recheck;
     s->closed_since_trim++;
+    s->last_close_us = loop_now_us();
     pthread_mutex_unlock(&s->reg_lock);
     free(ci);
     *socket_context = NULL;
@@ -324,7 +325,12 @@ void *watch_main(void *arg)
         if (probes)
             next_probe = now + HTTP_PROBE_INTERVAL_MS * 1000ULL;
         bool trim = false;
-        if (pass && s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES) {
+        /* Many closes, or the last of a burst: what the connections (and
+         * the streams, requests and subscriptions that ended with them)
+         * took goes back to the system. */
+        if (pass && (s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES ||
+                     (s->closed_since_trim >= HTTP_TRIM_AFTER_CLOSES / 8 &&
+                      now >= s->last_close_us + HTTP_TRIM_QUIET_MS * 1000ULL))) {
             s->closed_since_trim = 0;
             trim = true;
         }

@@ -66,6 +66,7 @@
 #define HTTP_PROBE_INTERVAL_MS 25    /* how often a half-closed held stream is probed */
 #define HTTP_RECHECK_MS 2            /* a stream that was writing when its client spoke */
 #define HTTP_TRIM_AFTER_CLOSES 256   /* return freed connection memory to the system */
+#define HTTP_TRIM_QUIET_MS 1000      /* ... and once closes stop for this long after some */
 #define HTTP_HANDSHAKE_GRACE_MS 50   /* quiescing: a handshake under way completes within this */
 #define HTTP_QUEUE_TAKE_MAX_MS 1000  /* quiescing: the most time spent emptying the queues */
 
@@ -140,6 +141,7 @@ struct http_server {
                                    the shutdown waits for them */
     int nconns;                 /* connections in the registry, for --max-connections */
     int closed_since_trim;
+    uint64_t last_close_us;     /* reg_lock */
     int nrecheck;               /* connections with recheck set: reg_lock */
     int nprobed;                /* held streams probed since their FIN (half-closed, or
                                    closed and not yet seen so): reg_lock */

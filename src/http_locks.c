@@ -109,6 +109,11 @@ enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
         return MHD_NO;   /* on_completed closes the hold, which releases */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    /* The connection ends with the stream: its client's FIN or reset may
+     * come while the stream waits (suspended), when libmicrohttpd does not
+     * look, and a connection kept alive after it would wait for a request
+     * that never comes. */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(ctx->conn, status, r);
     MHD_destroy_response(r);
     ctx->answered = true;

@@ -71,6 +71,14 @@ static void shard_detach(void *arg)
     loop_set_io(mpool_loop(sh->pool), -1, NULL, NULL, NULL);
 }
 
+/* On the loop: the hold set, about to go, hears its engine's notices no
+ * more (the loops run on until the masters stop, and releases answer). */
+static void shard_holds_detach(void *arg)
+{
+    http_shard *sh = arg;
+    hold_detach(sh->s->holds, sh->engine);
+}
+
 /* Quiescing, on the loop: libmicrohttpd stops accepting and hands over its
  * listening socket, still open (the kernel keeps queueing connections),
  * which from now on takes no new SYN. */
@@ -343,6 +351,8 @@ void http_stop(http_server *s)
         run_on_loop(s->shards[k].pool, shard_detach, &s->shards[k]);
     for (int k = 0; k < s->nshards; k++)
         MHD_stop_daemon(s->shards[k].daemon);
+    for (int k = 0; k < s->nshards; k++)
+        run_on_loop(s->shards[k].pool, shard_holds_detach, &s->shards[k]);
     hold_set_free(s->holds);
     if (s->watch_ep >= 0)
         close(s->watch_ep);

@@ -198,6 +198,8 @@ int rl_engine_drain(rl_engine *e, long long timeout_ms);
 #define RL_NOTICE_HOOKS 4
 typedef void (*rl_notice_hook)(void *arg, const char *key, size_t len, const char *value, size_t vlen);
 bool rl_engine_add_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
+/* Loop thread: hook(arg) hears no more notices (its arg may go). */
+void rl_engine_remove_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg);
 
 /* True when release notices are on and a majority of the masters'
  * subscriptions work, so that a release is heard. Any thread. */

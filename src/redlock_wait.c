@@ -289,6 +289,20 @@ bool rl_engine_add_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
     return true;
 }
 
+void rl_engine_remove_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
+{
+    for (int i = 0; i < e->nhooks; i++) {
+        if (e->hooks[i] != hook || e->hook_args[i] != arg)
+            continue;
+        for (int k = i + 1; k < e->nhooks; k++) {
+            e->hooks[k - 1] = e->hooks[k];
+            e->hook_args[k - 1] = e->hook_args[k];
+        }
+        e->nhooks--;
+        return;
+    }
+}
+
 bool rl_engine_notices_up(rl_engine *e)
 {
     return e->cfg.notify && mpool_notices_up(e->pool);
