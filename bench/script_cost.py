@@ -14,7 +14,9 @@ microseconds per run of the body. Variants:
 * acquire of a new name (the key and its counter are deleted after each
   run) and of a reused name (the lock is deleted, the counter kept), each
   with the seed "0" (the masters' own rule, as before issue 22) and with a
-  proposed seed (a new, increasing clock reading per run, within the bound);
+  proposed seed (a new, increasing clock reading per run, within the bound),
+  and each of those by a waiter (with a ticket: fair order, issue 30; the
+  name is free, so nothing is queued, but the script looks);
 * release with PUBLISH as shipped, with PUBLISH only when PUBSUB NUMSUB or
   NUMPAT says someone listens, and with no PUBLISH at all (no subscriber in
   any case).
@@ -37,8 +39,8 @@ def scripts():
     src = open(os.path.join(ROOT, 'src', 'scripts.c')).read()
     guard = c_strings(src[src.index('#define GUARD'):src.index('/* n is a counter')])
     bad = lambda n: '(not %s or %s < 0 or %s >= 9007199254740991 or %s ~= math.floor(%s))' % ((n,) * 5)
-    a = src[src.index('mscript script_acquire'):src.index('mscript script_settle')]
-    a = a.replace('GUARD', '').replace('" COUNTER_BAD("f") "', bad('f'))
+    a = src[src.index('mscript script_acquire'):src.index('mscript script_dequeue')]
+    a = a.replace('GUARD', '').replace('" COUNTER_BAD("f") "', bad('f')).replace('" SCRIPT_QUEUE_RETRY_MS "', '100')
     acquire = guard + c_strings(a.split('"acquire",', 1)[1].rsplit(', "",', 1)[0])
     r = src[src.index('#define RELEASE_BODY'):src.index('#define MATCH_TOKEN')]
     release = c_strings(r).replace('if v and () then', 'if v and (v == ARGV[1]) then')
@@ -59,24 +61,26 @@ def main():
 
         cli('HSET', 'redlockd#marker', 'state', 'ready', 'until', '0')
         acquire, release = scripts()
-        publish = "if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1]) end"
+        publish = "if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], KEYS[1] .. '\\n' .. v) end"
         if publish not in release:
             sys.exit('script_cost: the release script no longer has the PUBLISH line this compares')
         gated = ("if ARGV[3] ~= '' and (redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] > 0 "
-                 "or redis.call('PUBSUB', 'NUMPAT') > 0) then redis.call('PUBLISH', ARGV[3], KEYS[1]) end")
+                 "or redis.call('PUBSUB', 'NUMPAT') > 0) then redis.call('PUBLISH', ARGV[3], KEYS[1] .. '\\n' .. v) end")
         wrap = lambda body: 'local function body(KEYS, ARGV)\n' + body + '\nend\n'
         clock = 'local tt = redis.call("TIME") local base = tonumber(tt[1]) * 1000000 + tonumber(tt[2])\n'
         variants = {}
         for pat in ('new', 'reused'):
             for seed in ('0', 'proposed'):
-                key = "'k' .. i" if pat == 'new' else "'same'"
-                seed_expr = "'0'" if seed == '0' else "string.format('%d', base + i)"
-                cleanup = "redis.call('DEL', k, k .. '#fence')" if pat == 'new' else "redis.call('DEL', k)"
-                variants['acquire, %s name, seed %s' % (pat, seed)] = (
-                    wrap(acquire) + clock + 'for i = 1, tonumber(ARGV[1]) do local k = %s\n'
-                    "local r = body({k, k .. '#fence', k .. '#owner', 'redlockd#marker'}, "
-                    "{'tok', '30000', '90000', '', %s, '1000000', '1'}) assert(r[1] == 1)\n%s end return 1"
-                    % (key, seed_expr, cleanup))
+                for waiting in (False, True):
+                    key = "'k' .. i" if pat == 'new' else "'same'"
+                    seed_expr = "'0'" if seed == '0' else "string.format('%d', base + i)"
+                    cleanup = "redis.call('DEL', k, k .. '#fence')" if pat == 'new' else "redis.call('DEL', k)"
+                    ticket = "'tk', string.format('%d', base + i), '5000'" if waiting else "'', '0', '0'"
+                    variants['acquire, %s name, seed %s%s' % (pat, seed, ', a waiter (ticket)' if waiting else '')] = (
+                        wrap(acquire) + clock + 'for i = 1, tonumber(ARGV[1]) do local k = %s\n'
+                        "local r = body({k, k .. '#fence', k .. '#owner', k .. '#queue', k .. '#qdl', 'redlockd#marker'}, "
+                        "{'tok', '30000', '90000', '', %s, '1000000', %s, '1'}) assert(r[1] == 1)\n%s end return 1"
+                        % (key, seed_expr, ticket, cleanup))
         for label, body in (('as shipped (PUBLISH)', release), ('PUBLISH only to subscribers', release.replace(publish, gated)),
                             ('no PUBLISH', release.replace(publish, ''))):
             variants['release, %s' % label] = (

@@ -374,8 +374,12 @@ static void beat_drop(run *r)
  * stream tells whether the lock was lost. */
 static void beat_done(run *r, CURLcode rc)
 {
-    if (rc != CURLE_OK || (r->beat_ans.status != 204 && r->beat_ans.status != 202))
-        say("heartbeat: %s", rc != CURLE_OK ? r->beat_ans.errbuf : r->beat_ans.body);
+    long status = 0;
+    curl_easy_getinfo(r->beat, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK)
+        say("heartbeat: %s", r->beat_ans.errbuf[0] ? r->beat_ans.errbuf : curl_easy_strerror(rc));
+    else if (status != 204 && status != 202)
+        say("heartbeat: answered %ld %s", status, r->beat_ans.body ? r->beat_ans.body : "");
     beat_drop(r);
 }
 
