@@ -129,7 +129,11 @@ typedef struct rl_task {
     unsigned gen;                /* bumped on every wake: older timers are stale */
     unsigned seen_seq;           /* wn->notice_seq when the current try began */
     int armed;                   /* timers pointing at this task */
-    uint64_t arrival_us;         /* FIFO order among waiters of one name */
+    uint64_t arrival_us;         /* when it came (deadlines, the admission queue) */
+    long long place_us;          /* its place among the waiters of its name: its ticket's
+                                    arrival (Unix us; a campaign's, from when it began), so
+                                    that a name's waiters here go in the order the masters'
+                                    queue has them */
     struct wname *wn;            /* its name's waiters, while it waits */
     struct rl_task *wprev, *wnext; /* in wn's sleeping list */
     struct rl_task *aprev, *anext; /* in e->all */

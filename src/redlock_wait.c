@@ -70,7 +70,7 @@ static void sleepers_insert(rl_task *op)
 {
     struct wname *w = op->wn;
     rl_task *after = w->tail;
-    while (after && after->arrival_us > op->arrival_us)
+    while (after && after->place_us > op->place_us)
         after = after->wprev;
     op->wprev = after;
     op->wnext = after ? after->wnext : w->head;
