@@ -38,7 +38,7 @@ _Static_assert(sizeof SCRIPT_QUEUE_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX &&
                sizeof SCRIPT_QDL_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "queue keys fit RL_KEY_MAX");
 _Static_assert(MREPLY_STR_MAX >= TOKEN_MAX_LEN + 32 + RL_OWNER_MAX, "inspect's value and owner fit");
 #define RL_CHANNEL_MAX (sizeof SCRIPT_NOTICE_PREFIX + RL_KEY_MAX)
-#define RL_TICKET_MARGIN_MS 2000   /* a waiter's ticket outlives its wait by this much */
+#define RL_TICKET_MARGIN_MS 500    /* a waiter's ticket outlives its wait by this much */
 #define RL_WTAB_SIZE 4096            /* buckets of the waiter index (a power of two) */
 #define RL_WAKE_MARGIN_US 1000       /* past the holder's remaining time */
 #define RL_SEEN_SIZE 4096            /* names granted lately (a power of two) */

@@ -103,7 +103,7 @@ mscript script_dequeue = {"dequeue",
     "redis.call('ZREM', KEYS[1], ARGV[1])\n"
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
     "if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[3]) end\n"
-    "return 1\n", "", false, false, NULL, false, NULL, 0};
+    "return 1\n", "", true, false, NULL, false, NULL, 0};
 
 mscript script_settle = {"settle",
     GUARD

@@ -89,7 +89,10 @@ extern mscript script_acquire;
 /* KEYS key#queue, key#qdl, key; ARGV ticket, channel. A waiter that leaves
  * (answered without a grant, or granted where others still queue it)
  * removes its ticket, and publishes key on channel (unless empty) so that
- * the waiters behind it try at once. */
+ * the waiters behind it try at once. redo_when_back: a master that missed
+ * it (down, its connection lost while it was paused) runs it once back,
+ * rather than keep a gone waiter's ticket at the head of its queue until
+ * the ticket expires. */
 extern mscript script_dequeue;
 /* KEYS key, key#fence, marker; ARGV value, fence, counter_px_ms, guard.
  * When key holds value with time left: sets the counter to exactly fence and

@@ -11,7 +11,7 @@
 
 #include "dlist.h"
 
-#define SEM_TICKET_MARGIN_MS 2000   /* a waiter's ticket outlives its wait by this much */
+#define SEM_TICKET_MARGIN_MS 500    /* a waiter's ticket outlives its wait by this much */
 
 typedef struct sem_task {
     atomic_int refs;                /* the task's own until done, and the caller's handle */
