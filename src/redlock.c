@@ -95,10 +95,9 @@ void set_active(rl_task *op, bool on)
         admit_next(op->e);
 }
 
-/* Reports op->res to the caller, once. The op is freed once no timer
- * points at it and the caller let go of it (rl_finish). */
-/* A waiter that leaves takes its ticket out of the name's queue on the
- * masters in mask, and (not granted) tells the waiters behind it. */
+/* A waiter that leaves takes its ticket out of the name's queue: on every
+ * master, or (granted) on those where its grant did not take it out; when
+ * not granted it tells the waiters behind it. */
 static void dequeue(rl_task *op, bool granted)
 {
     rl_engine *e = op->e;
@@ -113,6 +112,8 @@ static void dequeue(rl_task *op, bool granted)
     mpool_eval(e->pool, &script_dequeue, mask, 3, 5, args, lens, NULL, NULL);
 }
 
+/* Reports op->res to the caller, once. The op is freed once no timer
+ * points at it and the caller let go of it (rl_finish). */
 void op_answer(rl_task *op)
 {
     if (op->req.op == RL_ACQUIRE && op->ticket_sent && !op->answered &&
