@@ -284,9 +284,7 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
     h->role->acq_req.op = RL_ACQUIRE;
     /* One place in the election's queue for all its rounds: campaigns are
      * elected in the order they began, whichever instance they came to. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    h->role->acq_req.ticket_since_us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    h->role->acq_req.ticket_since_us = loop_unix_us();
     h->role->acq_req.keep_ticket = true;
     if (token_new(h->role->acq_req.ticket) < 0)
         h->role->acq_req.ticket[0] = '\0';   /* (it campaigns without a place) */

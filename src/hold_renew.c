@@ -184,10 +184,7 @@ static char *election_record(const hold *h, uint64_t from_us)
     const char *owner = h->role->acq_req.owner;
     if (owner[0] != '\x01')
         return owner[0] ? strdup(owner) : NULL;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    long long since_ms = now_ms - (long long)((loop_now_us() - from_us) / 1000);
+    long long since_ms = (loop_unix_us() - (long long)(loop_now_us() - from_us)) / 1000;
     char *rec = malloc(24 + strlen(owner));
     if (rec)
         sprintf(rec, "%lld %s", since_ms, owner + 1);

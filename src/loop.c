@@ -54,6 +54,13 @@ struct rl_loop {
     atomic_ullong stall_us;     /* their time past LOOP_STALL_US, summed */
 };
 
+long long loop_unix_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
 uint64_t loop_now_us(void)
 {
     struct timespec ts;

@@ -84,4 +84,8 @@ void loop_stalls(const rl_loop *l, unsigned long long *count, unsigned long long
 /* CLOCK_MONOTONIC in microseconds: the clock of every deadline and timer. */
 uint64_t loop_now_us(void);
 
+/* CLOCK_REALTIME in microseconds since the Unix epoch: for what other
+ * processes compare (a waiter's place in a queue on the masters). */
+long long loop_unix_us(void);
+
 #endif

@@ -317,9 +317,7 @@ static void op_start(void *arg)
         snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
     DLIST_PUSH(e->all, op, aprev, anext);
     op->arrival_us = loop_now_us();
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    op->place_us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    op->place_us = loop_unix_us();
     op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
     /* New work waits its turn; extensions and releases never do: they keep
      * and end the locks already granted. */
@@ -358,14 +356,11 @@ void op_run(rl_task *op)
         }
         if (!op->e->unfair && (op->req.ticket[0] || op->req.wait_ms > 0)) {
             /* A waiter: its ticket holds its place among the name's waiters
-             * on every master, whichever instance they came through. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long long since = op->req.ticket_since_us > 0
-                                  ? op->req.ticket_since_us
-                                  : (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-            snprintf(op->arrival_str, sizeof op->arrival_str, "%lld", since);
-            op->place_us = since;
+             * on every master, whichever instance they came through (from
+             * when it came: place_us, or the caller's ticket_since_us). */
+            if (op->req.ticket_since_us > 0)
+                op->place_us = op->req.ticket_since_us;
+            snprintf(op->arrival_str, sizeof op->arrival_str, "%lld", op->place_us);
             if (op->req.ticket[0])
                 snprintf(op->ticket, sizeof op->ticket, "%s", op->req.ticket);
             else if (token_new(op->ticket) < 0)

@@ -549,11 +549,8 @@ int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, m
     if (getrandom(&t->rng, sizeof t->rng, 0) != sizeof t->rng)
         t->rng = (unsigned)loop_now_us();
     t->deadline_us = loop_now_us() + (uint64_t)req->wait_ms * 1000ULL;
-    if (req->op == SEM_ACQUIRE && req->wait_ms > 0 && token_new(t->ticket) == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        t->since_us = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-    }
+    if (req->op == SEM_ACQUIRE && req->wait_ms > 0 && token_new(t->ticket) == 0)
+        t->since_us = loop_unix_us();
     int rc;
     switch (req->op) {
     case SEM_ACQUIRE:
