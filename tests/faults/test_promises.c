@@ -157,6 +157,35 @@ static void wait_free(const char *key)
 
 /* ---- a split vote, then two of its three masters stop ---- */
 
+/* A stream on c (POST path body) whose first news, within ms, is want:
+ * returned (free with cJSON_Delete), *at when it was read. */
+static cJSON *granted(h_cluster *c, const char *path, const char *body, const char *want, int ms, h_stream **s,
+                      uint64_t *at)
+{
+    *s = h_stream_open(c, path, body, 3000);
+    cr_assert(*s && (*s)->status == 201, "POST %s: %ld", path, *s ? (*s)->status : 0);
+    cJSON *ev = next_news(*s, ms, at);
+    cr_assert(ev && !strcmp(h_ev_str(ev, "event"), want), "POST %s: no %s within %d ms", path, want, ms);
+    return ev;
+}
+
+/* After masters 3 and 4 take writes again: s is followed for two ttls
+ * (its renewals meet the two free masters), then, unless it was lost, for
+ * ms with masters 0 and 1 stopped, tick(arg) running meanwhile. The time
+ * of its loss, or 0. */
+static uint64_t spread_then_stop_two(h_stream *s, uint64_t *valid_until, int ms, void (*tick)(void *), void *arg)
+{
+    uint64_t lost_at = follow(s, 3000, valid_until, NULL, NULL);
+    if (lost_at)
+        return lost_at;
+    h_master_pause(C, 0);
+    h_master_pause(C, 1);
+    lost_at = follow(s, ms, valid_until, tick, arg);
+    h_master_resume(C, 0);
+    h_master_resume(C, 1);
+    return lost_at;
+}
+
 static void split_vote_elections(bool negative)
 {
     start_two(negative ? "REDLOCKD_TEST_NO_REPAIR" : NULL);
@@ -166,26 +195,17 @@ static void split_vote_elections(bool negative)
     for (int round = 0; round < n; round++) {
         wait_free("lock:split#election");
         refuse_two(true);
-        h_stream *l = h_stream_open(C, "/elections/split", "{\"candidate\":\"l\",\"ttl_ms\":1500}", 3000);
-        cr_assert(l && l->status == 201);
+        h_stream *l;
         uint64_t from = 0;
-        cJSON *ev = next_news(l, 5000, &from);
-        cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "elected"), "round %d: no leader on three masters", round);
+        cJSON *ev = granted(C, "/elections/split", "{\"candidate\":\"l\",\"ttl_ms\":1500}", "elected", 5000, &l,
+                            &from);
         long long term = h_ev_int(ev, "term");
         uint64_t valid_until = from + (uint64_t)h_ev_int(ev, "validity_ms") * 1000ULL;
         cJSON_Delete(ev);
         refuse_two(false);
         h_stream *r = h_stream_open(P, "/elections/split", "{\"candidate\":\"r\",\"ttl_ms\":1500}", 3000);
         cr_assert(r && r->status == 201);
-        /* two ttls: the leader's renewals meet the two free masters */
-        uint64_t lost_at = follow(l, 3000, &valid_until, NULL, NULL);
-        if (!lost_at) {
-            h_master_pause(C, 0);
-            h_master_pause(C, 1);
-            lost_at = follow(l, 3000, &valid_until, NULL, NULL);
-            h_master_resume(C, 0);
-            h_master_resume(C, 1);
-        }
+        uint64_t lost_at = spread_then_stop_two(l, &valid_until, 3000, NULL, NULL);
         lost += lost_at != 0;
         /* The leader lived its term until the loss (or now, stepping down),
          * never past the validity it last read. */
@@ -249,24 +269,16 @@ static void split_vote_permits(bool negative)
     for (int round = 0; round < n; round++) {
         wait_free("lock:split#0");
         refuse_two(true);
-        h_stream *s = h_stream_open(C, "/semaphores/split", "{\"limit\":1,\"hold\":true,\"ttl_ms\":1500}", 3000);
-        cr_assert(s && s->status == 201, "round %d: %ld", round, s ? s->status : 0);
+        h_stream *s;
         uint64_t at = 0;
-        cJSON *ev = next_news(s, 3000, &at);
-        cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "acquired"));
+        cJSON *ev = granted(C, "/semaphores/split", "{\"limit\":1,\"hold\":true,\"ttl_ms\":1500}", "acquired", 3000,
+                            &s, &at);
         long long fence = h_ev_int(ev, "fence");
         uint64_t valid_until = at + (uint64_t)h_ev_int(ev, "validity_ms") * 1000ULL;
         cJSON_Delete(ev);
         refuse_two(false);
-        uint64_t lost_at = follow(s, 3000, &valid_until, NULL, NULL);   /* two ttls: it spreads */
-        struct rival rv = {permits, &np};
-        if (!lost_at) {
-            h_master_pause(C, 0);
-            h_master_pause(C, 1);
-            lost_at = follow(s, 2500, &valid_until, rival_try, &rv);   /* a rival tries meanwhile */
-            h_master_resume(C, 0);
-            h_master_resume(C, 1);
-        }
+        struct rival rv = {permits, &np};   /* a rival tries while masters 0 and 1 are stopped */
+        uint64_t lost_at = spread_then_stop_two(s, &valid_until, 2500, rival_try, &rv);
         lost += lost_at != 0;
         if (np < 64)
             permits[np++] = (fl_permit){0, 0, fence, at, relied_until(lost_at, valid_until)};
@@ -303,11 +315,10 @@ static void fair_elections(bool negative)
     fl_handoff *h = calloc((size_t)n, sizeof *h);
     for (int round = 0; round < n; round++) {
         int early = round % 2, late = 1 - early;
-        h_stream *lead = h_stream_open(inst[late], "/elections/fair", "{\"candidate\":\"lead\",\"ttl_ms\":3000}", 3000);
-        cr_assert(lead && lead->status == 201);
+        h_stream *lead;
         uint64_t at;
-        cJSON *ev = next_news(lead, 5000, &at);
-        cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "elected"), "round %d: the leader", round);
+        cJSON *ev = granted(inst[late], "/elections/fair", "{\"candidate\":\"lead\",\"ttl_ms\":3000}", "elected", 5000,
+                            &lead, &at);
         char hdr[200];
         snprintf(hdr, sizeof hdr, "Lock-Token: %s", h_ev_str(ev, "token"));
         cJSON_Delete(ev);
