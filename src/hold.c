@@ -48,6 +48,28 @@ void end_released(hold *h)
     end_stream(h, END_RELEASED, NULL);
 }
 
+/* The open hold of the grant of name (nlen bytes) to token (tlen bytes),
+ * or NULL (a campaign has no token until elected). s->mu held. */
+static hold *find_grant(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
+{
+    for (hold *h = s->list; h && tlen > 0; h = h->next)
+        if (!h->closed && strlen(h->token) == tlen && !memcmp(h->token, token, tlen) &&
+            strlen(h->name) == nlen && !memcmp(h->name, name, nlen))
+            return h;
+    return NULL;
+}
+
+/* A heartbeat for that grant: its stream goes on. False when no open
+ * stream holds it. s->mu held. */
+static bool beat(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
+{
+    hold *h = find_grant(s, name, nlen, token, tlen);
+    if (!h || h->end != END_NONE)
+        return false;
+    h->beat_us = loop_now_us();
+    return true;
+}
+
 /* ---- release notices ---- */
 
 struct want_job {
@@ -93,22 +115,13 @@ static void on_notice(void *arg, const char *key, size_t len, const char *value,
         return;
     const char *name = key + ear->plen;
     size_t nlen = len - ear->plen;
-    if (value[0] == '\n') {   /* a heartbeat taken by another instance */
-        char n[RL_INTERNAL_NAME_MAX + 1];
-        if (nlen < sizeof n) {
-            memcpy(n, name, nlen);
-            n[nlen] = '\0';
-            hold_heartbeat(s, n, value + 1, vlen - 1);
-        }
-        return;
-    }
     pthread_mutex_lock(&s->mu);
-    for (hold *h = s->list; h; h = h->next) {
-        if (h->e == ear->e && !h->closed && !h->campaigning && strlen(h->token) == vlen &&
-            !memcmp(h->token, value, vlen) && strlen(h->name) == nlen && !memcmp(h->name, name, nlen)) {
+    if (value[0] == '\n') {   /* a heartbeat taken by another instance */
+        beat(s, name, nlen, value + 1, vlen - 1);
+    } else {
+        hold *h = find_grant(s, name, nlen, value, vlen);
+        if (h)
             end_released(h);
-            break;
-        }
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -383,12 +396,6 @@ long hold_read(hold *h, char *buf, size_t cap)
     return n;
 }
 
-static void dequeued(void *arg, const rl_result *res)
-{
-    (void)arg;
-    (void)res;
-}
-
 void hold_close(hold *h)
 {
     hold_set *s = h->s;
@@ -405,7 +412,7 @@ void hold_close(hold *h)
         rl_request dq = {.op = RL_DEQUEUE};
         snprintf(dq.name, sizeof dq.name, "%s", h->name);
         snprintf(dq.ticket, sizeof dq.ticket, "%s", h->role->acq_req.ticket);
-        (void)rl_submit(h->e, &dq, dequeued, NULL, NULL);
+        (void)rl_submit(h->e, &dq, NULL, NULL, NULL);
     }
     /* The client has gone, or the stream has ended. After "lost" the
      * connection completes as soon as the event is written, long before the
@@ -420,15 +427,8 @@ void hold_close(hold *h)
 
 bool hold_heartbeat(hold_set *s, const char *name, const char *token, size_t tlen)
 {
-    bool found = false;
     pthread_mutex_lock(&s->mu);
-    for (hold *h = s->list; h && !found; h = h->next) {
-        if (h->closed || h->end != END_NONE || h->campaigning || strlen(h->token) != tlen ||
-            memcmp(h->token, token, tlen) || strcmp(h->name, name))
-            continue;
-        h->beat_us = loop_now_us();
-        found = true;
-    }
+    bool found = beat(s, name, strlen(name), token, tlen);
     pthread_mutex_unlock(&s->mu);
     return found;
 }
@@ -445,12 +445,9 @@ void hold_probe(hold *h)
 void hold_released(hold_set *s, const char *name, const char *token)
 {
     pthread_mutex_lock(&s->mu);
-    for (hold *h = s->list; h; h = h->next) {
-        if (!h->closed && !strcmp(h->token, token) && !strcmp(h->name, name)) {
-            end_released(h);
-            break;
-        }
-    }
+    hold *h = find_grant(s, name, strlen(name), token, strlen(token));
+    if (h)
+        end_released(h);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -75,19 +75,13 @@ static rl_request request_of(const hold *h, enum rl_op op)
     return req;
 }
 
-static void ignore_answer(void *arg, const rl_result *res)
-{
-    (void)arg;
-    (void)res;
-}
-
 /* A permit's renewal also keeps its semaphore's limit for a ttl, as a PATCH
  * of the permit does: the limit outlives every permit of it. */
 static void keep_limit(const hold *h)
 {
     rl_request req = {.op = RL_SEM_LIMIT, .limit = -1, .ttl_ms = h->ttl_ms};
     snprintf(req.name, sizeof req.name, "%s", h->role->of.limit_name);
-    (void)rl_submit(h->role->of.limit_engine, &req, ignore_answer, NULL, NULL);
+    (void)rl_submit(h->role->of.limit_engine, &req, NULL, NULL, NULL);
 }
 
 /* The lock is lost: the stream says so now; what the token may still hold
@@ -168,12 +162,6 @@ static void extend_done(void *arg, const rl_result *res)
 
 #define HOLD_CAMPAIGN_RETRY_MAX_MS 1000   /* a campaign that met no quorum tries again this soon */
 
-static void publish_done(void *arg, const rl_result *res)
-{
-    (void)arg;
-    (void)res;
-}
-
 /* The owner record an elected campaign's masters keep: its owner with the
  * leading byte 1 replaced by the term's start in Unix ms and a space, as
  * script_acquire stamps it (each master from its own clock; here from
@@ -223,7 +211,7 @@ static void campaign_done(void *arg, const rl_result *res)
         /* Watches on every instance look at once (they re-read anyway). */
         rl_request pub = {.op = RL_PUBLISH};
         snprintf(pub.name, sizeof pub.name, "%s", h->name);
-        rl_submit(e, &pub, publish_done, NULL, NULL);
+        rl_submit(e, &pub, NULL, NULL, NULL);
     } else if (!h->closed && h->end == END_NONE && !s->ending) {
         if (res->outcome == RL_SHUTTING_DOWN) {
             end_stream(h, END_RELEASED, "shutting_down");

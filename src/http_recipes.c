@@ -249,12 +249,6 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
 
 /* ---- heartbeats (hold.h) ---- */
 
-static void beat_passed(void *arg, const rl_result *res)
-{
-    (void)arg;
-    (void)res;
-}
-
 /* PUT /{locks,elections,semaphores}/{name}/heartbeat with the stream's
  * token: 204 when the stream is here; else 202, passed on as a notice on
  * the name's channel to the instance that keeps it. */
@@ -296,7 +290,7 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path)
     if (atomic_load(&s->quiescing))
         return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
     snprintf(pub.token, sizeof pub.token, "%s", token);
-    if (rl_submit(engine_of_name(s, pub.name), &pub, beat_passed, NULL, NULL) < 0)
+    if (rl_submit(engine_of_name(s, pub.name), &pub, NULL, NULL, NULL) < 0)
         return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
     return send_body(ctx, 202, NULL, NULL, 0, true);
 }

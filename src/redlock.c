@@ -133,7 +133,8 @@ void op_answer(rl_task *op)
         op->answered = true;
         op->res.masters_total = e->n;
         count_outcome(op);
-        op->done(op->arg, &op->res);
+        if (op->done)
+            op->done(op->arg, &op->res);
         pthread_mutex_lock(&e->lock);
         if (--e->inflight == 0)
             pthread_cond_broadcast(&e->idle);

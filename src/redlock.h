@@ -166,7 +166,8 @@ typedef struct rl_task rl_handle;
  * served, but an acquire does not wait for a held lock then. Safe from any
  * thread. With handle set, *handle names the request until the caller
  * passes it to rl_finish (exactly once, after done was called or when the
- * caller gives up); with handle NULL nothing needs finishing. */
+ * caller gives up); with handle NULL nothing needs finishing. done NULL:
+ * nobody is told (fire and forget). */
 int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, rl_handle **handle);
 
 /* Any thread, before rl_finish: the caller has gone. A waiting acquire stops

@@ -47,8 +47,6 @@ static void task_unref(sem_task *t)
         free(t);
 }
 
-static void ignore(void *arg, const rl_result *res);
-
 static void finish(sem_task *t)
 {
     if (t->ticket_sent) {
@@ -57,7 +55,7 @@ static void finish(sem_task *t)
         rl_request dq = {.op = RL_DEQUEUE, .keep_ticket = t->res.outcome == RL_OK};
         snprintf(dq.name, sizeof dq.name, "%s", t->limit_name);
         snprintf(dq.ticket, sizeof dq.ticket, "%s", t->ticket);
-        (void)rl_submit(t->limit_eng, &dq, ignore, NULL, NULL);
+        (void)rl_submit(t->limit_eng, &dq, NULL, NULL, NULL);
     }
     if (t->subscribed)
         notice_want(t, false);
@@ -69,12 +67,6 @@ static unsigned rnd(sem_task *t)
 {
     t->rng = t->rng * 1103515245u + 12345u;
     return t->rng >> 8;
-}
-
-static void ignore(void *arg, const rl_result *res)
-{
-    (void)arg;
-    (void)res;
 }
 
 /* Submits op on the slot (or -1: the limit) of t's semaphore. */
@@ -127,7 +119,7 @@ static void give_back(sem_task *t)
         int slot;
         char token[TOKEN_MAX_LEN + 1];
         if (sem_token_split(t->res.permits[i].token, SEM_LIMIT_MAX, &slot, token, sizeof token))
-            step(t, RL_RELEASE, slot, token, ignore);
+            step(t, RL_RELEASE, slot, token, NULL);
     }
     t->res.npermits = 0;
 }
@@ -408,7 +400,7 @@ static void each_next(sem_task *t)
 {
     if (t->next == t->req.ntokens) {
         if (t->res.npermits > 0 && t->req.op == SEM_EXTEND)
-            step(t, RL_SEM_LIMIT, -1, NULL, ignore);   /* the limit lives as long as the longest permit */
+            step(t, RL_SEM_LIMIT, -1, NULL, NULL);   /* the limit lives as long as the longest permit */
         finish(t);
         return;
     }
