@@ -301,13 +301,16 @@ static void op_start(void *arg)
     int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
     snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
     snprintf(op->owner_key, sizeof op->owner_key, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
-    if (op->req.queue_name[0]) {
-        snprintf(op->queue_key, sizeof op->queue_key, "%s%s%s", e->key_prefix, op->req.queue_name,
-                 SCRIPT_QUEUE_SUFFIX);
-        snprintf(op->qdl_key, sizeof op->qdl_key, "%s%s%s", e->key_prefix, op->req.queue_name, SCRIPT_QDL_SUFFIX);
-    } else {
-        snprintf(op->queue_key, sizeof op->queue_key, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
-        snprintf(op->qdl_key, sizeof op->qdl_key, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
+    if (op->req.op == RL_ACQUIRE || op->req.op == RL_DEQUEUE) {   /* the waiters' queue (fair order) */
+        if (op->req.queue_name[0]) {
+            snprintf(op->queue_key, sizeof op->queue_key, "%s%s%s", e->key_prefix, op->req.queue_name,
+                     SCRIPT_QUEUE_SUFFIX);
+            snprintf(op->qdl_key, sizeof op->qdl_key, "%s%s%s", e->key_prefix, op->req.queue_name,
+                     SCRIPT_QDL_SUFFIX);
+        } else {
+            snprintf(op->queue_key, sizeof op->queue_key, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
+            snprintf(op->qdl_key, sizeof op->qdl_key, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
+        }
     }
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
@@ -318,7 +321,8 @@ static void op_start(void *arg)
         snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
     DLIST_PUSH(e->all, op, aprev, anext);
     op->arrival_us = loop_now_us();
-    op->place_us = loop_unix_us();
+    if (op->req.op == RL_ACQUIRE)
+        op->place_us = loop_unix_us();
     op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
     /* New work waits its turn; extensions and releases never do: they keep
      * and end the locks already granted. */
