@@ -478,12 +478,15 @@ int hold_set_end_all(hold_set *s, long long timeout_ms)
         if (pthread_cond_timedwait(&s->settled, &s->mu, &until) != 0)
             break;
     /* A client that does not read gets no more time: its lock goes. */
-    for (hold *h = s->list; h; h = h->next)
+    for (hold *h = s->list, *after; h; h = after) {
+        after = h->next;
         if ((!h->closed && h->release_when_read) || h->release_at_us) {
             h->release_when_read = false;
             h->release_at_us = 0;
             release_lock(h);
+            free_if_done(h);
         }
+    }
     until = deadline_after_ms(timeout_ms / 2);
     while (s->releases_pending > 0)
         if (pthread_cond_timedwait(&s->settled, &s->mu, &until) != 0)

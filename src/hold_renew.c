@@ -149,7 +149,9 @@ static void extend_done(void *arg, const rl_result *res)
             h->next_try_us = now + retry;
         }
     }
-    if (h->closed || h->release_after) {
+    /* A closed hold releases now, unless it ended lost: then the release
+     * waits for release_at_us (the client may not have read "lost"). */
+    if ((h->closed && !h->release_at_us) || h->release_after) {
         h->release_after = false;
         release_lock(h);
     }
@@ -285,11 +287,16 @@ static uint64_t renew_early_us(const hold *h)
 static uint64_t renew_pass(hold_set *s, uint64_t now)
 {
     uint64_t next = now + 1000000;   /* at least once a second */
-    for (hold *h = s->list; h; h = h->next) {
+    for (hold *h = s->list, *after; h; h = after) {
+        after = h->next;
         if (h->release_at_us && !s->ending) {
             if (now >= h->release_at_us) {
+                /* (a closed hold whose release went already, after an
+                 * extension or a DELETE, waited only for this) */
                 h->release_at_us = 0;
                 release_lock(h);
+                free_if_done(h);
+                continue;
             } else if (h->release_at_us < next) {
                 next = h->release_at_us;
             }

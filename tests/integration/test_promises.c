@@ -523,6 +523,71 @@ Test(promises, a_leader_without_heartbeats_steps_down)
     h_stream_close(b);
 }
 
+/* Keeps master i busy in 15 ms scripts until stop: every command waits up
+ * to that long for its turn, though the master answers well within
+ * --master-timeout-ms (never marked down). */
+struct busy_master {
+    h_cluster *c;
+    int i;
+    atomic_bool stop;
+};
+
+static void *keep_busy(void *arg)
+{
+    struct busy_master *b = arg;
+    while (!atomic_load(&b->stop)) {
+        redisReply *r = h_redis(b->c, b->i,
+                                "EVAL %s 0", "local t0 = redis.call('TIME') repeat local t = redis.call('TIME') "
+                                             "until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= 15000 return 1");
+        if (r)
+            freeReplyObject(r);
+    }
+    return NULL;
+}
+
+/* A stream whose heartbeats stop while an extension is in flight (a busy
+ * master keeps each one waiting) ends lost, and its connection closes; its
+ * place among --max-holds (1 here) comes back once the validity it was
+ * told has run out, every time. A hold that ended this way used to stay
+ * allocated for good (found by LeakSanitizer at a CI shutdown), and with it
+ * its place: every later stream was refused. */
+Test(promises, a_stream_that_ends_mid_extension_gives_its_place_back)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, "--max-holds", "1", NULL);
+    struct busy_master busy = {.c = C, .i = 4};
+    pthread_t t;
+    pthread_create(&t, NULL, keep_busy, &busy);
+    for (int i = 0; i < 16; i++) {
+        char body[120];
+        /* The first renewal leaves about 333 ms after the grant and waits
+         * up to 15 ms for the busy master: heartbeats due from 326 to 356
+         * ms end the stream inside it, or close to it. */
+        snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":1000,\"heartbeat_ms\":%d}", 326 + 2 * i);
+        h_stream *s = NULL;
+        uint64_t t0 = h_now_us();
+        while (h_now_us() - t0 < 10000000) {
+            s = h_stream_open(C, "/locks/midext", body, 3000);
+            if (s && s->status == 201)
+                break;
+            h_stream_close(s);
+            s = NULL;
+            usleep(50000);
+        }
+        cr_assert(s, "round %d: no place for a held stream 10 s after the last one ended", i);
+        cJSON *ev = next_news(s, 3000);
+        cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "acquired"), "round %d", i);
+        cJSON_Delete(ev);
+        ev = next_news(s, 3000);
+        cr_assert(ev && !strcmp(h_ev_str(ev, "event"), "lost"), "round %d: no lost without heartbeats", i);
+        cr_assert_str_eq(h_ev_str(ev, "reason"), "no_heartbeat");
+        cJSON_Delete(ev);
+        h_stream_close(s);
+    }
+    atomic_store(&busy.stop, true);
+    pthread_join(t, NULL);
+}
+
 /* ---- 4. first come, first served across instances ---- */
 
 struct waiter {
