@@ -464,18 +464,41 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
 
 /* ---- Dapr ---- */
 
-/* Is store one of the comma-separated names in stores? */
-static bool store_served(const char *store, const char *stores)
+const char *api_dapr_store_next(const char *p, char *name, char *prefix)
 {
-    size_t sl = strlen(store);
-    for (const char *p = stores; *p;) {
-        const char *comma = strchr(p, ',');
-        size_t l = comma ? (size_t)(comma - p) : strlen(p);
-        if (l == sl && !memcmp(p, store, sl))
+    if (!p || !*p)
+        return NULL;
+    const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
+    const char *eq = memchr(p, '=', (size_t)(end - p));
+    size_t nl = (size_t)((eq ? eq : end) - p), pl = eq ? (size_t)(end - eq - 1) : 0;
+    snprintf(name, API_DAPR_STORE_MAX + 1, "%.*s", (int)(nl < API_DAPR_STORE_MAX ? nl : API_DAPR_STORE_MAX), p);
+    snprintf(prefix, API_DAPR_STORE_MAX + 1, "%.*s", (int)(pl < API_DAPR_STORE_MAX ? pl : API_DAPR_STORE_MAX),
+             eq ? eq + 1 : "");
+    return comma ? comma + 1 : end;
+}
+
+/* Is store served (one of the names in stores)? Its keyPrefix into prefix. */
+static bool store_served(const char *store, const char *stores, char *prefix)
+{
+    char name[API_DAPR_STORE_MAX + 1];
+    for (const char *p = stores; (p = api_dapr_store_next(p, name, prefix));)
+        if (!strcmp(name, store))
             return true;
-        p = comma ? comma + 1 : p + l;
-    }
     return false;
+}
+
+/* The lock name of resource in store (api_dapr_request), into out. */
+static int dapr_lock_name(const char *store, const char *prefix, const char *app_id, const char *resource,
+                          char *out, size_t outlen)
+{
+    const char *strategy = prefix[0] ? prefix : app_id && app_id[0] ? "appid" : "name";
+    const char *head = !strcmp(strategy, "appid") ? (app_id && app_id[0] ? app_id : NULL)
+                       : !strcmp(strategy, "name") ? store
+                       : !strcmp(strategy, "none") ? NULL
+                                                   : strategy;
+    int n = head ? snprintf(out, outlen, "%s" API_DAPR_SEP "%s", head, resource)
+                 : snprintf(out, outlen, "%s", resource);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
 }
 
 int api_dapr_request(bool unlock, const char *store, const char *stores, const char *resource,
@@ -485,7 +508,8 @@ int api_dapr_request(bool unlock, const char *store, const char *stores, const c
     memset(req, 0, sizeof *req);
     req->op = unlock ? RL_RELEASE : RL_ACQUIRE;
     *code = API_DAPR_ERR_MALFORMED;
-    if (!store_served(store, stores)) {
+    char prefix[API_DAPR_STORE_MAX + 1];
+    if (!store_served(store, stores, prefix)) {
         *code = API_DAPR_ERR_STORE;
         snprintf(msg, msglen, "lock store %.100s is not found", store);
         return -1;
@@ -498,22 +522,18 @@ int api_dapr_request(bool unlock, const char *store, const char *stores, const c
         snprintf(msg, msglen, "LockOwner is empty in lock store %.100s", store);
         return -1;
     }
-    size_t rl = strlen(resource), sl = strlen(store);
-    if (sl + 1 + rl > RL_NAME_MAX) {
-        snprintf(msg, msglen, "store name and resourceId together must be at most %d bytes",
-                 RL_NAME_MAX - 1);
+    if (strstr(resource, API_DAPR_SEP)) {   /* daprd's own rule: || joins its keys */
+        snprintf(msg, msglen, "input key/keyPrefix '%.200s' can't contain '" API_DAPR_SEP "'", resource);
         return -1;
     }
-    /* The lock is the native name store:resource, under the native name
-     * rules: no Dapr name can reach an internal key (those hold '#'). */
-    if (!rules_name_valid(resource, rl)) {
-        snprintf(msg, msglen, "resourceId must be 1 to %d bytes of A-Z a-z 0-9 . _ : -",
-                 RL_NAME_MAX - 1 - (int)sl);
+    if (!rules_text_valid(resource, strlen(resource), API_DAPR_RESOURCE_MAX)) {
+        snprintf(msg, msglen, "resourceId must be 1 to %d bytes of UTF-8 without control characters",
+                 API_DAPR_RESOURCE_MAX);
         return -1;
     }
-    if (!rules_token_valid(owner, strlen(owner))) {
-        snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of printable ASCII without spaces, "
-                 "quotes or backslashes", TOKEN_MAX_LEN);
+    if (!rules_text_valid(owner, strlen(owner), API_DAPR_OWNER_MAX)) {
+        snprintf(msg, msglen, "lockOwner must be 1 to %d bytes of UTF-8 without control characters",
+                 API_DAPR_OWNER_MAX);
         return -1;
     }
     if (!unlock) {
@@ -528,7 +548,10 @@ int api_dapr_request(bool unlock, const char *store, const char *stores, const c
         }
         req->ttl_ms = expiry_s * 1000;
     }
-    snprintf(req->name, sizeof req->name, "%s:%s", store, resource);
+    if (dapr_lock_name(store, prefix, lim->dapr_app_id, resource, req->name, sizeof req->name) < 0) {
+        snprintf(msg, msglen, "the lock store's key prefix and resourceId are too long together");
+        return -1;
+    }
     snprintf(req->token, sizeof req->token, "%s", owner);
     req->token_given = true;
     return 0;
@@ -540,7 +563,8 @@ int api_parse_dapr(bool unlock, const char *store, const char *stores, const cha
 {
     memset(req, 0, sizeof *req);
     *code = API_DAPR_ERR_MALFORMED;
-    if (!store_served(store, stores))   /* before the body, as Dapr does */
+    char prefix[API_DAPR_STORE_MAX + 1];
+    if (!store_served(store, stores, prefix))   /* before the body, as Dapr does */
         return api_dapr_request(unlock, store, stores, NULL, NULL, 0, lim, req, code, msg, msglen);
     json_t *root = jsonio_read_object(body, len, false, msg, msglen);
     if (!root)
@@ -614,11 +638,8 @@ char *api_dapr_metadata_json(const char *stores, const char *version)
     cJSON_AddArrayToObject(o, "enabledFeatures");
     cJSON_AddArrayToObject(o, "actors");
     cJSON *comps = cJSON_AddArrayToObject(o, "components");
-    for (const char *p = stores; comps && *p;) {
-        const char *comma = strchr(p, ',');
-        size_t l = comma ? (size_t)(comma - p) : strlen(p);
-        char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)(l < 127 ? l : 127), p);
+    char name[API_DAPR_STORE_MAX + 1], prefix[API_DAPR_STORE_MAX + 1];
+    for (const char *p = stores; comps && (p = api_dapr_store_next(p, name, prefix));) {
         cJSON *c = cJSON_CreateObject();
         if (c) {
             cJSON_AddStringToObject(c, "name", name);
@@ -627,7 +648,6 @@ char *api_dapr_metadata_json(const char *stores, const char *version)
             cJSON_AddArrayToObject(c, "capabilities");
             cJSON_AddItemToArray(comps, c);
         }
-        p = comma ? comma + 1 : p + l;
     }
     cJSON_AddObjectToObject(o, "extended");
     return print_and_free(o);

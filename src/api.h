@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "conf.h"
 #include "redlock.h"
 
 enum api_route {
@@ -59,11 +60,14 @@ typedef struct api_limits {
     long long default_ttl_ms;
     long long max_ttl_ms;
     long long max_wait_ms;
+    const char *dapr_app_id;   /* --dapr-app-id, or NULL: the keyPrefix "appid" (api_dapr_request) */
 } api_limits;
 
 /* The shortest ttl a held stream may ask for: it is renewed every third of
  * it, and must outlast a few master round trips. */
 #define API_HOLD_MIN_TTL_MS 1000
+/* What a name may be (rules.h), as the errors say it. */
+#define API_NAME_RULE "1 to 200 bytes of UTF-8 without control characters (percent-encoded in the path, once)"
 #define API_HEARTBEAT_MIN_MS 100   /* the least "heartbeat_ms" of a held stream */
 
 /* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
@@ -150,16 +154,32 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
 #define API_DAPR_ERR_TRY_LOCK "ERR_TRY_LOCK"
 #define API_DAPR_ERR_UNLOCK "ERR_UNLOCK"
 
+/* Dapr's lock stores (--dapr-stores): comma-separated entries NAME or
+ * NAME=KEYPREFIX. The entry at p: its name and keyPrefix ("" when not
+ * given) into name and prefix (API_DAPR_STORE_MAX + 1 bytes each); returns
+ * where the next entry starts, or NULL when there is none. */
+#define API_DAPR_STORE_MAX CONF_DAPR_NAME_MAX   /* bytes of a store name, a keyPrefix, an app id */
+#define API_DAPR_RESOURCE_MAX 200   /* bytes of a resourceId */
+#define API_DAPR_OWNER_MAX 256      /* bytes of a lockOwner */
+#define API_DAPR_SEP CONF_DAPR_SEP
+const char *api_dapr_store_next(const char *p, char *name, char *prefix);
+
 /* Parses a Dapr lock (unlock false) or unlock body for store into req
- * (name, token, ttl; wait 0). stores is the comma-separated list of store
- * names served. Returns 0, or -1 with *code a Dapr errorCode and msg. */
+ * (name, token, ttl; wait 0). stores is --dapr-stores. Returns 0, or -1
+ * with *code a Dapr errorCode and msg. */
 int api_parse_dapr(bool unlock, const char *store, const char *stores, const char *body,
                    size_t len, const api_limits *lim, rl_request *req, const char **code,
                    char *msg, size_t msglen);
 
 /* The same from its fields, for any wire format (Dapr's gRPC API too):
  * store, resource and owner as given (resource or owner NULL or empty is
- * malformed), expiry_s the lock's expiryInSeconds (ignored for unlock). */
+ * malformed), expiry_s the lock's expiryInSeconds (ignored for unlock).
+ * The lock's name is daprd's key for the store's keyPrefix: "appid" (the
+ * default with lim->dapr_app_id) APPID||RESOURCE, or RESOURCE without an
+ * app id, as daprd; "name" (the default without one) STORE||RESOURCE;
+ * "none" RESOURCE; any other prefix P P||RESOURCE. A resourceId holding
+ * "||" is refused, as daprd refuses it; resourceId and lockOwner are text
+ * (rules.h) of up to API_DAPR_RESOURCE_MAX and API_DAPR_OWNER_MAX bytes. */
 int api_dapr_request(bool unlock, const char *store, const char *stores, const char *resource,
                      const char *owner, long long expiry_s, const api_limits *lim,
                      rl_request *req, const char **code, char *msg, size_t msglen);

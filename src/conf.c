@@ -92,8 +92,13 @@ static const struct opt opts[] = {
      "warn or refuse: what to do with a master that may lose locks (maxmemory-policy other "
      "than noeviction, or appendonly off); refuse keeps it out of every vote (default warn)"},
     {"dapr-stores", OPT_STORES, 0, 0, 0, 0,
-     "comma-separated lock store names served on Dapr's lock API; store S and resource R are "
-     "the lock named S:R (default \"lockstore\")"},
+     "comma-separated lock stores served on Dapr's lock API, each NAME or NAME=KEYPREFIX with "
+     "daprd's keyPrefix: appid, name, none or a prefix of your own; resource R of store S is "
+     "the lock APPID||R, S||R, R or PREFIX||R (default \"lockstore\"; keyPrefix appid with "
+     "--dapr-app-id, else name; docs/deployment.md)"},
+    {"dapr-app-id", OPT_TEXT, 0, 0, 0, 0,
+     "the Dapr app id, for keyPrefix appid: up to 64 bytes of one word, without \"||\" "
+     "(default: none)"},
     {"dapr-grpc-listen", OPT_ADDR, 0, 0, 0, 0,
      "ADDR:PORT to serve Dapr's lock API over gRPC on (TryLockAlpha1, UnlockAlpha1, "
      "GetMetadata; h2c), e.g. 127.0.0.1:50001 (default: off)"},
@@ -242,10 +247,37 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
 static char **text_field(conf *c, const char *name)
 {
     if (!strcmp(name, "redis-username")) return &c->redis_username;
+    if (!strcmp(name, "dapr-app-id")) return &c->dapr_app_id;
     if (!strcmp(name, "redis-tls-ca-file")) return &c->redis_tls_ca_file;
     if (!strcmp(name, "redis-tls-cert-file")) return &c->redis_tls_cert_file;
     if (!strcmp(name, "redis-tls-key-file")) return &c->redis_tls_key_file;
     return &c->redis_tls_server_name;
+}
+
+/* --dapr-stores: NAME[=KEYPREFIX],... (api.h): names of A-Z a-z 0-9 . _ -,
+ * prefixes of those and : @ / (so never "||"), each 1 to CONF_DAPR_NAME_MAX
+ * bytes. */
+static bool stores_valid(const char *val)
+{
+    size_t len = strlen(val);
+    if (len == 0 || len > CONF_MAX_DAPR_STORES)
+        return false;
+    for (const char *p = val; p;) {
+        const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        size_t nl = (size_t)((eq ? eq : end) - p), pl = eq ? (size_t)(end - eq - 1) : 1;
+        if (nl == 0 || nl > CONF_DAPR_NAME_MAX || pl == 0 || pl > CONF_DAPR_NAME_MAX)
+            return false;
+        for (const char *q = p; q < end; q++) {
+            unsigned char ch = (unsigned char)*q;
+            bool in_prefix = eq && q > eq;
+            if (!(isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || (q == eq) ||
+                  (in_prefix && (ch == ':' || ch == '@' || ch == '/'))))
+                return false;
+        }
+        p = comma ? comma + 1 : NULL;
+    }
+    return true;
 }
 
 /* Applies one option's value. from names the source for error messages. */
@@ -361,15 +393,10 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         }
         return 0;
     case OPT_STORES: {
-        size_t len = strlen(val);
-        bool ok = len > 0 && len <= CONF_MAX_DAPR_STORES && val[0] != ',' && val[len - 1] != ',' &&
-                  !strstr(val, ",,");
-        for (size_t i = 0; ok && i < len; i++)
-            ok = isalnum((unsigned char)val[i]) || val[i] == '-' || val[i] == '_' || val[i] == '.' ||
-                 val[i] == ',';
-        if (!ok) {
-            snprintf(err, errlen, "%s: expected comma-separated names of A-Z a-z 0-9 . _ -, got \"%s\"",
-                     from, val);
+        if (!stores_valid(val)) {
+            snprintf(err, errlen, "%s: expected comma-separated NAME or NAME=KEYPREFIX, each of 1 to %d "
+                     "bytes of A-Z a-z 0-9 . _ - (a keyPrefix also : @ /), got \"%s\"",
+                     from, CONF_DAPR_NAME_MAX, val);
             return -1;
         }
         strcpy(c->dapr_stores, val);
@@ -388,6 +415,11 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
                 snprintf(err, errlen, "%s: expected one word of printable ASCII, got \"%s\"", from, val);
                 return -1;
             }
+        if (!strcmp(o->name, "dapr-app-id") && (strlen(val) > CONF_DAPR_NAME_MAX || strstr(val, CONF_DAPR_SEP))) {
+            snprintf(err, errlen, "%s: at most %d bytes, without \"" CONF_DAPR_SEP "\", got \"%s\"", from,
+                     CONF_DAPR_NAME_MAX, val);
+            return -1;
+        }
         if (!(*field = strdup(val))) {
             snprintf(err, errlen, "%s: out of memory", from);
             return -1;
@@ -548,6 +580,8 @@ void conf_free(conf *c)
     }
     c->auth_token = c->redis_password = NULL;
     free(c->redis_username);
+    free(c->dapr_app_id);
+    c->dapr_app_id = NULL;
     free(c->redis_tls_ca_file);
     free(c->redis_tls_cert_file);
     free(c->redis_tls_key_file);

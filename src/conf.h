@@ -40,6 +40,8 @@
 #define CONF_MAX_AUTH_TOKEN 4096
 #define CONF_DEFAULT_DAPR_STORES "lockstore"
 #define CONF_MAX_DAPR_STORES 255
+#define CONF_DAPR_NAME_MAX 64   /* bytes of a Dapr store name, keyPrefix or app id */
+#define CONF_DAPR_SEP "||"      /* daprd's, between a lock key's prefix and its resourceId */
 
 enum conf_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
@@ -84,7 +86,8 @@ typedef struct conf {
     bool cluster_setup_manual;     /* never mark a brand-new cluster by itself */
     bool refuse_unsafe;            /* masters that may lose locks do not vote */
     bool setup_cluster;            /* --setup-cluster: mark the cluster and exit */
-    char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock store names, comma-separated */
+    char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock stores: NAME[=KEYPREFIX], comma-separated */
+    char *dapr_app_id;             /* the app's id, for keyPrefix "appid"; NULL: none */
     conf_addr dapr_grpc_listen;    /* Dapr's gRPC API (grpc.h); port 0: off */
     enum conf_log_level log_level;
     enum conf_log_format log_format;

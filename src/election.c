@@ -23,12 +23,7 @@ bool election_candidate_valid(const char *s)
 bool election_value_valid(const char *s)
 {
     size_t len = strlen(s);
-    if (len > ELECTION_VALUE_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
-            return false;
-    return true;
+    return len == 0 || rules_text_valid(s, len, ELECTION_VALUE_MAX);
 }
 
 static int value_field(const json_t *root, bool required, char *value, char *msg, size_t msglen)
@@ -116,7 +111,7 @@ out:
 
 void election_owner(const char *candidate, const char *value, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "\x01%s %s", candidate, value);
+    snprintf(out, outlen, "\x01%s\x1f%s", candidate, value);
 }
 
 bool election_owner_split(const char *owner, char *candidate, long long *since_ms, char *value)
@@ -130,7 +125,7 @@ bool election_owner_split(const char *owner, char *candidate, long long *since_m
             return false;
         since = since * 10 + (*p - '0');
     }
-    const char *sp2 = strchr(sp1 + 1, ' ');
+    const char *sp2 = strchr(sp1 + 1, '\x1f');   /* (a candidate may hold spaces) */
     if (!sp2 || sp2 == sp1 + 1 || (size_t)(sp2 - sp1 - 1) > ELECTION_CANDIDATE_MAX ||
         strlen(sp2 + 1) > ELECTION_VALUE_MAX)
         return false;

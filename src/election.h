@@ -2,10 +2,11 @@
  * what a campaign asks for, how candidate, since and value are kept in the
  * lock's owner, and the JSON of an election's state.
  *
- * An election NAME is the ordinary lock NAME#election (RL_INTERNAL_NAME_MAX):
- * no user-visible lock name holds '#', so no lock route reaches it. Its owner
- * (stored beside the lock, expiring with it) is "<since_ms> <candidate>
- * <value>": when the term began (Unix ms, stamped by each master's clock as
+ * An election NAME is the ordinary lock NAME RULES_SEP "election"
+ * (RL_INTERNAL_NAME_MAX): no name holds RULES_SEP, so no lock route reaches
+ * it. Its owner (stored beside the lock, expiring with it) is "<since_ms>
+ * <candidate>\x1f<value>" (a control byte, which neither holds): when the
+ * term began (Unix ms, stamped by each master's clock as
  * it grants: the acquire script replaces the byte 1 a campaign's owner
  * starts with), the leader, and what it proclaims. A term is the grant's
  * fence.
@@ -21,9 +22,9 @@
 
 #include "redlock.h"
 
-#define ELECTION_SUFFIX "#election"
-#define ELECTION_CANDIDATE_MAX 48   /* bytes of a candidate: the lock-name alphabet */
-#define ELECTION_VALUE_MAX 64       /* bytes of a value: printable ASCII */
+#define ELECTION_SUFFIX RULES_SEP "election"
+#define ELECTION_CANDIDATE_MAX 48   /* bytes of a candidate: text (rules.h) */
+#define ELECTION_VALUE_MAX 64       /* bytes of a value: text (rules.h), or empty */
 #define ELECTION_WAIT_ROUND_MS 10000 /* a campaign waits in the engine in rounds this long */
 #define ELECTION_WATCH_POLL_MS 250   /* a watch reads the election this often */
 

@@ -174,6 +174,11 @@ static void dispatch(gstream *st)
         answer_status(st, code, err);
         return;
     }
+    if (st->method == GRPC_M_TRY_LOCK) {
+        /* A place among --max-inflight, as an HTTP acquire waits for: with
+         * none in --queue-timeout-ms it answers UNAVAILABLE (grpc_api_answer). */
+        req.queued = true;
+    }
     if (st->method == GRPC_M_METADATA) {
         uint8_t *out;
         size_t outlen;

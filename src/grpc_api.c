@@ -135,16 +135,18 @@ int grpc_api_answer(enum grpc_method m, const rl_result *res, uint8_t **out, siz
     *outlen = 0;
     /* The same split as api_dapr_result_json: what is a 500 there is an
      * error status here, the rest is an answer. */
-    if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN ||
+    if (res->outcome == RL_NO_QUORUM || res->outcome == RL_SHUTTING_DOWN || res->outcome == RL_OVERLOADED ||
         (!unlock && res->outcome == RL_INTERNAL)) {
         char why[400];
         if (res->outcome == RL_NO_QUORUM)
             api_no_quorum_message(res, why, sizeof why);
         snprintf(err, errlen, "%s: %s", unlock ? "failed to release lock" : "failed to try acquiring lock",
-                 res->outcome == RL_NO_QUORUM ? why
+                 res->outcome == RL_NO_QUORUM        ? why
                  : res->outcome == RL_SHUTTING_DOWN ? "the lock service is stopping"
+                 : res->outcome == RL_OVERLOADED    ? "the lock service is overloaded (--max-inflight), retry later"
                                                     : "internal error");
-        return res->outcome == RL_SHUTTING_DOWN ? GRPC_UNAVAILABLE : GRPC_INTERNAL;
+        /* (overloaded is never success:false, which reads as held by another) */
+        return res->outcome == RL_SHUTTING_DOWN || res->outcome == RL_OVERLOADED ? GRPC_UNAVAILABLE : GRPC_INTERNAL;
     }
     int rc;
     if (!unlock) {
@@ -175,13 +177,10 @@ int grpc_api_metadata(const char *stores, const char *version, uint8_t **out, si
     Dapr__Proto__Runtime__V1__GetMetadataResponse r = DAPR__PROTO__RUNTIME__V1__GET_METADATA_RESPONSE__INIT;
     Dapr__Proto__Runtime__V1__RegisteredComponents comps[GRPC_MAX_STORES];
     Dapr__Proto__Runtime__V1__RegisteredComponents *ptrs[GRPC_MAX_STORES];
-    char names[GRPC_MAX_STORES][128];
+    char names[GRPC_MAX_STORES][API_DAPR_STORE_MAX + 1], prefix[API_DAPR_STORE_MAX + 1];
     char rv[64];
     size_t n = 0;
-    for (const char *p = stores; *p && n < GRPC_MAX_STORES;) {
-        const char *comma = strchr(p, ',');
-        size_t l = comma ? (size_t)(comma - p) : strlen(p);
-        snprintf(names[n], sizeof names[n], "%.*s", (int)(l < 127 ? l : 127), p);
+    for (const char *p = stores; n < GRPC_MAX_STORES && (p = api_dapr_store_next(p, names[n], prefix));) {
         Dapr__Proto__Runtime__V1__RegisteredComponents c = DAPR__PROTO__RUNTIME__V1__REGISTERED_COMPONENTS__INIT;
         comps[n] = c;
         comps[n].name = names[n];
@@ -189,7 +188,6 @@ int grpc_api_metadata(const char *stores, const char *version, uint8_t **out, si
         comps[n].version = (char *)"v1";
         ptrs[n] = &comps[n];
         n++;
-        p = comma ? comma + 1 : p + l;
     }
     snprintf(rv, sizeof rv, "redlockd-%s", version);
     r.id = (char *)"redlockd";

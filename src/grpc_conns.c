@@ -386,7 +386,7 @@ grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, cha
     s->cfg = cfg;
     s->nloops = nloops < HTTP_MAX_LOOPS ? nloops : HTTP_MAX_LOOPS;
     memcpy(s->loops, loops, sizeof loops[0] * (size_t)s->nloops);
-    s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms};
+    s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms, cfg->dapr_app_id};
     s->listen_tag.kind = GK_LISTEN;
     s->wake_tag.kind = GK_WAKE;
     s->wake_fd = s->ep = -1;

@@ -197,6 +197,25 @@ static int framing_error(struct MHD_Connection *conn, const char *version, char 
     return api_framing_verdict(&f, version && !strcmp(version, MHD_HTTP_VERSION_1_1), msg, msglen);
 }
 
+/* The name in ctx's path, decoded once into ctx->name (the url is as the
+ * client sent it: unescape leaves it alone, so that "%2F" is part of a
+ * name and not a path separator). A name that does not decode, or is
+ * longer than any name, becomes "", which every name rule refuses. */
+static void decode_route_name(req_ctx *ctx, const char *url)
+{
+    const char *raw = ctx->route_name;
+    if (!raw)
+        return;
+    size_t len = strlen(raw);
+    if (ctx->route == ROUTE_HEARTBEAT)
+        ctx->beat_kind = api_heartbeat_of(url, &raw, &len);
+    else if (ctx->route == ROUTE_ELECTION_VALUE)
+        len -= strlen("/value");
+    if (rules_percent_decode(raw, len, ctx->name, sizeof ctx->name) < 0)
+        ctx->name[0] = '\0';
+    ctx->route_name = ctx->name;
+}
+
 enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                            const char *method, const char *version,
                            const char *upload_data, size_t *upload_data_size,
@@ -224,6 +243,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         /* Routed once: the path, and the name in it, stay as they are
          * while the body arrives (url points into the connection). */
         ctx->route = api_route_of(url, &ctx->route_name);
+        decode_route_name(ctx, url);
         ctx->mroute = ctx->route == ROUTE_HEALTHZ  ? METRICS_ROUTE_HEALTHZ
                       : ctx->route == ROUTE_READYZ ? METRICS_ROUTE_READYZ
                       : ctx->route == ROUTE_METRICS ? METRICS_ROUTE_METRICS
@@ -377,25 +397,25 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     ctx_unref(ctx);
 }
 
-/* Percent-decodes in place. A decoded NUL becomes 0x7f so that it cannot cut
- * a name short: it is then refused as a bad byte like any control byte. */
+/* libmicrohttpd's unescape callback, for the path and each query argument:
+ * leaves them as the client sent them. The path's name is decoded once
+ * after routing (decode_route_name), so that "%2F" in a name is not a path
+ * separator; a query argument, where it is read (http_query_arg). */
 size_t unescape(void *cls, struct MHD_Connection *c, char *s)
 {
     (void)cls;
     (void)c;
-    char *w = s;
-    for (char *r = s; *r; r++) {
-        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2])) {
-            char hex[3] = {r[1], r[2], 0};
-            char v = (char)strtol(hex, NULL, 16);
-            *w++ = v ? v : 0x7f;
-            r += 2;
-        } else {
-            *w++ = *r;
-        }
-    }
-    *w = '\0';
-    return (size_t)(w - s);
+    return strlen(s);
+}
+
+const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap)
+{
+    const char *raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, key);
+    if (!raw)
+        return NULL;
+    if (rules_percent_decode(raw, strlen(raw), buf, cap) < 0)
+        buf[0] = '\0';
+    return buf;
 }
 
 /* libmicrohttpd's messages are mostly caused by clients (a connection

@@ -167,7 +167,9 @@ typedef struct req_ctx {
     bool close;               /* answer with Connection: close */
     uint64_t start_us;
     enum api_route route;
-    const char *route_name;   /* the name in the path (into libmicrohttpd's url) */
+    const char *route_name;   /* the name in the path, percent-decoded once (name, below) */
+    char name[RULES_NAME_MAX + 2]; /* ("" when it did not decode or is longer than any name) */
+    char beat_kind;           /* ROUTE_HEARTBEAT: 'l', 'e' or 's' (api_heartbeat_of) */
     enum metrics_route mroute;
     char *body;
     size_t body_len;
@@ -214,6 +216,11 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
 void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   enum MHD_RequestTerminationCode toe);
 size_t unescape(void *cls, struct MHD_Connection *c, char *s);
+/* The query argument key of ctx's request, percent-decoded once into buf
+ * (cap bytes; a decoded NUL becomes 0x7f, as in a name): NULL when absent,
+ * "" when it does not decode or fit. */
+const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap);
+#define HTTP_QUERY_ARG_MAX 600   /* room for any query argument redlockd reads */
 void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* http_ops.c */
@@ -235,9 +242,9 @@ enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store);
 
 /* http_recipes.c */
 enum MHD_Result election_answer(req_ctx *ctx);
-enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw);
+enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *name);
 void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
-enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path);
+enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name);
 enum MHD_Result sem_answer(req_ctx *ctx);
 enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name);
 

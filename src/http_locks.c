@@ -213,7 +213,7 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
     http_server *s = ctx->s;
     if (!rules_name_valid(name, strlen(name)))
         return send_error(ctx, API_E_BAD_NAME,
-                          "the lock name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+                          "the lock name must be " API_NAME_RULE, NULL);
     enum rl_op op = api_op_of(method);
     enum api_err err;
     char msg[160];
@@ -226,7 +226,8 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
     ctx->req.queued = true;
     if (op == RL_EXTEND || op == RL_RELEASE) {
         const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        char query_buf[HTTP_QUERY_ARG_MAX];
+        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
         if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
             return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     }
@@ -245,7 +246,7 @@ enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
     http_server *s = ctx->s;
     bool unlock = ctx->route == ROUTE_DAPR_UNLOCK;
     const char *code;
-    char msg[200];
+    char msg[400];
     ctx->dapr = true;
     if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
                        &s->limits, &ctx->req, &code, msg, sizeof msg) < 0)

@@ -45,15 +45,14 @@ static enum MHD_Result election_campaign(req_ctx *ctx)
     return stream_answer(ctx, 201);
 }
 
-enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *raw)
+enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
-    size_t len = strlen(raw) - (ctx->route == ROUTE_ELECTION_VALUE ? strlen("/value") : 0);
-    if (!rules_name_valid(raw, len))
+    size_t len = strlen(name);
+    if (!rules_name_valid(name, len))
         return send_error(ctx, API_E_BAD_NAME,
-                          "the election name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
-    memcpy(ctx->label, raw, len);
-    ctx->label[len] = '\0';
+                          "the election name must be " API_NAME_RULE, NULL);
+    memcpy(ctx->label, name, len + 1);
     ctx->election = true;
     memset(&ctx->req, 0, sizeof ctx->req);
     if (!strcmp(method, "POST"))
@@ -61,8 +60,10 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
     election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
     char msg[200];
     if (!strcmp(method, "GET")) {
-        const char *watch = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "watch");
-        const char *cand = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "candidate");
+        char watch_buf[HTTP_QUERY_ARG_MAX];
+        const char *watch = http_query_arg(ctx, "watch", watch_buf, sizeof watch_buf);
+        char cand_buf[HTTP_QUERY_ARG_MAX];
+        const char *cand = http_query_arg(ctx, "candidate", cand_buf, sizeof cand_buf);
         if (cand && !election_candidate_valid(cand))
             return send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
         if (cand)
@@ -94,7 +95,8 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
         election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
     }
     const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-    const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+    char query_buf[HTTP_QUERY_ARG_MAX];
+        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
     if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     return submit(ctx);
@@ -204,7 +206,7 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
     http_server *s = ctx->s;
     if (!rules_name_valid(name, strlen(name)))
         return send_error(ctx, API_E_BAD_NAME,
-                          "the semaphore name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+                          "the semaphore name must be " API_NAME_RULE, NULL);
     ctx->sem = calloc(1, sizeof *ctx->sem);
     ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
     if (!ctx->sem || !ctx->sem_res)
@@ -218,7 +220,8 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
         rc = sem_parse_acquire(body, ctx->body_len, &s->limits, r, msg, sizeof msg);
     } else if (!strcmp(method, "GET")) {
         r->op = SEM_INSPECT;
-        const char *limit = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "limit");
+        char limit_buf[HTTP_QUERY_ARG_MAX];
+        const char *limit = http_query_arg(ctx, "limit", limit_buf, sizeof limit_buf);
         char *end = NULL;
         long l = limit ? strtol(limit, &end, 10) : 0;
         if (limit && (!*limit || *end || l < 1 || l > SEM_LIMIT_MAX)) {
@@ -228,7 +231,8 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
         r->limit = (int)l;
     } else {
         const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-        const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+        char query_buf[HTTP_QUERY_ARG_MAX];
+        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
         rc = sem_parse_tokens(!strcmp(method, "PATCH"), hdr, query, body, ctx->body_len, &s->limits, r, msg,
                               sizeof msg);
     }
@@ -252,17 +256,15 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
 /* PUT /{locks,elections,semaphores}/{name}/heartbeat with the stream's
  * token: 204 when the stream is here; else 202, passed on as a notice on
  * the name's channel to the instance that keeps it. */
-enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path)
+enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name)
 {
     http_server *s = ctx->s;
-    const char *raw;
-    size_t len;
-    char kind = api_heartbeat_of(path, &raw, &len);
-    if (!rules_name_valid(raw, len))
-        return send_error(ctx, API_E_BAD_NAME, "the name must be 1 to 200 bytes of A-Z a-z 0-9 . _ : -", NULL);
+    size_t len = strlen(name);
+    char kind = ctx->beat_kind;
+    if (!rules_name_valid(name, len))
+        return send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
     char label[RL_NAME_MAX + 1], msg[200], token[TOKEN_MAX_LEN + 1];
-    memcpy(label, raw, len);
-    label[len] = '\0';
+    memcpy(label, name, len + 1);
     bool token_in_body;
     enum api_err err;
     rl_request pub = {.op = RL_PUBLISH};
@@ -270,7 +272,8 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *path)
                        &err, msg, sizeof msg) < 0)
         return send_error(ctx, err, msg, NULL);
     const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-    const char *query = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "token");
+    char query_buf[HTTP_QUERY_ARG_MAX];
+        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
     if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     snprintf(token, sizeof token, "%s", ctx->req.token);

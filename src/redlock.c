@@ -265,7 +265,7 @@ void release_unwatched(rl_task *op, uint32_t mask, const char *value)
 
 /* A release or extension by a caller's token answers, from each master where
  * it matched, the stored value: the token itself, or for a caller's own token
- * (a Dapr lockOwner) the token, a space and that grant's suffix. Releases,
+ * (a Dapr lockOwner) the token, SCRIPT_VALUE_SEP and that grant's suffix. Releases,
  * on the masters in mask, every such value found in the replies of the
  * masters in from, other than the bare token (whose own replay already
  * matches it). A master that cannot take one now runs it when it is back;
@@ -372,7 +372,7 @@ void op_run(rl_task *op)
                 op->ticket[0] = '\0';   /* (no randomness: it waits without a place) */
         }
         snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token_given ? op->req.token : fresh);
-        snprintf(op->value, sizeof op->value, "%s%s%s", op->res.token, op->req.token_given ? " " : "",
+        snprintf(op->value, sizeof op->value, "%s%s%s", op->res.token, op->req.token_given ? SCRIPT_VALUE_SEP : "",
                  op->req.token_given ? fresh : "");
         acquire_attempt(op);
         return;

@@ -21,10 +21,10 @@
 
 #define RL_NAME_MAX RULES_NAME_MAX
 #define RL_OWNER_MAX RULES_OWNER_MAX   /* bytes of an acquire's "owner" */
-/* Room for an internal name: a user-visible name and a '#' suffix (an
- * election's "#election", a semaphore's slot). No user-visible name holds
- * '#', so none can address these. */
-#define RL_INTERNAL_NAME_MAX (RL_NAME_MAX + 16)
+/* Room for an internal name: a name and a RULES_SEP suffix (an election's,
+ * a semaphore's slot or limit), which no name can address; or a Dapr lock's
+ * (api.h): a keyPrefix of up to 64 bytes, "||" and a resourceId. */
+#define RL_INTERNAL_NAME_MAX (RL_NAME_MAX + 72)
 
 enum rl_op {
     RL_ACQUIRE, RL_EXTEND, RL_RELEASE, RL_INSPECT,

@@ -117,7 +117,7 @@ mscript script_settle = {"settle",
  * script_renew share it). */
 #define EXTEND_HELD \
     "local v = redis.call('GET', KEYS[1])\n" \
-    "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ') then\n" \
+    "if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. " SCRIPT_VALUE_SEP_LUA ") then\n" \
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n" \
     "  local o = redis.call('GET', KEYS[3])\n" \
     "  if o and string.sub(o, 1, #v + 1) == v .. '\\n' then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end\n" \
@@ -159,8 +159,9 @@ mscript script_inspect = {"inspect",
     "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
     "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false, NULL, 0};
 
-/* An election leader's new value: the owner key holds "<value>\n<candidate>
- * <since> <proclaimed value>"; the first two words stay. Only where the
+/* An election leader's new value: the owner key holds "<value>\n<since>
+ * <candidate>\x1f<proclaimed value>" (election.h); all before the value
+ * stays. Only where the
  * token (ARGV[1]) is the stored value; the owner key keeps the lock's expiry. */
 mscript script_proclaim = {"proclaim",
     GUARD
@@ -169,7 +170,7 @@ mscript script_proclaim = {"proclaim",
     "  local o = redis.call('GET', KEYS[2])\n"
     "  local pttl = redis.call('PTTL', KEYS[1])\n"
     "  if o and pttl > 0 and string.sub(o, 1, #v + 1) == v .. '\\n' then\n"
-    "    local head = string.match(string.sub(o, #v + 2), '^(%S+ %S+ )')\n"
+    "    local head = string.match(string.sub(o, #v + 2), '^(%d+ [^\\31]*\\31)')\n"
     "    if head then redis.call('SET', KEYS[2], v .. '\\n' .. head .. ARGV[2], 'PX', pttl) end\n"
     "  end\n"
     "  return {1}\n"
@@ -206,7 +207,8 @@ mscript script_sem_limit = {"sem_limit",
     "end\n" \
     "if v then return -1 end\n" \
     "return 0\n"
-#define MATCH_TOKEN "v == ARGV[1] or (ARGV[2] == '~' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ')"
+#define MATCH_TOKEN \
+    "v == ARGV[1] or (ARGV[2] == '~' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. " SCRIPT_VALUE_SEP_LUA ")"
 
 mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false, NULL, 0};
 mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay,

@@ -1,24 +1,34 @@
 /* scripts.h - the Lua scripts the engine and the master layer run on every
  * master.
  *
- * Keys of one lock, for key = <key_prefix><name>. A name and a prefix hold only
- * A-Z a-z 0-9 . _ : - (conf.h, API.md), so no lock key holds '#', and every
- * internal key does: no name reachable through any API can address one.
+ * Keys of one lock, for key = <key_prefix><name>. A name holds no control
+ * byte (rules.h) and a prefix only A-Z a-z 0-9 . _ : - (conf.h), and every
+ * internal key holds RULES_SEP, which starts with one: no name reachable
+ * through any API can address an internal key.
  *   key                  the lock: value = the grant's value, PX = ttl
- *   key#fence            the fence counter, PX = ttl + fence keep; refreshed
+ *   key RULES_SEP fence  the fence counter, PX = ttl + fence keep; refreshed
  *                        by every grant and extension, so it outlives the lock
- *   key#owner            the grant's value, a newline, and the caller's
+ *   key RULES_SEP owner  the grant's value, a newline, and the caller's
  *                        "owner", PX = the lock's: set by a grant that names an
  *                        owner, extended with the lock, deleted with it; read
  *                        only where its value part matches the lock's, so a
  *                        stale one is never reported. The lock's own value
  *                        never changes, so other Redlock clients interoperate.
- *   SCRIPT_MARKER_KEY    one per master, no expiry: the cluster marker below
+ *   key RULES_SEP queue, key RULES_SEP qdl: the waiters' tickets (below)
+ *   SCRIPT_MARKER_KEY    one per master, no expiry: the cluster marker below.
+ *                        Its name is older than RULES_SEP and kept (a new
+ *                        name would quarantine every master on an upgrade).
+ *                        With --key-prefix '' the name "redlockd#marker"
+ *                        reaches it, harmlessly: an acquire's SET NX finds
+ *                        it taken (and no vote runs before it exists), and
+ *                        releases and extensions compare a string with it
+ *                        (WRONGTYPE: no answer, no change).
  *
  * A grant's value is its token; for a caller-chosen token (a Dapr lockOwner,
- * reused across grants) it is the token, a space and a fresh random suffix, so
- * a release remembered for one grant never deletes another grant of the same
- * caller. A space never occurs in a caller's token (token.h).
+ * reused across grants) it is the token, SCRIPT_VALUE_SEP and a fresh random
+ * suffix, so a release remembered for one grant never deletes another grant
+ * of the same caller. That control byte never occurs in a caller's token
+ * (rules.h), so no owner's value starts with another owner's and the byte.
  *
  * Fences are a hybrid logical clock per name: a grant takes counter + 1, or
  * the master's TIME in microseconds where the counter has expired or was
@@ -48,11 +58,14 @@
 #define RL_SCRIPTS_H
 
 #include "master.h"
+#include "rules.h"
 
-#define SCRIPT_FENCE_SUFFIX "#fence"
-#define SCRIPT_OWNER_SUFFIX "#owner"
-#define SCRIPT_QUEUE_SUFFIX "#queue"   /* a name's waiters' tickets, by arrival (a sorted set) */
-#define SCRIPT_QDL_SUFFIX "#qdl"       /* ... and when each expires (master time, ms) */
+#define SCRIPT_VALUE_SEP "\x1f"          /* a caller's token and a grant's suffix */
+#define SCRIPT_VALUE_SEP_LUA "'\\31'"   /* the same, as a Lua string literal */
+#define SCRIPT_FENCE_SUFFIX RULES_SEP "fence"
+#define SCRIPT_OWNER_SUFFIX RULES_SEP "owner"
+#define SCRIPT_QUEUE_SUFFIX RULES_SEP "queue"   /* a name's waiters' tickets, by arrival (a sorted set) */
+#define SCRIPT_QDL_SUFFIX RULES_SEP "qdl"      /* ... and when each expires (master time, ms) */
 #define SCRIPT_QUEUE_RETRY_MS "100"    /* a ticket behind another while the name is free: the
                                           retry delay, should the older waiter be gone */
 #define SCRIPT_MARKER_KEY "redlockd#marker"

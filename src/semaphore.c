@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include "dlist.h"
+#include "rules.h"
 
 #define SEM_TICKET_MARGIN_MS 500    /* a waiter's ticket outlives its wait by this much */
 
@@ -194,9 +195,19 @@ static void arm_retry(void *arg)
         retry_timer(z);   /* at once: the pool is stopping, and the round says so */
 }
 
+/* Where the last RULES_SEP in key (len bytes) starts, or NULL. */
+static const char *last_sep(const char *key, size_t len)
+{
+    size_t n = sizeof RULES_SEP - 1;
+    for (size_t i = len; i >= n; i--)
+        if (!memcmp(key + i - n, RULES_SEP, n))
+            return key + i - n;
+    return NULL;
+}
+
 /* A notice on an engine's loop: key is the engine's key prefix and a lock
- * name. A slot's release (NAME#i), or the subscription to NAME's channel
- * being confirmed (NAME#limit: a release just before it is not missed),
+ * name. A slot's release (NAME RULES_SEP i), or the subscription to NAME's
+ * channel being confirmed (NAME RULES_SEP limit: a release just before it is not missed),
  * starts the next round of every acquire waiting on NAME. */
 static void on_notice(void *arg, const char *key, size_t len, const char *value, size_t vlen)
 {
@@ -209,14 +220,15 @@ static void on_notice(void *arg, const char *key, size_t len, const char *value,
         return;
     key += plen;
     len -= plen;
-    const char *hash = memrchr(key, '#', len);
-    if (!hash)
+    const char *sep = last_sep(key, len);
+    if (!sep)
         return;
-    size_t nlen = (size_t)(hash - key), slen = len - nlen - 1;
+    const char *tail = sep + sizeof RULES_SEP - 1;
+    size_t nlen = (size_t)(sep - key), slen = len - (size_t)(tail - key);
     bool slot = slen > 0;
     for (size_t i = 0; i < slen; i++)
-        slot = slot && isdigit((unsigned char)hash[1 + i]);
-    if (!slot && !(slen == 5 && !memcmp(hash + 1, "limit", 5)))
+        slot = slot && isdigit((unsigned char)tail[i]);
+    if (!slot && !(slen == 5 && !memcmp(tail, "limit", 5)))
         return;
     pthread_mutex_lock(&sleep_mu);
     notice_gen++;

@@ -10,12 +10,12 @@
 
 void sem_slot_name(const char *name, int slot, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "%s#%d", name, slot);
+    snprintf(out, outlen, "%s" RULES_SEP "%d", name, slot);
 }
 
 void sem_limit_name(const char *name, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "%s#limit", name);
+    snprintf(out, outlen, "%s" RULES_SEP "limit", name);
 }
 
 bool sem_token_split(const char *permit, int limit_max, int *slot, char *token, size_t tokenlen)

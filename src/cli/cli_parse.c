@@ -278,7 +278,7 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
             break;
         case OPT_OWNER:
             if (!rules_owner_valid(v, strlen(v))) {
-                snprintf(err, errlen, "%s--owner: 1 to %d bytes of printable ASCII", where,
+                snprintf(err, errlen, "%s--owner: 1 to %d bytes of UTF-8 without control characters", where,
                          RULES_OWNER_MAX);
                 return -1;
             }
@@ -289,18 +289,16 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
             break;
         case OPT_CANDIDATE:
             if (strlen(v) > CLI_CANDIDATE_MAX || !rules_name_valid(v, strlen(v))) {
-                snprintf(err, errlen, "%s--candidate: 1 to %d bytes of A-Z a-z 0-9 . _ : -", where,
+                snprintf(err, errlen, "%s--candidate: 1 to %d bytes of UTF-8 without control characters", where,
                          CLI_CANDIDATE_MAX);
                 return -1;
             }
             a->candidate = v;
             break;
         case OPT_VALUE: {
-            bool ok = strlen(v) <= CLI_VALUE_MAX;
-            for (const char *c = v; ok && *c; c++)
-                ok = *c >= 0x20 && *c <= 0x7e;
-            if (!ok) {
-                snprintf(err, errlen, "%s--value: 0 to %d bytes of printable ASCII", where, CLI_VALUE_MAX);
+            if (*v && !rules_text_valid(v, strlen(v), CLI_VALUE_MAX)) {
+                snprintf(err, errlen, "%s--value: 0 to %d bytes of UTF-8 without control characters", where,
+                         CLI_VALUE_MAX);
                 return -1;
             }
             a->value = v;
@@ -409,8 +407,8 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     if (want >= 1) {
         a->name = pos[0];
         if (!rules_name_valid(a->name, strlen(a->name))) {
-            snprintf(err, errlen, "%s: bad lock name '%.64s': 1 to %d bytes of A-Z a-z 0-9 . _ : -",
-                     where, a->name, RULES_NAME_MAX);
+            snprintf(err, errlen, "%s: bad lock name: 1 to %d bytes of UTF-8 without control characters",
+                     where, RULES_NAME_MAX);
             return -1;
         }
     }

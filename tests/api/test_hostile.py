@@ -371,7 +371,7 @@ class Targets:
         if a.status != 201:
             raise RuntimeError(f"set-up: permit of {name}: {a.status} {a.body[:200]!r}")
         tok = a.json()["permits"][0]["token"]
-        return self.made(PREFIX + name + "#0", name, tok,
+        return self.made(PREFIX + name + "\x1f#0", name, tok,
                          lambda: self.D.req("DELETE", f"/semaphores/{name}", headers={"Lock-Token": tok}))
 
     def leader(self):
@@ -395,8 +395,8 @@ class Targets:
         def undo():
             self.D.req("DELETE", f"/elections/{name}", headers={"Lock-Token": tok})
             s.close()
-        self.on_every_master(PREFIX + name + "#election#owner", True)
-        return self.made(PREFIX + name + "#election", name, tok, undo)
+        self.on_every_master(PREFIX + name + "\x1f#election\x1f#owner", True)
+        return self.made(PREFIX + name + "\x1f#election", name, tok, undo)
 
     def dapr_lock(self):
         self.n += 1

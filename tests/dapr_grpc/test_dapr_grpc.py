@@ -227,9 +227,9 @@ def grpc_calls(A, pb, pbg):
     check(lock("order-1", "owner-b") is False, "TryLock by another owner: success false")
     check(lock("order-1", "owner-a") is False, "TryLock again by the holder: success false "
           "(no re-entry, as Dapr's Redis store)")
-    st, body = http(A.port, "GET", "/locks/lockstore:order-1")
+    st, body = http(A.port, "GET", "/locks/lockstore%7C%7Corder-1")
     check(st == 200 and json.loads(body)["held"] is True,
-          f"the gRPC lock is the native lock lockstore:order-1: {st} {body[:200]!r}")
+          f"the gRPC lock is the native lock lockstore||order-1: {st} {body[:200]!r}")
     check(unlock("order-1", "owner-b") == St.LOCK_BELONGS_TO_OTHERS,
           "Unlock by the wrong owner: LOCK_BELONGS_TO_OTHERS")
     check(unlock("order-1", "owner-a") == St.SUCCESS, "Unlock by the owner: SUCCESS")
@@ -269,14 +269,14 @@ def grpc_calls(A, pb, pbg):
          "at most 3600"),
         (dict(store_name="nostore", resource_id="r", lock_owner="o", expiry_in_seconds=5),
          "lock store nostore is not found"),
-        (dict(store_name="lockstore", resource_id="r#fence", lock_owner="o", expiry_in_seconds=5),
+        (dict(store_name="lockstore", resource_id="r\x1f#fence", lock_owner="o", expiry_in_seconds=5),
          "resourceId must be"),
-        (dict(store_name="lockstore", resource_id="r" * 200, lock_owner="o", expiry_in_seconds=5),
-         "at most 199 bytes"),
-        (dict(store_name="lockstore", resource_id="r", lock_owner="has space", expiry_in_seconds=5),
+        (dict(store_name="lockstore", resource_id="r" * 201, lock_owner="o", expiry_in_seconds=5),
+         "1 to 200 bytes"),
+        (dict(store_name="lockstore", resource_id="r", lock_owner="has\ttab", expiry_in_seconds=5),
          "lockOwner must be"),
-        (dict(store_name="lockstore", resource_id="caf\u00e9", lock_owner="o", expiry_in_seconds=5),
-         "resourceId must be"),
+        (dict(store_name="lockstore", resource_id="a||b", lock_owner="o", expiry_in_seconds=5),
+         "can't contain '||'"),
         (dict(store_name="lockstore", resource_id="a\0b", lock_owner="o", expiry_in_seconds=5),
          "NUL byte"),
     ]
@@ -288,7 +288,7 @@ def grpc_calls(A, pb, pbg):
                                                                 resource_id="r", lock_owner=""))
     check(code == grpc.StatusCode.INVALID_ARGUMENT and "LockOwner is empty" in details,
           f"Unlock without owner: {code} {details!r}")
-    st, body = http(A.port, "GET", "/locks/lockstore:a")
+    st, body = http(A.port, "GET", "/locks/lockstore%7C%7Ca")
     check(json.loads(body)["held"] is False, "the NUL-cut name 'a' was not locked")
     log(f"grpc: {len(bad) + 1} invalid requests: INVALID_ARGUMENT with Dapr's messages")
 
@@ -359,7 +359,7 @@ def grpc_auth(B, pb, pbg):
         fail("GetMetadata without a token: answered")
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.UNAUTHENTICATED, f"GetMetadata without a token: {e.code()}")
-    st, body = http(B.port, "GET", "/locks/lockstore:auth-1", headers={"Authorization": f"Bearer {TOKEN}"})
+    st, body = http(B.port, "GET", "/locks/lockstore%7C%7Cauth-1", headers={"Authorization": f"Bearer {TOKEN}"})
     check(json.loads(body)["held"] is False, "nothing was locked without the token")
     md = [("dapr-api-token", TOKEN)]
     check(stub.TryLockAlpha1(req, metadata=md, timeout=5).success is True, "TryLock with the token")
@@ -601,12 +601,52 @@ def raw_limits(A, max_conns, request_timeout_ms):
         f"{'closed' if closed else 'served'}")
 
 
+# ---- gRPC under --max-inflight ----
+
+def grpc_overload(D, pb, pbg, limited):
+    """200 concurrent TryLocks of free resources. Under --max-inflight 1 and
+    --queue-timeout-ms 1 (limited) some find no place: each of those is an
+    UNAVAILABLE status that says overloaded, never success:false (which reads
+    as held by another). Without the limits (the control) all are granted."""
+    import grpc
+    ch = grpc.insecure_channel(f"127.0.0.1:{D.gport}")
+    stub = pbg.DaprStub(ch)
+    stub.GetMetadata(pb.GetMetadataRequest(), timeout=10)
+    tag = f"ovl-{D.name}-{os.getpid()}"
+    futs = [stub.TryLockAlpha1.future(pb.TryLockRequest(store_name="lockstore", resource_id=f"{tag}-{i}",
+                                                        lock_owner="o", expiry_in_seconds=30), timeout=30)
+            for i in range(200)]
+    granted = refused = 0
+    odd = []
+    for f in futs:
+        try:
+            if f.result().success:
+                granted += 1
+            else:
+                odd.append("success:false")
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE and "overloaded" in e.details():
+                refused += 1
+            else:
+                odd.append(f"{e.code()} {e.details()}")
+    ch.close()
+    check(not odd, f"{D.name}: answers other than granted or UNAVAILABLE overloaded: {odd[:5]}")
+    if limited:
+        check(refused > 0, f"{D.name}: 200 concurrent TryLocks under --max-inflight 1 all granted "
+              "(gRPC bypasses the limit)")
+    else:
+        check(refused == 0 and granted == 200, f"{D.name} (no limit): {granted} granted, {refused} overloaded")
+    log(f"grpc under --max-inflight ({'1, queue 1 ms' if limited else 'default'}): 200 concurrent "
+        f"TryLocks: {granted} granted, {refused} UNAVAILABLE overloaded, {len(odd)} other")
+
+
 # ---- the Dapr JavaScript SDK in gRPC mode ----
 
-def dapr_js(B, js_dir):
+def dapr_js(B, js_dir, mode):
     env = dict(os.environ, NODE_PATH=os.path.join(js_dir, "node_modules"))
     t = time.monotonic()
-    p = subprocess.run(["node", os.path.join(HERE, "dapr-js.js"), str(B.gport), TOKEN],
+    port = B.gport if mode == "grpc" else B.port
+    p = subprocess.run(["node", os.path.join(HERE, "dapr-js.js"), mode, str(port), TOKEN],
                        cwd=js_dir, env=env, capture_output=True, text=True, timeout=120)
     took = time.monotonic() - t
     if not check(p.returncode == 0, f"dapr-js.js exited {p.returncode}: {p.stderr[-3000:]}"):
@@ -626,11 +666,21 @@ def dapr_js(B, js_dir):
         "lock_b_after": {"success": True},
         "unlock_b_after": {"status": 0},
     }
+    # daprd's resource ids and owners (issue 31): each excludes a second
+    # owner, and the unlocks answer the right status.
+    for i in range(JS_IDS):
+        want.update({f"id{i}_lock_a": {"success": True}, f"id{i}_lock_b": {"success": False},
+                     f"id{i}_unlock_b": {"status": 2}, f"id{i}_unlock_a": {"status": 0},
+                     f"id{i}_unlock_a_again": {"status": 1}})
     for k, v in want.items():
-        check(steps.get(k) == v, f"JS SDK {k}: {steps.get(k)!r}, expected {v!r}")
+        check(steps.get(k) == v, f"JS SDK ({mode}) {k}: {steps.get(k)!r}, expected {v!r}")
     err = (steps.get("lock_empty") or {}).get("error") or ""
-    check("ResourceId is empty" in err, f"JS SDK lock with an empty resource: {err!r}")
-    log(f"dapr js sdk (gRPC, with token): {json.dumps(steps)} in {took:.1f} s")
+    check("ResourceId is empty" in err if mode == "grpc" else err != "",
+          f"JS SDK ({mode}) lock with an empty resource: {err!r}")
+    log(f"dapr js sdk ({mode}, with token): {len(steps)} steps, {json.dumps(steps)[:600]} in {took:.1f} s")
+
+
+JS_IDS = 5   # the ids dapr-js.js tries: orders/42, user@example.com, "a b", UTF-8, 180 bytes
 
 
 def main():
@@ -655,7 +705,12 @@ def main():
         raw_limits(A, 16, 1000)
         grpc_calls(A, pb, pbg)   # still serving, after all that
         grpc_auth(B, pb, pbg)
-        dapr_js(B, js_dir)
+        dapr_js(B, js_dir, "grpc")
+        dapr_js(B, js_dir, "http")
+        grpc_overload(A, pb, pbg, False)
+        O = Daemon(tmp, "O", masters, ["--max-inflight", "1", "--queue-timeout-ms", "1"])
+        grpc_overload(O, pb, pbg, True)
+        O.stop()
         check(A.proc.poll() is None and B.proc.poll() is None, "both daemons still run")
         # Stopping with connections open: a gRPC channel that has made a
         # call, and a raw connection in the middle of one. SIGTERM still

@@ -193,7 +193,7 @@ static void split_vote_elections(bool negative)
     fl_term terms[16];
     size_t nterms = 0;
     for (int round = 0; round < n; round++) {
-        wait_free("lock:split#election");
+        wait_free("lock:split\x1f#election");
         refuse_two(true);
         h_stream *l;
         uint64_t from = 0;
@@ -267,7 +267,7 @@ static void split_vote_permits(bool negative)
     fl_permit permits[64];
     size_t np = 0;
     for (int round = 0; round < n; round++) {
-        wait_free("lock:split#0");
+        wait_free("lock:split\x1f#0");
         refuse_two(true);
         h_stream *s;
         uint64_t at = 0;

@@ -220,7 +220,7 @@ static void stale_counters(fl_run *r, bool old_window)
      * raising the counters of 3 and 4 by one, could hide the regression. */
     fl_sleep_ms(r, 300);
     for (int i = 0; i < 3; i++) {
-        redisReply *x = h_redis(r->c, i, "EVAL %s 1 lock:fl-0#fence " STALE_RUN,
+        redisReply *x = h_redis(r->c, i, "EVAL %s 1 lock:fl-0\x1f#fence " STALE_RUN,
                                 "if redis.call('EXISTS', KEYS[1]) == 1 then "
                                 "return redis.call('INCRBY', KEYS[1], ARGV[1]) end return 0");
         cr_assert(x && x->type == REDIS_REPLY_INTEGER && x->integer > 0, "no counter on master %d", i);

@@ -132,10 +132,10 @@ static void check_args(const cli_args *a, char **argv, int argc)
     if (a->candidate)
         FUZZ_CHECK(strlen(a->candidate) <= CLI_CANDIDATE_MAX &&
                        rules_name_valid(a->candidate, strlen(a->candidate)),
-                   "--candidate is 1 to 48 bytes of the name alphabet");
+                   "--candidate is 1 to 48 bytes of text");
     if (a->value)
-        FUZZ_CHECK(strlen(a->value) <= CLI_VALUE_MAX && fuzz_printable(a->value),
-                   "--value is 0 to 64 printable bytes");
+        FUZZ_CHECK(!a->value[0] || rules_text_valid(a->value, strlen(a->value), CLI_VALUE_MAX),
+                   "--value is 0 to 64 bytes of text");
     FUZZ_CHECK(a->limit >= 0 && a->limit <= CLI_LIMIT_MAX, "--limit in bounds");
     /* Each option only where the usage allows it. */
     FUZZ_CHECK(a->ttl_ms == -1 || c == CLI_RUN || c == CLI_ACQUIRE || c == CLI_EXTEND || c == CLI_ELECT,
@@ -377,7 +377,7 @@ static void fuzz_acquire_body(fuzz_in *in)
         FUZZ_CHECK(fuzz_terminated(out, outlen), "the body ends within its buffer");
         bool sendable = (!own || rules_owner_valid(own, strlen(own))) &&
                         (!hold || ttl < 0 || ttl >= CLI_HOLD_MIN_TTL_MS);
-        static const api_limits wide = {30000, CLI_MAX_DURATION_MS, CLI_MAX_DURATION_MS};
+        static const api_limits wide = {30000, CLI_MAX_DURATION_MS, CLI_MAX_DURATION_MS, NULL};
         rl_request req;
         bool tb;
         enum api_err e;

@@ -36,7 +36,7 @@
 
 #define ERRLEN 400   /* as grpc.c's */
 
-static const api_limits lim = {30000, 3600000, 60000};
+static const api_limits lim = {30000, 3600000, 60000, NULL};
 static const char stores[] = "lockstore,orders,a.b_c-d";
 
 static const char *const paths[] = {
@@ -103,9 +103,9 @@ static void check_err(int code, const char *err)
 static void check_repacked(enum grpc_method m, const rl_request *req)
 {
     char store[RL_INTERNAL_NAME_MAX + 1];
-    const char *colon = strchr(req->name, ':');
-    FUZZ_CHECK(colon != NULL, "the lock is named store:resource");
-    size_t sl = (size_t)(colon - req->name);
+    const char *sep = strstr(req->name, API_DAPR_SEP);
+    FUZZ_CHECK(sep != NULL, "the lock is named store||resource");
+    size_t sl = (size_t)(sep - req->name);
     memcpy(store, req->name, sl);
     store[sl] = '\0';
     uint8_t buf[GRPC_PREFIX_LEN + 2048];
@@ -113,7 +113,7 @@ static void check_repacked(enum grpc_method m, const rl_request *req)
     if (m == GRPC_M_TRY_LOCK) {
         Dapr__Proto__Runtime__V1__TryLockRequest r = DAPR__PROTO__RUNTIME__V1__TRY_LOCK_REQUEST__INIT;
         r.store_name = store;
-        r.resource_id = (char *)colon + 1;
+        r.resource_id = (char *)sep + 2;
         r.lock_owner = (char *)req->token;
         r.expiry_in_seconds = (int32_t)(req->ttl_ms / 1000);
         n = dapr__proto__runtime__v1__try_lock_request__get_packed_size(&r);
@@ -122,7 +122,7 @@ static void check_repacked(enum grpc_method m, const rl_request *req)
     } else {
         Dapr__Proto__Runtime__V1__UnlockRequest r = DAPR__PROTO__RUNTIME__V1__UNLOCK_REQUEST__INIT;
         r.store_name = store;
-        r.resource_id = (char *)colon + 1;
+        r.resource_id = (char *)sep + 2;
         r.lock_owner = (char *)req->token;
         n = dapr__proto__runtime__v1__unlock_request__get_packed_size(&r);
         FUZZ_CHECK(n <= sizeof buf - GRPC_PREFIX_LEN, "a valid request fits 2 KiB");
@@ -221,9 +221,9 @@ static void check_wire(enum grpc_method m, const uint8_t *msg, size_t len, const
     wire_msg w;
     if (!wire_read(msg, len, &w))
         return;
-    const char *colon = strchr(req->name, ':');
-    FUZZ_CHECK(wire_is(&w, 1, req->name, (size_t)(colon - req->name)), "the store is all of field 1");
-    FUZZ_CHECK(wire_is(&w, 2, colon + 1, strlen(colon + 1)), "the resource is all of field 2");
+    const char *sep = strstr(req->name, API_DAPR_SEP);
+    FUZZ_CHECK(wire_is(&w, 1, req->name, (size_t)(sep - req->name)), "the store is all of field 1");
+    FUZZ_CHECK(wire_is(&w, 2, sep + 2, strlen(sep + 2)), "the resource is all of field 2");
     FUZZ_CHECK(wire_is(&w, 3, req->token, strlen(req->token)), "the owner is all of field 3");
     if (m == GRPC_M_TRY_LOCK)
         FUZZ_CHECK((long long)(int32_t)(uint32_t)w.expiry * 1000 == req->ttl_ms,
@@ -234,13 +234,14 @@ static void check_request(enum grpc_method m, const rl_request *req)
 {
     FUZZ_CHECK(fuzz_terminated(req->name, sizeof req->name), "name ends within its buffer");
     FUZZ_CHECK(fuzz_terminated(req->token, sizeof req->token), "token ends within its buffer");
-    FUZZ_CHECK(strlen(req->name) <= RL_NAME_MAX, "the name is at most RL_NAME_MAX");
-    const char *colon = strchr(req->name, ':');
-    FUZZ_CHECK(colon && fuzz_store_listed(req->name, (size_t)(colon - req->name), stores),
-               "the lock is named store:resource, of a store served");
-    FUZZ_CHECK(rules_name_valid(colon + 1, strlen(colon + 1)), "resourceId obeys the name rules");
-    FUZZ_CHECK(req->token_given && rules_token_valid(req->token, strlen(req->token)),
-               "lockOwner is the token, a valid one");
+    FUZZ_CHECK(strlen(req->name) <= RL_INTERNAL_NAME_MAX, "the name fits an internal name");
+    const char *sep = strstr(req->name, API_DAPR_SEP);
+    FUZZ_CHECK(sep && fuzz_store_listed(req->name, (size_t)(sep - req->name), stores),
+               "the lock is named store||resource, of a store served (keyPrefix name, no app id)");
+    FUZZ_CHECK(!strstr(sep + 2, API_DAPR_SEP) && rules_text_valid(sep + 2, strlen(sep + 2), API_DAPR_RESOURCE_MAX),
+               "resourceId is text without ||");
+    FUZZ_CHECK(req->token_given && rules_text_valid(req->token, strlen(req->token), API_DAPR_OWNER_MAX),
+               "lockOwner is the token, valid text");
     FUZZ_CHECK(req->wait_ms == 0 && !req->hold && !req->queued, "a gRPC call never waits or holds");
     if (m == GRPC_M_TRY_LOCK)
         FUZZ_CHECK(req->op == RL_ACQUIRE && req->ttl_ms >= 1000 && req->ttl_ms % 1000 == 0 &&
@@ -353,8 +354,8 @@ static void check_metadata(const uint8_t *p, size_t len)
     const char *s = list;
     for (size_t i = 0; i < r->n_registered_components; i++) {
         size_t l = strcspn(s, ",");
-        FUZZ_CHECK(strlen(r->registered_components[i]->name) == (l < 127 ? l : 127) &&
-                       !strncmp(r->registered_components[i]->name, s, l < 127 ? l : 127),
+        size_t cut = l < API_DAPR_STORE_MAX ? l : API_DAPR_STORE_MAX;   /* (conf.c refuses longer) */
+        FUZZ_CHECK(strlen(r->registered_components[i]->name) == cut && !strncmp(r->registered_components[i]->name, s, cut),
                    "each component is named for its store");
         s += l + (s[l] == ',');
     }

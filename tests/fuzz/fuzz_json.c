@@ -47,14 +47,14 @@ static const char stores[] = "lockstore,orders,a.b_c-d";
 /* Limits conf.c accepts: 1 <= default_ttl_ms <= max_ttl_ms <= INT32_MAX,
  * 0 <= max_wait_ms <= INT32_MAX. */
 static const api_limits limits[] = {
-    {30000, 3600000, 60000},   /* the defaults */
-    {1000, 1000, 0},
-    {1, 1, 0},
-    {1000, 1999, 1},
-    {2147483647, 2147483647, 2147483647},
-    {30000, 3600000, 0},
-    {999, 1999, 60000},
-    {30000, 30000, 2147483647},
+    {30000, 3600000, 60000, NULL},   /* the defaults */
+    {1000, 1000, 0, NULL},
+    {1, 1, 0, NULL},
+    {1000, 1999, 1, NULL},
+    {2147483647, 2147483647, 2147483647, NULL},
+    {30000, 3600000, 0, NULL},
+    {999, 1999, 60000, NULL},
+    {30000, 30000, 2147483647, NULL},
 };
 #define NLIMITS (sizeof limits / sizeof limits[0])
 
@@ -251,13 +251,14 @@ static void fuzz_dapr(bool unlock, const char *store, const char *body, size_t l
     check_strings(&req);
     FUZZ_CHECK(req.op == (unlock ? RL_RELEASE : RL_ACQUIRE), "lock acquires, unlock releases");
     size_t sl = strlen(store);
-    FUZZ_CHECK(strlen(req.name) <= RL_NAME_MAX, "store:resource is at most RL_NAME_MAX");
-    FUZZ_CHECK(!strncmp(req.name, store, sl) && req.name[sl] == ':',
-               "the lock is named store:resource");
-    const char *resource = req.name + sl + 1;
-    FUZZ_CHECK(rules_name_valid(resource, strlen(resource)), "resourceId obeys the name rules");
-    FUZZ_CHECK(req.token_given && rules_token_valid(req.token, strlen(req.token)),
-               "lockOwner is the token, a valid one");
+    FUZZ_CHECK(strlen(req.name) <= RL_INTERNAL_NAME_MAX, "store||resource fits an internal name");
+    FUZZ_CHECK(!strncmp(req.name, store, sl) && !strncmp(req.name + sl, API_DAPR_SEP, 2),
+               "the lock is named store||resource (keyPrefix name, no app id)");
+    const char *resource = req.name + sl + 2;
+    FUZZ_CHECK(!strstr(resource, API_DAPR_SEP) && rules_text_valid(resource, strlen(resource), API_DAPR_RESOURCE_MAX),
+               "resourceId is text without ||");
+    FUZZ_CHECK(req.token_given && rules_text_valid(req.token, strlen(req.token), API_DAPR_OWNER_MAX),
+               "lockOwner is the token, valid text");
     FUZZ_CHECK(req.wait_ms == 0 && !req.hold && req.owner[0] == '\0', "Dapr never waits or holds");
     if (unlock)
         FUZZ_CHECK(req.ttl_ms == 0, "unlock has no ttl");

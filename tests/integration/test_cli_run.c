@@ -200,7 +200,7 @@ static void grace_then_sigkill_of(bool limit)
                     : START("r", "run", "--ttl", "1500ms", "--grace", "1s", "lost3", "--", "sh", "-c", script);
     cr_assert(wait_file("started", 5000));
     for (int i = 0; i < 5; i++)
-        freeReplyObject(h_redis(C, i, limit ? "DEL lock:lost4#0" : "DEL lock:lost3"));
+        freeReplyObject(h_redis(C, i, limit ? "DEL lock:lost4\x1f#0" : "DEL lock:lost3"));
     uint64_t t0 = h_now_us();
     cr_assert_eq(finish(p, 8000), 3, "%s", err_of("r"));
     double s = (double)(h_now_us() - t0) / 1e6;

@@ -76,16 +76,16 @@ Test(dapr, same_lock_through_both_apis)
     h_daemon_start(C, NULL);
     h_resp a = dapr_lock("lockstore", "job-1", "worker-a", 30);
     cr_assert(success_of(&a));
-    h_resp g = h_http(C, "GET", "/locks/lockstore:job-1", NULL, NULL);
+    h_resp g = h_http(C, "GET", "/locks/lockstore%7C%7Cjob-1", NULL, NULL);
     cr_assert_eq(g.status, 200);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(g.json, "held")), "%s", g.body);
     cr_assert_gt(h_int(&g, "validity_ms"), 29000);
-    h_resp n = h_http(C, "POST", "/locks/lockstore:job-1", NULL, NULL);
+    h_resp n = h_http(C, "POST", "/locks/lockstore%7C%7Cjob-1", NULL, NULL);
     cr_assert_eq(n.status, 409, "the native API sees the Dapr lock: %s", n.body);
     /* The lockOwner is the token: a native release with it works. */
-    h_resp r = h_http(C, "DELETE", "/locks/lockstore:job-1", NULL, "Lock-Token: worker-a", NULL);
+    h_resp r = h_http(C, "DELETE", "/locks/lockstore%7C%7Cjob-1", NULL, "Lock-Token: worker-a", NULL);
     cr_assert_eq(r.status, 204);
-    h_resp n2 = h_http(C, "POST", "/locks/lockstore:job-1", NULL, NULL);
+    h_resp n2 = h_http(C, "POST", "/locks/lockstore%7C%7Cjob-1", NULL, NULL);
     cr_assert_eq(n2.status, 201);
     h_resp d = dapr_lock("lockstore", "job-1", "worker-b", 30);
     cr_assert_not(success_of(&d), "the Dapr API sees the native lock");
@@ -149,7 +149,7 @@ Test(dapr, validation_as_dapr_does_it_changes_nothing)
     cr_assert_eq(u.status, 400);
     h_resp_free(&u);
     /* Nothing was taken: the resource is free. */
-    h_resp g = h_http(C, "GET", "/locks/lockstore:r", NULL, NULL);
+    h_resp g = h_http(C, "GET", "/locks/lockstore%7C%7Cr", NULL, NULL);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(g.json, "held")), "%s", g.body);
     h_resp_free(&g);
     h_resp wrong = h_http(C, "GET", "/v1.0-alpha1/lock/lockstore", NULL, NULL);

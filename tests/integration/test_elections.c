@@ -270,16 +270,17 @@ Test(elections, restarted_master)
 }
 
 /* Names and bodies: no election or lock name reaches the election's lock
- * (names hold no '#'), and malformed requests are 400s naming the field. */
+ * (names hold no control byte, test_names.c), and malformed requests are
+ * 400s naming the field. */
 Test(elections, names_and_bad_requests)
 {
     C = h_cluster_start(3, NULL);
     h_daemon_start(C, NULL);
     struct { const char *method, *path, *body; long status; const char *error; } cases[] = {
-        {"GET", "/elections/a%23election", NULL, 400, "bad_name"},
-        {"GET", "/locks/db%23election", NULL, 400, "bad_name"},
+        {"GET", "/elections/a%1F%23election", NULL, 400, "bad_name"},
+        {"GET", "/locks/db%1F%23election", NULL, 400, "bad_name"},
         {"POST", "/elections/db", "{}", 400, "bad_request"},
-        {"POST", "/elections/db", "{\"candidate\":\"has space\"}", 400, "bad_request"},
+        {"POST", "/elections/db", "{\"candidate\":\"has\\ttab\"}", 400, "bad_request"},
         {"POST", "/elections/db", "{\"candidate\":\"a\",\"ttl_ms\":10}", 400, "bad_request"},
         {"POST", "/elections/db", "{\"candidate\":\"a\",\"value\":7}", 400, "bad_request"},
         {"PUT", "/elections/db/value", "{\"value\":\"x\"}", 400, "bad_request"},

@@ -256,12 +256,12 @@ Test(locks, fence_strictly_increases_across_grants)
              * restart without data; a FLUSHALL would also take the cluster
              * marker, and quarantine them): the next fences must still be
              * larger. */
-            freeReplyObject(h_redis(C, 0, "DEL lock:fenced#fence"));
-            freeReplyObject(h_redis(C, 1, "DEL lock:fenced#fence"));
+            freeReplyObject(h_redis(C, 0, "DEL lock:fenced\x1f#fence"));
+            freeReplyObject(h_redis(C, 1, "DEL lock:fenced\x1f#fence"));
         }
         if (i == 20) {
             /* Counters drift apart: one master far ahead of the others. */
-            freeReplyObject(h_redis(C, 3, "INCRBY lock:fenced#fence 1000"));
+            freeReplyObject(h_redis(C, 3, "INCRBY lock:fenced\x1f#fence 1000"));
         }
     }
 }

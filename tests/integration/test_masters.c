@@ -315,12 +315,12 @@ Test(masters, first_release_by_owner_while_paused_reaches_a_fresh_master)
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a.json, "success")), "%s", a.body);
     h_resp_free(&a);
     h_master_pause(C, 4);
-    h_resp r = h_http(C, "DELETE", "/locks/lockstore:owned", NULL, "Lock-Token: worker-a", NULL);
+    h_resp r = h_http(C, "DELETE", "/locks/lockstore%7C%7Cowned", NULL, "Lock-Token: worker-a", NULL);
     cr_assert_eq(r.status, 204, "%s", r.body);
     h_resp_free(&r);
     usleep(200000);   /* past the master timeout: the release is over without master 4 */
     h_master_resume(C, 4);
-    master4_let_go("lockstore:owned");
+    master4_let_go("lockstore||owned");
 }
 
 /* A Dapr lockOwner is stored with a suffix of its own; its unlock sends the
@@ -347,7 +347,7 @@ Test(masters, release_by_owner_reaches_a_master_that_missed_it)
     cr_assert_eq(h_int(&u, "status"), 0, "unlock: %s", u.body);
     h_resp_free(&u);
     h_master_resume(C, 4);
-    master4_let_go("lockstore:owner-missed");
+    master4_let_go("lockstore||owner-missed");
 }
 
 /* The same release by the owner, sent to master 4 by EVALSHA after its
@@ -366,13 +366,13 @@ Test(masters, release_by_owner_reaches_a_master_that_lost_its_scripts)
             freeReplyObject(h_redis(C, 4, "SCRIPT FLUSH"));
             h_master_pause(C, 4);
         }
-        h_resp r = h_http(C, "DELETE", "/locks/lockstore:owner-flushed", NULL, "Lock-Token: worker-d", NULL);
+        h_resp r = h_http(C, "DELETE", "/locks/lockstore%7C%7Cowner-flushed", NULL, "Lock-Token: worker-d", NULL);
         cr_assert_eq(r.status, 204, "%s", r.body);
         h_resp_free(&r);
     }
     usleep(200000);   /* past the master timeout: the release is over without master 4 */
     h_master_resume(C, 4);
-    master4_let_go("lockstore:owner-flushed");
+    master4_let_go("lockstore||owner-flushed");
 }
 
 /* A failed extension by a caller's own token frees what the token still
@@ -390,16 +390,16 @@ Test(masters, failed_extension_by_owner_frees_every_master)
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(a.json, "success")), "%s", a.body);
     h_resp_free(&a);
     for (int i = 0; i < 3; i++)
-        freeReplyObject(h_redis(C, i, "DEL lock:lockstore:owner-ext"));
+        freeReplyObject(h_redis(C, i, "DEL lock:lockstore||owner-ext"));
     h_master_pause(C, 4);
-    h_resp x = h_http(C, "PATCH", "/locks/lockstore:owner-ext", "{\"ttl_ms\":30000}",
+    h_resp x = h_http(C, "PATCH", "/locks/lockstore%7C%7Cowner-ext", "{\"ttl_ms\":30000}",
                       "Lock-Token: worker-c", NULL);
     cr_assert_eq(x.status, 409, "%s", x.body);
     cr_assert_str_eq(h_str(&x, "error"), "not_held");
     h_resp_free(&x);
     long long held = 1;
     for (int i = 0; i < 100 && held; i++) {
-        redisReply *k = h_redis(C, 3, "EXISTS lock:lockstore:owner-ext");
+        redisReply *k = h_redis(C, 3, "EXISTS lock:lockstore||owner-ext");
         cr_assert_not_null(k);
         held = k->integer;
         freeReplyObject(k);
@@ -409,7 +409,7 @@ Test(masters, failed_extension_by_owner_frees_every_master)
     cr_assert_eq(held, 0, "master 3 still holds the lock of the failed extension");
     usleep(200000);
     h_master_resume(C, 4);
-    master4_let_go("lockstore:owner-ext");
+    master4_let_go("lockstore||owner-ext");
 }
 
 /* Masters with a password: AUTH on every connection. */
@@ -464,7 +464,7 @@ static long long grant_and_release(const char *name)
 Test(masters, fence_increases_across_different_majorities)
 {
     long long f0 = grant_and_release("warm-up");   /* all five seeded and equal */
-    freeReplyObject(h_redis(C, 2, "INCRBY lock:fence-majorities#fence 1000"));
+    freeReplyObject(h_redis(C, 2, "INCRBY lock:fence-majorities\x1f#fence 1000"));
 
     h_master_pause(C, 3);
     h_master_pause(C, 4);

@@ -226,8 +226,8 @@ Test(promises, a_held_lock_on_three_masters_spreads_to_the_free_two)
     /* What the repaired masters keep: the owner, and a counter at the fence. */
     char rec[200];
     snprintf(rec, sizeof rec, "%s\nw1", token);
-    cr_assert(key_is(C, 4, "lock:spread#owner", rec), "the owner record on a repaired master");
-    redisReply *f = h_redis(C, 4, "GET lock:spread#fence");
+    cr_assert(key_is(C, 4, "lock:spread\x1f#owner", rec), "the owner record on a repaired master");
+    redisReply *f = h_redis(C, 4, "GET lock:spread\x1f#fence");
     cr_assert(f && f->type == REDIS_REPLY_STRING && atoll(f->str) >= fence, "the counter on a repaired master");
     freeReplyObject(f);
     h_resp r = h_http(P, "GET", "/locks/spread", NULL, NULL);
@@ -243,7 +243,7 @@ Test(promises, a_held_lock_on_three_masters_spreads_to_the_free_two)
 Test(promises, a_split_vote_leader_spreads_to_the_free_two)
 {
     start_two();
-    rival_on_two("lock:ldr#election", true);
+    rival_on_two("lock:ldr\x1f#election", true);
     cJSON *ev;
     h_stream *a = begin(C, "/elections/ldr", "{\"candidate\":\"a\",\"value\":\"v1\",\"ttl_ms\":1500}", "elected", &ev);
     char token[128];
@@ -251,7 +251,7 @@ Test(promises, a_split_vote_leader_spreads_to_the_free_two)
     long long term = h_ev_int(ev, "term");
     cJSON_Delete(ev);
     h_stream *b = open_stream(P, "/elections/ldr", "{\"candidate\":\"b\",\"value\":\"v2\",\"ttl_ms\":1500}");
-    spreads_and_survives(a, "lock:ldr#election", token, 1500);
+    spreads_and_survives(a, "lock:ldr\x1f#election", token, 1500);
     ev = next_news(b, 200);
     cr_assert_null(ev, "b was elected while a leads: %s", ev ? h_ev_str(ev, "event") : "");
     h_resp r = h_http(P, "GET", "/elections/ldr", NULL, NULL);
@@ -268,7 +268,7 @@ Test(promises, a_split_vote_leader_spreads_to_the_free_two)
 Test(promises, a_held_permit_on_three_masters_spreads_to_the_free_two)
 {
     start_two();
-    rival_on_two("lock:pmt#0", true);
+    rival_on_two("lock:pmt\x1f#0", true);
     cJSON *ev;
     h_stream *s = begin(C, "/semaphores/pmt", "{\"limit\":1,\"hold\":true,\"ttl_ms\":1500}", "acquired", &ev);
     const char *permit = h_ev_str(ev, "token");
@@ -276,7 +276,7 @@ Test(promises, a_held_permit_on_three_masters_spreads_to_the_free_two)
     char token[128];
     snprintf(token, sizeof token, "%s", permit + 2);
     cJSON_Delete(ev);
-    spreads_and_survives(s, "lock:pmt#0", token, 1500);
+    spreads_and_survives(s, "lock:pmt\x1f#0", token, 1500);
     h_resp r = h_http(P, "POST", "/semaphores/pmt", "{\"limit\":1}", NULL);
     cr_assert_eq(r.status, 409, "a second permit of one: %s", r.body);
     h_resp_free(&r);

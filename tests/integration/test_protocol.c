@@ -84,8 +84,8 @@ Test(protocol, names_are_checked_after_decoding)
     char longname[260] = "/locks/";
     memset(longname + 7, 'a', 201);
     longname[208] = '\0';
-    const char *bad[] = {"/locks/a%2Fb", "/locks/a/b", "/locks/a%20b", "/locks/a%00b",
-                         "/locks/%C3%A9", "/locks/a%0Ab", "/locks/a*b", longname};
+    const char *bad[] = {"/locks/a%00b", "/locks/%C3", "/locks/a%0Ab", "/locks/a%1F", "/locks/a%2",
+                         longname};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         h_resp r = h_http(C, "POST", bad[i], NULL, NULL);
         cr_assert_eq(r.status, 400, "%s -> %ld %s", bad[i], r.status, r.body);

@@ -190,8 +190,8 @@ static void random_cmd(struct cmd *c)
     const char *n = names[rand() % 3];
     char key[64], fence[64], owner[64], queue[64], qdl[64], ttl[16], px[16], seed[32], f[32];
     snprintf(key, sizeof key, "%s", n);
-    snprintf(fence, sizeof fence, "%s#fence", n);
-    snprintf(owner, sizeof owner, "%s#owner", n);
+    snprintf(fence, sizeof fence, "%s\x1f#fence", n);
+    snprintf(owner, sizeof owner, "%s\x1f#owner", n);
     snprintf(ttl, sizeof ttl, "%d", 20000 + rand() % 5 * 1000);
     snprintf(px, sizeof px, "%d", 40000 + rand() % 5 * 1000);
     const char *v = values[rand() % 5], *guard = rand() % 4 ? "1" : "0";
@@ -201,8 +201,8 @@ static void random_cmd(struct cmd *c)
                  within the bound: a fence from the master's own clock would differ by the
                  time between the two runs) */
         snprintf(seed, sizeof seed, "%lld", next_seed += rand() % 2 * 1000);
-        snprintf(queue, sizeof queue, "%s#queue", n);
-        snprintf(qdl, sizeof qdl, "%s#qdl", n);
+        snprintf(queue, sizeof queue, "%s\x1f#queue", n);
+        snprintf(qdl, sizeof qdl, "%s\x1f#qdl", n);
         set_args(c, &script_acquire, 6, 16, key, fence, owner, queue, qdl, SCRIPT_MARKER_KEY, v, ttl, px,
                  owners[rand() % 4], seed, "900000000000000000", "", "0", "0", guard);
         break;
@@ -225,7 +225,7 @@ static void random_cmd(struct cmd *c)
         break;
     case 7: {
         static const char *limits[] = {"0", "-1", "2", "3"};
-        set_args(c, &script_sem_limit, 2, 5, "s:x#limit", SCRIPT_MARKER_KEY, limits[rand() % 4], px, guard);
+        set_args(c, &script_sem_limit, 2, 5, "s:x\x1f#limit", SCRIPT_MARKER_KEY, limits[rand() % 4], px, guard);
         break;
     }
     default:
@@ -261,10 +261,10 @@ static void world_change(int what, const char *name)
         r = redisCommand(R, "HSET %s state ready until %lld", SCRIPT_MARKER_KEY, quarantine_until);
         break;
     case 3:
-        r = redisCommand(R, "SET %s#fence not-a-number PX 60000", name);
+        r = redisCommand(R, "SET %s\x1f#fence not-a-number PX 60000", name);
         break;
     case 4:
-        r = redisCommand(R, "DEL %s %s#fence", name, name);
+        r = redisCommand(R, "DEL %s %s\x1f#fence", name, name);
         r = (freeReplyObject(r), redisCommand(R, "HSET %s x 1", name));
         break;
     default:
@@ -411,11 +411,11 @@ static void take(const char *name, const char *value, const char *guard)
 {
     struct cmd a;
     char fence[64], owner[64];
-    snprintf(fence, sizeof fence, "%s#fence", name);
-    snprintf(owner, sizeof owner, "%s#owner", name);
+    snprintf(fence, sizeof fence, "%s\x1f#fence", name);
+    snprintf(owner, sizeof owner, "%s\x1f#owner", name);
     char queue[64], qdl[64];
-    snprintf(queue, sizeof queue, "%s#queue", name);
-    snprintf(qdl, sizeof qdl, "%s#qdl", name);
+    snprintf(queue, sizeof queue, "%s\x1f#queue", name);
+    snprintf(qdl, sizeof qdl, "%s\x1f#qdl", name);
     set_args(&a, &script_acquire, 6, 16, name, fence, owner, queue, qdl, SCRIPT_MARKER_KEY, value, "30000", "60000",
              "", "1000000000000123", "900000000000000000", "", "0", "0", guard);
     redisReply *r = run_alone(&a);
@@ -434,11 +434,11 @@ Test(scripts, duplicates_of_one_name_in_one_group)
     world_change(0, "d");
     take("d", "t1", "1");
     struct cmd c[5];
-    set_args(&c[0], &script_inspect, 4, 5, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "1");
-    set_args(&c[1], &script_extend, 4, 8, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
-    set_args(&c[2], &script_extend, 4, 8, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "t2", "40000", "60000", "1");
-    set_args(&c[3], &script_release, 2, 5, "d", "d#owner", "t1", "=", "");
-    set_args(&c[4], &script_inspect, 4, 5, "d", "d#fence", "d#owner", SCRIPT_MARKER_KEY, "1");
+    set_args(&c[0], &script_inspect, 4, 5, "d", "d\x1f#fence", "d\x1f#owner", SCRIPT_MARKER_KEY, "1");
+    set_args(&c[1], &script_extend, 4, 8, "d", "d\x1f#fence", "d\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[2], &script_extend, 4, 8, "d", "d\x1f#fence", "d\x1f#owner", SCRIPT_MARKER_KEY, "t2", "40000", "60000", "1");
+    set_args(&c[3], &script_release, 2, 5, "d", "d\x1f#owner", "t1", "=", "");
+    set_args(&c[4], &script_inspect, 4, 5, "d", "d\x1f#fence", "d\x1f#owner", SCRIPT_MARKER_KEY, "1");
     redisReply *r = run_group(c, 5);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->elements, 5);
@@ -465,10 +465,10 @@ Test(scripts, a_group_split_by_the_guard)
     take("g", "t1", "1");
     world_change(2, "g");   /* quarantine: until an hour from now */
     struct cmd c[4];
-    set_args(&c[0], &script_extend, 4, 8, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
-    set_args(&c[1], &script_extend, 4, 8, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "0");
-    set_args(&c[2], &script_inspect, 4, 5, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "1");
-    set_args(&c[3], &script_release, 2, 5, "g", "g#owner", "t1", "=", "");
+    set_args(&c[0], &script_extend, 4, 8, "g", "g\x1f#fence", "g\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[1], &script_extend, 4, 8, "g", "g\x1f#fence", "g\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "0");
+    set_args(&c[2], &script_inspect, 4, 5, "g", "g\x1f#fence", "g\x1f#owner", SCRIPT_MARKER_KEY, "1");
+    set_args(&c[3], &script_release, 2, 5, "g", "g\x1f#owner", "t1", "=", "");
     redisReply *r = run_group(c, 4);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     cr_assert_eq(r->element[0]->element[0]->integer, SCRIPT_QUARANTINED);
@@ -481,8 +481,8 @@ Test(scripts, a_group_split_by_the_guard)
     world_change(0, "g");
     take("g", "t1", "1");
     world_change(4, "h");   /* h is a hash */
-    set_args(&c[0], &script_extend, 4, 8, "h", "h#fence", "h#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
-    set_args(&c[1], &script_extend, 4, 8, "g", "g#fence", "g#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[0], &script_extend, 4, 8, "h", "h\x1f#fence", "h\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[1], &script_extend, 4, 8, "g", "g\x1f#fence", "g\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
     r = run_group(c, 2);
     cr_assert_eq(r->element[0]->type, REDIS_REPLY_ERROR);
     cr_assert(strstr(r->element[0]->str, "WRONGTYPE"), "%s", r->element[0]->str);
@@ -516,8 +516,8 @@ Test(scripts, negative_control_a_reordered_group_is_caught)
         take("x", "t1", "1");
     }
     struct cmd c[2], swapped[2];
-    set_args(&c[0], &script_extend, 4, 8, "x", "x#fence", "x#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
-    set_args(&c[1], &script_release, 2, 5, "x", "x#owner", "t1", "=", "");
+    set_args(&c[0], &script_extend, 4, 8, "x", "x\x1f#fence", "x\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000", "1");
+    set_args(&c[1], &script_release, 2, 5, "x", "x\x1f#owner", "t1", "=", "");
     swapped[0] = c[1];
     swapped[1] = c[0];
     char mismatch[400] = "";
@@ -548,7 +548,7 @@ Test(scripts, a_repair_takes_free_masters_only)
     char got[128];
     struct cmd c;
     /* free, no counter: taken at exactly the fence */
-    set_args(&c, &script_renew, 4, 10, "r", "r#fence", "r#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000",
+    set_args(&c, &script_renew, 4, 10, "r", "r\x1f#fence", "r\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000", "60000",
              "1000000000000123", "w1", "1");
     redisReply *r = run_alone(&c);
     cr_assert_eq(r->element[0]->integer, 2, "a free master is taken");
@@ -556,9 +556,9 @@ Test(scripts, a_repair_takes_free_masters_only)
     freeReplyObject(r);
     get_str("r", got, sizeof got);
     cr_assert_str_eq(got, "t1");
-    get_str("r#fence", got, sizeof got);
+    get_str("r\x1f#fence", got, sizeof got);
     cr_assert_str_eq(got, "1000000000000123");
-    get_str("r#owner", got, sizeof got);
+    get_str("r\x1f#owner", got, sizeof got);
     cr_assert_str_eq(got, "t1\nw1");
     /* held now: an ordinary extension */
     r = run_alone(&c);
@@ -566,7 +566,7 @@ Test(scripts, a_repair_takes_free_masters_only)
     cr_assert_eq(r->element[1]->integer, 1000000000000123LL);
     freeReplyObject(r);
     /* another token's key: refused, unchanged */
-    set_args(&c, &script_renew, 4, 10, "r", "r#fence", "r#owner", SCRIPT_MARKER_KEY, "t2", "40000", "60000",
+    set_args(&c, &script_renew, 4, 10, "r", "r\x1f#fence", "r\x1f#owner", SCRIPT_MARKER_KEY, "t2", "40000", "60000",
              "1000000000000999", "", "1");
     r = run_alone(&c);
     cr_assert_eq(r->element[0]->integer, -1);
@@ -574,25 +574,25 @@ Test(scripts, a_repair_takes_free_masters_only)
     get_str("r", got, sizeof got);
     cr_assert_str_eq(got, "t1");
     /* free with a higher counter (a loser's attempt): taken, counter kept */
-    freeReplyObject(redisCommand(R, "SET h#fence 1000000000000500"));
-    set_args(&c, &script_renew, 4, 10, "h", "h#fence", "h#owner", SCRIPT_MARKER_KEY, "t3", "40000", "60000",
+    freeReplyObject(redisCommand(R, "SET h\x1f#fence 1000000000000500"));
+    set_args(&c, &script_renew, 4, 10, "h", "h\x1f#fence", "h\x1f#owner", SCRIPT_MARKER_KEY, "t3", "40000", "60000",
              "1000000000000123", "", "1");
     r = run_alone(&c);
     cr_assert_eq(r->element[0]->integer, 2);
     cr_assert_eq(r->element[1]->integer, 1000000000000500LL, "a counter is never lowered");
     freeReplyObject(r);
-    get_str("h#owner", got, sizeof got);
+    get_str("h\x1f#owner", got, sizeof got);
     cr_assert_str_eq(got, "", "no owner record without an owner");
     /* free with a lower counter: raised to the fence */
-    freeReplyObject(redisCommand(R, "SET l#fence 1000000000000001"));
-    set_args(&c, &script_renew, 4, 10, "l", "l#fence", "l#owner", SCRIPT_MARKER_KEY, "t4", "40000", "60000",
+    freeReplyObject(redisCommand(R, "SET l\x1f#fence 1000000000000001"));
+    set_args(&c, &script_renew, 4, 10, "l", "l\x1f#fence", "l\x1f#owner", SCRIPT_MARKER_KEY, "t4", "40000", "60000",
              "1000000000000123", "", "1");
     r = run_alone(&c);
     cr_assert_eq(r->element[1]->integer, 1000000000000123LL, "a lower counter is raised");
     freeReplyObject(r);
     /* a counter that does not parse: the master is left alone */
-    freeReplyObject(redisCommand(R, "SET b#fence nope"));
-    set_args(&c, &script_renew, 4, 10, "b", "b#fence", "b#owner", SCRIPT_MARKER_KEY, "t5", "40000", "60000",
+    freeReplyObject(redisCommand(R, "SET b\x1f#fence nope"));
+    set_args(&c, &script_renew, 4, 10, "b", "b\x1f#fence", "b\x1f#owner", SCRIPT_MARKER_KEY, "t5", "40000", "60000",
              "1000000000000123", "", "1");
     r = run_alone(&c);
     cr_assert_eq(r->element[0]->integer, 0);
@@ -601,7 +601,7 @@ Test(scripts, a_repair_takes_free_masters_only)
     cr_assert_str_eq(got, "", "not taken");
     /* in quarantine: the guard answers, nothing is taken */
     world_change(2, "q");
-    set_args(&c, &script_renew, 4, 10, "q", "q#fence", "q#owner", SCRIPT_MARKER_KEY, "t6", "40000", "60000",
+    set_args(&c, &script_renew, 4, 10, "q", "q\x1f#fence", "q\x1f#owner", SCRIPT_MARKER_KEY, "t6", "40000", "60000",
              "1000000000000123", "", "1");
     r = run_alone(&c);
     cr_assert_eq(r->element[0]->integer, SCRIPT_QUARANTINED);
@@ -609,7 +609,7 @@ Test(scripts, a_repair_takes_free_masters_only)
     get_str("q", got, sizeof got);
     cr_assert_str_eq(got, "", "not taken in quarantine");
     /* the extension alone never takes a free master */
-    set_args(&c, &script_extend, 4, 8, "e", "e#fence", "e#owner", SCRIPT_MARKER_KEY, "t7", "40000", "60000", "0");
+    set_args(&c, &script_extend, 4, 8, "e", "e\x1f#fence", "e\x1f#owner", SCRIPT_MARKER_KEY, "t7", "40000", "60000", "0");
     r = run_alone(&c);
     cr_assert_eq(r->element[0]->integer, 0);
     freeReplyObject(r);
@@ -621,7 +621,7 @@ Test(scripts, a_repair_takes_free_masters_only)
 static long long queue_try(const char *value, const char *tk, const char *since, const char *ticket_ttl)
 {
     struct cmd c;
-    set_args(&c, &script_acquire, 6, 16, "q", "q#fence", "q#owner", "q#queue", "q#qdl", SCRIPT_MARKER_KEY, value,
+    set_args(&c, &script_acquire, 6, 16, "q", "q\x1f#fence", "q\x1f#owner", "q\x1f#queue", "q\x1f#qdl", SCRIPT_MARKER_KEY, value,
              "30000", "60000", "", "0", "900000000000000000", tk, since, ticket_ttl, "1");
     redisReply *r = run_alone(&c);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -649,16 +649,16 @@ Test(scripts, a_name_is_taken_in_the_order_waiters_arrived)
     select_db(0);
     world_change(0, "q");
     cr_assert_eq(queue_try("v0", "t0", "100", "10000"), 1, "a free name, nobody waiting: taken at once");
-    cr_assert_eq(zcard("q#queue"), 0, "and nothing queued");
+    cr_assert_eq(zcard("q\x1f#queue"), 0, "and nothing queued");
     /* held by v0: two waiters, the later one tries first */
     cr_assert_eq(queue_try("vB", "tB", "300", "10000"), 0);
     cr_assert_eq(queue_try("vA", "tA", "200", "10000"), 0);
-    cr_assert_eq(zcard("q#queue"), 2);
+    cr_assert_eq(zcard("q\x1f#queue"), 2);
     freeReplyObject(redisCommand(R, "DEL q"));   /* the holder releases */
     cr_assert_eq(queue_try("vB", "tB", "300", "10000"), 0, "not the oldest: refused on a free name");
     cr_assert_eq(queue_try("vX", "", "0", "0"), 0, "no ticket: refused while tickets wait");
     cr_assert_eq(queue_try("vA", "tA", "200", "10000"), 1, "the oldest takes it");
-    cr_assert_eq(zcard("q#queue"), 1, "its ticket left with the grant");
+    cr_assert_eq(zcard("q\x1f#queue"), 1, "its ticket left with the grant");
     freeReplyObject(redisCommand(R, "DEL q"));
     /* an older ticket that expired is dropped */
     freeReplyObject(redisCommand(R, "SET q held"));
@@ -670,12 +670,12 @@ Test(scripts, a_name_is_taken_in_the_order_waiters_arrived)
     /* the dequeue script */
     freeReplyObject(redisCommand(R, "SET q held"));
     cr_assert_eq(queue_try("vD", "tD", "400", "10000"), 0);
-    cr_assert_eq(zcard("q#queue"), 1);
+    cr_assert_eq(zcard("q\x1f#queue"), 1);
     struct cmd d;
-    set_args(&d, &script_dequeue, 3, 5, "q#queue", "q#qdl", "q", "tD", "");
+    set_args(&d, &script_dequeue, 3, 5, "q\x1f#queue", "q\x1f#qdl", "q", "tD", "");
     freeReplyObject(run_alone(&d));
-    cr_assert_eq(zcard("q#queue"), 0, "dequeued");
-    cr_assert_eq(zcard("q#qdl"), 0);
+    cr_assert_eq(zcard("q\x1f#queue"), 0, "dequeued");
+    cr_assert_eq(zcard("q\x1f#qdl"), 0);
     freeReplyObject(redisCommand(R, "DEL q"));
     cr_assert_eq(queue_try("vE", "", "0", "0"), 1, "nobody waiting: a try without a ticket takes it");
 }

@@ -333,16 +333,16 @@ Test(semaphores, paused_masters)
     h_resp_free(&d);
 }
 
-/* No semaphore or lock name reaches a slot or the limit ('#'), and bad
- * requests are 400s naming the field. */
+/* No semaphore or lock name reaches a slot or the limit (RULES_SEP holds a
+ * control byte), and bad requests are 400s naming the field. */
 Test(semaphores, names_and_bad_requests)
 {
     C = h_cluster_start(3, NULL);
     h_daemon_start(C, NULL);
     struct { const char *method, *path, *body, *hdr; long status; const char *error; } cases[] = {
-        {"POST", "/semaphores/a%230", "{\"limit\":2}", NULL, 400, "bad_name"},
-        {"GET", "/locks/pool%230", NULL, NULL, 400, "bad_name"},
-        {"GET", "/locks/pool%23limit", NULL, NULL, 400, "bad_name"},
+        {"POST", "/semaphores/a%1F%230", "{\"limit\":2}", NULL, 400, "bad_name"},
+        {"GET", "/locks/pool%1F%230", NULL, NULL, 400, "bad_name"},
+        {"GET", "/locks/pool%1F%23limit", NULL, NULL, 400, "bad_name"},
         {"POST", "/semaphores/pool", "{}", NULL, 400, "bad_request"},
         {"POST", "/semaphores/pool", "{\"limit\":0}", NULL, 400, "bad_request"},
         {"POST", "/semaphores/pool", "{\"limit\":65}", NULL, 400, "bad_request"},

@@ -7,7 +7,7 @@
 
 #include "api.h"
 
-static const api_limits lim = {30000, 3600000, 60000};
+static const api_limits lim = {30000, 3600000, 60000, NULL};
 
 Test(route, maps_paths)
 {
@@ -106,7 +106,7 @@ Test(body, refuses_bad_input_naming_the_field)
         {RL_ACQUIRE, "{\"owner\":\"a\\nb\"}", "owner"},
         {RL_ACQUIRE, "{\"owner\":\"a\\u0000b\"}", "NUL"},
         {RL_RELEASE, "{\"token\":\"abc\\u0000def\"}", "NUL"},
-        {RL_ACQUIRE, "{\"owner\":\"\\u00e9\"}", "owner"},
+        {RL_ACQUIRE, "{\"owner\":\"a\\u001fb\"}", "owner"},
         {RL_ACQUIRE, "{\"owner\":\"a\\u007fb\"}", "owner"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -332,13 +332,26 @@ Test(answers, release_is_204_without_body_and_inspect_hides_token)
 
 /* ---- Dapr ---- */
 
-static const api_limits dapr_lim = {30000, 3600000, 60000};
+static const api_limits dapr_lim = {30000, 3600000, 60000, NULL};
 
 static int dapr(bool unlock, const char *store, const char *body, rl_request *req, const char **code)
 {
-    char msg[200];
+    char msg[300];
     return api_parse_dapr(unlock, store, "lockstore,orders", body, strlen(body), &dapr_lim, req, code,
                           msg, sizeof msg);
+}
+
+/* The lock name of resource in store, with stores and app id as given. */
+static const char *dapr_name(const char *stores, const char *app_id, const char *store, const char *resource)
+{
+    static rl_request req;
+    const char *code;
+    char msg[300];
+    api_limits with_id = dapr_lim;
+    with_id.dapr_app_id = app_id;
+    int rc = api_dapr_request(false, store, stores, resource, "o", 5, &with_id, &req, &code, msg, sizeof msg);
+    cr_assert_eq(rc, 0, "%s: %s", resource, msg);
+    return req.name;
 }
 
 Test(api, dapr_lock_body_maps_store_and_owner)
@@ -348,14 +361,45 @@ Test(api, dapr_lock_body_maps_store_and_owner)
     cr_assert_eq(dapr(false, "orders", "{\"resourceId\":\"a.b-c_1:x\",\"lockOwner\":\"o-1\",\"expiryInSeconds\":7}",
                       &req, &code), 0);
     cr_assert_eq(req.op, RL_ACQUIRE);
-    cr_assert_str_eq(req.name, "orders:a.b-c_1:x");
+    cr_assert_str_eq(req.name, "orders||a.b-c_1:x", "keyPrefix name, without an app id");
     cr_assert_str_eq(req.token, "o-1");
     cr_assert(req.token_given);
     cr_assert_eq(req.ttl_ms, 7000);
     cr_assert_eq(req.wait_ms, 0);
     cr_assert_eq(dapr(true, "lockstore", "{\"resourceId\":\"r\",\"lockOwner\":\"o\"}", &req, &code), 0);
     cr_assert_eq(req.op, RL_RELEASE);
-    cr_assert_str_eq(req.name, "lockstore:r");
+    cr_assert_str_eq(req.name, "lockstore||r");
+}
+
+/* daprd's keyPrefix choices, per store; resource ids and owners as daprd
+ * takes them. */
+Test(api, dapr_key_prefixes_are_daprds)
+{
+    const char *stores = "a,b=appid,c=name,d=none,e=tenant-7";
+    cr_assert_str_eq(dapr_name(stores, NULL, "a", "orders/42"), "a||orders/42");
+    cr_assert_str_eq(dapr_name(stores, "shop", "a", "orders/42"), "shop||orders/42");
+    cr_assert_str_eq(dapr_name(stores, "shop", "b", "x"), "shop||x");
+    cr_assert_str_eq(dapr_name(stores, NULL, "b", "x"), "x", "appid without an app id: the bare id, as daprd");
+    cr_assert_str_eq(dapr_name(stores, "shop", "c", "x"), "c||x");
+    cr_assert_str_eq(dapr_name(stores, "shop", "d", "x"), "x");
+    cr_assert_str_eq(dapr_name(stores, "shop", "e", "x"), "tenant-7||x");
+    const char *ids[] = {"orders/42", "user@example.com", "a b", "caf\xc3\xa9", "a#fence", "{\"q\"}"};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+        cr_assert(strstr(dapr_name(stores, NULL, "a", ids[i]), ids[i]));
+    char longest[API_DAPR_RESOURCE_MAX + 1];
+    memset(longest, 'r', API_DAPR_RESOURCE_MAX);
+    longest[API_DAPR_RESOURCE_MAX] = '\0';
+    char store[API_DAPR_STORE_MAX + 1];
+    memset(store, 's', API_DAPR_STORE_MAX);
+    store[API_DAPR_STORE_MAX] = '\0';
+    cr_assert_eq(strlen(dapr_name(store, NULL, store, longest)), API_DAPR_STORE_MAX + 2 + API_DAPR_RESOURCE_MAX,
+                 "the longest store and resourceId fit");
+    rl_request req;
+    const char *code;
+    char msg[300];
+    cr_assert_eq(api_dapr_request(false, "a", stores, "x", "worker 7 \"q\" \\ \xc3\xa9", 5, &dapr_lim, &req, &code, msg,
+                                  sizeof msg), 0, "%s", msg);
+    cr_assert_str_eq(req.token, "worker 7 \"q\" \\ \xc3\xa9");
 }
 
 Test(api, dapr_rejects_like_dapr)
@@ -368,12 +412,12 @@ Test(api, dapr_rejects_like_dapr)
         "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":0}",
         "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":1.5}",
         "{\"resourceId\":\"r\",\"lockOwner\":\"o\",\"expiryInSeconds\":3601}",
-        "{\"resourceId\":\"r\",\"lockOwner\":\"two words\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"two\\nlines\",\"expiryInSeconds\":1}",
         "{\"resourceId\":\"r\\u0001\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
-        /* Native name rules: no resourceId reaches an internal key ('#'). */
-        "{\"resourceId\":\"y#fence\",\"lockOwner\":\"9999999999999999\",\"expiryInSeconds\":1}",
-        "{\"resourceId\":\"a/b c\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
-        "{\"resourceId\":\"caf\u00e9\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"r\\u001f#fence\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
+        "{\"resourceId\":\"r\",\"lockOwner\":\"o\\u0000p\",\"expiryInSeconds\":1}",
+        /* daprd's own refusal: || joins its keys */
+        "{\"resourceId\":\"a||b\",\"lockOwner\":\"o\",\"expiryInSeconds\":1}",
         "[1]",
         "{} trailing",
     };

@@ -174,7 +174,7 @@ Test(cli_args, run_refusals)
     usage_error("run --ttl 30 job -- true", "unit");
     usage_error("run --wait job -- true", "--wait job");
     usage_error("run --owner", "needs a value");
-    usage_error("run bad/name -- true", "bad lock name");
+    usage_error("run bad\tname -- true", "bad lock name");
 }
 
 Test(cli_args, other_commands)
@@ -305,7 +305,7 @@ Test(cli_args, elect)
     cr_assert_str_eq(a.name, "db");
     cr_assert_null(a.cmd_argv);
     usage_error("elect db", "needs a command");
-    usage_error("elect --candidate a#b db -- true", "--candidate");
+    usage_error("elect --candidate a\tb db -- true", "--candidate");
     usage_error("elect --wait 1s db -- true", "unknown option --wait");
     usage_error("elect --observe", "needs NAME");
     usage_error("elect --ttl 500ms db -- true", "at least 1s");

@@ -225,11 +225,28 @@ Test(conf, dapr_stores)
     cr_assert_eq(run(&c, err, 3, two), CONF_OK);
     cr_assert_str_eq(c.dapr_stores, "orders,billing");
     conf_free(&c);
-    const char *bad[] = {"", "a,,b", ",a", "a,", "a:b", "a b"};
+    char *prefixed[] = {"redlockd", "--dapr-stores", "a,b=appid,c=name,d=none,e=tenant-7:eu@x/y",
+                        "--dapr-app-id", "checkout"};
+    cr_assert_eq(run(&c, err, 5, prefixed), CONF_OK, "%s", err);
+    cr_assert_str_eq(c.dapr_stores, "a,b=appid,c=name,d=none,e=tenant-7:eu@x/y");
+    cr_assert_str_eq(c.dapr_app_id, "checkout");
+    conf_free(&c);
+    char long_name[80];
+    memset(long_name, 's', 65);
+    long_name[65] = '\0';
+    const char *bad[] = {"", "a,,b", ",a", "a,", "a:b", "a b", "a=", "=p", "a=b||c", "a=b|c", "a=b c", "a=b=c",
+                         long_name};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *av[] = {"redlockd", "--dapr-stores", (char *)bad[i]};
         cr_assert_eq(run(&c, err, 3, av), CONF_ERROR, "\"%s\"", bad[i]);
         cr_assert(strstr(err, "--dapr-stores"), "%s", err);
+        conf_free(&c);
+    }
+    const char *bad_ids[] = {"a||b", "two words", long_name};
+    for (size_t i = 0; i < sizeof bad_ids / sizeof *bad_ids; i++) {
+        char *av[] = {"redlockd", "--dapr-app-id", (char *)bad_ids[i]};
+        cr_assert_eq(run(&c, err, 3, av), CONF_ERROR, "\"%s\"", bad_ids[i]);
+        cr_assert(strstr(err, "--dapr-app-id"), "%s", err);
         conf_free(&c);
     }
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rules.h"
 #include "election.h"
 #include "token.h"
 
@@ -29,7 +30,7 @@ Test(election, campaign_body)
     cr_assert_str_eq(value, "");
     cr_assert_eq(req.ttl_ms, 30000);
     const char *bad[] = {
-        "", "[]", "{}", "{\"candidate\":\"\"}", "{\"candidate\":\"a b\"}", "{\"candidate\":\"a#b\"}",
+        "", "[]", "{}", "{\"candidate\":\"\"}", "{\"candidate\":\"a\\u001fb\"}", "{\"candidate\":\"a\\tb\"}",
         "{\"candidate\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",   /* 49 bytes */
         "{\"candidate\":7}", "{\"candidate\":\"a\",\"value\":1}",
         "{\"candidate\":\"a\",\"value\":\"x\\ny\"}", "{\"candidate\":\"a\",\"ttl_ms\":999}",
@@ -63,7 +64,7 @@ Test(election, owner_round_trip)
     char owner[RL_OWNER_MAX + 1];
     election_owner("pg-1", "10.0.0.7:5432 primary", owner, sizeof owner);
     cr_assert_eq(owner[0], 1);
-    cr_assert_str_eq(owner + 1, "pg-1 10.0.0.7:5432 primary");
+    cr_assert_str_eq(owner + 1, "pg-1\x1f" "10.0.0.7:5432 primary");
     char stored[200], cand[ELECTION_CANDIDATE_MAX + 1], value[ELECTION_VALUE_MAX + 1];
     long long since;
     snprintf(stored, sizeof stored, "1795480724057 %s", owner + 1);
@@ -71,10 +72,16 @@ Test(election, owner_round_trip)
     cr_assert_str_eq(cand, "pg-1");
     cr_assert_eq(since, 1795480724057LL);
     cr_assert_str_eq(value, "10.0.0.7:5432 primary");
-    cr_assert(election_owner_split("1 a ", cand, &since, value));
+    cr_assert(election_owner_split("1 a\x1f", cand, &since, value));
     cr_assert_str_eq(value, "");
+    /* a candidate and a value of UTF-8 text with spaces */
+    election_owner("node 7 \xc3\xa9", "a b", owner, sizeof owner);
+    snprintf(stored, sizeof stored, "17 %s", owner + 1);
+    cr_assert(election_owner_split(stored, cand, &since, value));
+    cr_assert_str_eq(cand, "node 7 \xc3\xa9");
+    cr_assert_str_eq(value, "a b");
     /* Owners of plain locks are not campaigns. */
-    const char *not_ours[] = {"web-7", "x a b", "1 a", " a b", "12 " , "1  b"};
+    const char *not_ours[] = {"web-7", "x a\x1f" "b", "1 a", " a\x1f" "b", "12 ", "1 \x1f" "b"};
     for (size_t i = 0; i < sizeof not_ours / sizeof not_ours[0]; i++)
         cr_expect_not(election_owner_split(not_ours[i], cand, &since, value), "%s", not_ours[i]);
     /* The longest candidate, since and value fit an owner. */
@@ -130,5 +137,5 @@ Test(election, state_json)
     free(j);
     char name[64];
     election_lock_name("db", name, sizeof name);
-    cr_assert_str_eq(name, "db#election");
+    cr_assert_str_eq(name, "db" RULES_SEP "election");
 }

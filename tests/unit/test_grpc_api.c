@@ -8,7 +8,7 @@
 #include "dapr_lock.pb-c.h"
 #include "grpc_api.h"
 
-static const api_limits lim = {30000, 3600000, 60000};
+static const api_limits lim = {30000, 3600000, 60000, NULL};
 static const char stores[] = "lockstore,orders";
 
 /* A TryLockRequest packed as a client sends it (no prefix). */
@@ -70,7 +70,7 @@ Test(grpc_api, try_lock_is_the_dapr_http_request)
     size_t n = pack_try("orders", "a.b-c_1:x", "o-1", 7, buf);
     cr_assert_eq(grpc_api_parse(GRPC_M_TRY_LOCK, buf, n, stores, &lim, &req, err, sizeof err), GRPC_OK, "%s", err);
     cr_assert_eq(req.op, RL_ACQUIRE);
-    cr_assert_str_eq(req.name, "orders:a.b-c_1:x");
+    cr_assert_str_eq(req.name, "orders||a.b-c_1:x");
     cr_assert_str_eq(req.token, "o-1");
     cr_assert(req.token_given);
     cr_assert_eq(req.ttl_ms, 7000);
@@ -83,7 +83,7 @@ Test(grpc_api, try_lock_is_the_dapr_http_request)
     n = dapr__proto__runtime__v1__unlock_request__pack(&u, buf);
     cr_assert_eq(grpc_api_parse(GRPC_M_UNLOCK, buf, n, stores, &lim, &req, err, sizeof err), GRPC_OK);
     cr_assert_eq(req.op, RL_RELEASE);
-    cr_assert_str_eq(req.name, "lockstore:r");
+    cr_assert_str_eq(req.name, "lockstore||r");
     cr_assert_str_eq(req.token, "o");
 }
 
@@ -97,10 +97,11 @@ Test(grpc_api, refuses_like_dapr)
         {"lockstore", "r", "o", 3601, "at most 3600"},
         {"nope", "r", "o", 5, "lock store nope is not found"},
         {"", "r", "o", 5, "is not found"},
-        {"lockstore", "r#fence", "o", 5, "resourceId must be"},
-        {"lockstore", "r/x", "o", 5, "resourceId must be"},
-        {"lockstore", "r", "a b", 5, "lockOwner must be"},
-        {"lockstore", "r", "a\"b", 5, "lockOwner must be"},
+        {"lockstore", "r\x1f#fence", "o", 5, "resourceId must be"},
+        {"lockstore", "r\n", "o", 5, "resourceId must be"},
+        {"lockstore", "a||b", "o", 5, "can't contain '||'"},
+        {"lockstore", "r", "a\tb", 5, "lockOwner must be"},
+        {"lockstore", "r", "\xff", 5, "lockOwner must be"},
     };
     uint8_t buf[1024];
     char err[300];

@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rules.h"
 #include "semaphore_api.h"
 
-static const api_limits lim = {30000, 3600000, 60000};
+static const api_limits lim = {30000, 3600000, 60000, NULL};
 
 static int acquire(const char *body, sem_request *r, char *msg)
 {
@@ -55,9 +56,9 @@ Test(semaphore, permit_tokens)
         cr_expect_not(sem_token_split(bad[i], SEM_LIMIT_MAX, &slot, tok, sizeof tok), "%s", bad[i]);
     char name[64];
     sem_slot_name("pool", 3, name, sizeof name);
-    cr_assert_str_eq(name, "pool#3");
+    cr_assert_str_eq(name, "pool" RULES_SEP "3");
     sem_limit_name("pool", name, sizeof name);
-    cr_assert_str_eq(name, "pool#limit");
+    cr_assert_str_eq(name, "pool" RULES_SEP "limit");
 
     sem_request r;
     char msg[200];
