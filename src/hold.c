@@ -1,6 +1,7 @@
 /* hold.c - see hold.h; this file holds the set, a hold's start and close,
  * and its events, hold_renew.c the renewer (hold_int.h). */
 #include "hold_int.h"
+#include "jsonio.h"
 
 /* ---- events (s->mu held) ---- */
 
@@ -319,25 +320,28 @@ static bool format_next(hold *h)
     uint64_t now = loop_now_us(), until = announced_until(h);
     long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
+    /* Names and candidates may hold quotes and backslashes (rules.h). */
+    char name[2 * RL_INTERNAL_NAME_MAX + 1], cand[2 * RL_OWNER_MAX + 1];
+    jsonio_escape(h->election ? h->role->label : h->permit ? h->role->of.semaphore : h->name, name, sizeof name);
+    jsonio_escape(h->election ? h->role->candidate : "", cand, sizeof cand);
     if (h->pend_campaigning && h->end == END_NONE) {
         h->pend_campaigning = false;
         n = snprintf(h->out, sizeof h->out,
-                     "{\"event\":\"campaigning\",\"name\":\"%s\",\"candidate\":\"%s\"}\n",
-                     h->role->label, h->role->candidate);
+                     "{\"event\":\"campaigning\",\"name\":\"%s\",\"candidate\":\"%s\"}\n", name, cand);
     } else if (h->pend_acquired && h->election) {
         h->pend_acquired = false;
         h->pend_renewed = false;
         n = snprintf(h->out, sizeof h->out,
                      "{\"event\":\"elected\",\"name\":\"%s\",\"candidate\":\"%s\",\"term\":%lld,"
                      "\"token\":\"%s\",\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
-                     h->role->label, h->role->candidate, h->fence, h->token, left, h->ttl_ms);
+                     name, cand, h->fence, h->token, left, h->ttl_ms);
     } else if (h->pend_acquired && h->permit) {
         h->pend_acquired = false;
         h->pend_renewed = false;
         n = snprintf(h->out, sizeof h->out,
                      "{\"event\":\"acquired\",\"name\":\"%s\",\"limit\":%d,\"slot\":%d,"
                      "\"token\":\"%d:%s\",\"fence\":%lld,\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
-                     h->role->of.semaphore, h->role->of.limit, h->role->of.slot, h->role->of.slot,
+                     name, h->role->of.limit, h->role->of.slot, h->role->of.slot,
                      h->token, h->fence, left, h->ttl_ms);
     } else if (h->pend_acquired) {
         h->pend_acquired = false;
@@ -345,7 +349,7 @@ static bool format_next(hold *h)
         n = snprintf(h->out, sizeof h->out,
                      "{\"event\":\"acquired\",\"name\":\"%s\",\"token\":\"%s\",\"fence\":%lld,"
                      "\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
-                     h->name, h->token, h->fence, left, h->ttl_ms);
+                     name, h->token, h->fence, left, h->ttl_ms);
     } else if (h->pend_renewed && h->end == END_NONE && left > 0) {
         h->pend_renewed = false;
         n = snprintf(h->out, sizeof h->out, "{\"event\":\"renewed\",\"validity_ms\":%lld}\n", left);

@@ -47,7 +47,7 @@
 #define HOLD_TRANSIT_MARGIN_MS 500 /* events announce this much less validity than obtained
                                       (at most a fifth of the ttl): the time an event may
                                       take to reach its client (a retransmission or two) */
-#define HOLD_EVENT_MAX 512        /* the longest event line */
+#define HOLD_EVENT_MAX 1024       /* the longest event line (a name escaped: up to 400 bytes) */
 
 typedef struct hold_set hold_set;
 typedef struct hold hold;

@@ -181,3 +181,24 @@ void jsonio_add_int(cJSON *o, const char *field, long long v)
     snprintf(buf, sizeof buf, "%lld", v);
     cJSON_AddRawToObject(o, field, buf);
 }
+
+const char *jsonio_escape(const char *s, char *out, size_t cap)
+{
+    size_t w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        int n = *p == '"' || *p == '\\' ? snprintf(esc, sizeof esc, "\\%c", *p)
+                : *p < 0x20           ? snprintf(esc, sizeof esc, "\\u%04x", *p)
+                                      : snprintf(esc, sizeof esc, "%c", *p);
+        if (w + (size_t)n >= cap) {
+            if (cap)
+                out[0] = '\0';
+            return out;
+        }
+        memcpy(out + w, esc, (size_t)n);
+        w += (size_t)n;
+    }
+    if (cap)
+        out[w] = '\0';
+    return out;
+}

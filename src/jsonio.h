@@ -52,4 +52,9 @@ int jsonio_string(const json_t *obj, const char *field, const char **out, char *
 /* Adds "field": v to o as an integer literal. */
 void jsonio_add_int(cJSON *o, const char *field, long long v);
 
+/* s as the inside of a JSON string, into out (cap bytes): '"' and '\\'
+ * escaped, control bytes as \u00XX, the rest (UTF-8) as it is. For event
+ * lines built without cJSON. Returns out ("" when it does not fit). */
+const char *jsonio_escape(const char *s, char *out, size_t cap);
+
 #endif

@@ -103,6 +103,13 @@ int cli_answer_exit(long status, const char *body);
 int cli_acquire_body(long long ttl_ms, long long wait_ms, bool hold, const char *owner,
                      char *out, size_t outlen);
 
+/* The same for a semaphore's permit: limit, wait_ms, ttl_ms (when >= 0),
+ * owner (when not NULL or ""). */
+int cli_permit_body(int limit, long long wait_ms, long long ttl_ms, const char *owner, char *out, size_t outlen);
+
+/* The same for a campaign: candidate, value, ttl_ms (when >= 0). */
+int cli_campaign_body(const char *candidate, const char *value, long long ttl_ms, char *out, size_t outlen);
+
 /* Reads the service's largest wait_ms from a 400 answer that refused the
  * one asked for ("wait_ms must be from 0 to 60000"). Returns true with *cap. */
 bool cli_wait_cap(const char *body, long long *cap);
@@ -154,7 +161,7 @@ int cli_parse_event(const char *line, cli_event *ev);
 int cli_format_election_event(const char *line, char *out, size_t outlen);
 
 #define CLI_CANDIDATE_MAX 48   /* an election's candidate: the lock-name alphabet */
-#define CLI_VALUE_MAX 64       /* an election's value: printable ASCII */
+#define CLI_VALUE_MAX 64       /* an election's value: text (rules.h) */
 #define CLI_LIMIT_MAX 64       /* permits of a semaphore (redlockd's SEM_LIMIT_MAX) */
 
 /* Splits a byte stream into lines. */

@@ -8,18 +8,12 @@
  * 0 with *r's token, fence and validity, else the exit code. */
 static int permit_take(const cli_args *a, run *r)
 {
-    char body[600], owner[RULES_OWNER_MAX + 40] = "";
+    char body[600];
     uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
     answer ans = {0};
-    if (r->owner[0])
-        snprintf(owner, sizeof owner, ",\"owner\":\"%s\"", r->owner);   /* printable, no quotes */
     for (;;) {
         long long w = next_wait(a->wait_ms, deadline, CLI_SERVER_MAX_WAIT_MS);
-        int n = a->ttl_ms >= 0 ? snprintf(body, sizeof body, "{\"limit\":%d,\"wait_ms\":%lld,\"ttl_ms\":%lld%s}",
-                                          a->limit, w, a->ttl_ms, owner)
-                               : snprintf(body, sizeof body, "{\"limit\":%d,\"wait_ms\":%lld%s}", a->limit, w,
-                                          owner);
-        if (n < 0 || (size_t)n >= sizeof body)
+        if (cli_permit_body(a->limit, w, a->ttl_ms, r->owner, body, sizeof body) < 0)
             return CLI_EXIT_SOFTWARE;
         uint64_t t0 = now_us();
         if (call("POST", r->path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
@@ -94,9 +88,6 @@ int cmd_run_permit(const cli_args *a)
         snprintf(r.owner, sizeof r.owner, "%s", a->owner);
     else
         default_owner(r.owner, sizeof r.owner);
-    for (char *p = r.owner; *p; p++)
-        if (*p == '"' || *p == '\\')
-            *p = '_';
     note_inherited_fds();
     if (setup_signals() < 0) {
         say("cannot start: %s", strerror(errno));

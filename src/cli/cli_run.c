@@ -105,24 +105,10 @@ static void drop_request(run *r)
     r->hdrs = NULL;
 }
 
-/* An election's campaign body: candidate, value, ttl_ms. The candidate
- * and value passed the client's own checks: no quoting is needed but for
- * the value's quotes and backslashes. */
+/* An election's campaign body: candidate, value, ttl_ms. */
 static int campaign_body(const run *r, char *out, size_t outlen)
 {
-    char value[2 * CLI_VALUE_MAX + 1];
-    size_t k = 0;
-    for (const char *c = r->a->value ? r->a->value : ""; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            value[k++] = '\\';
-        value[k++] = *c;
-    }
-    value[k] = '\0';
-    int n = r->a->ttl_ms >= 0
-                ? snprintf(out, outlen, "{\"candidate\":\"%s\",\"value\":\"%s\",\"ttl_ms\":%lld}", r->owner,
-                           value, r->a->ttl_ms)
-                : snprintf(out, outlen, "{\"candidate\":\"%s\",\"value\":\"%s\"}", r->owner, value);
-    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+    return cli_campaign_body(r->owner, r->a->value, r->a->ttl_ms, out, outlen);
 }
 
 /* Adds "heartbeat_ms" to a JSON object's text in body. */

@@ -104,6 +104,19 @@ void cli_format_ms(long long ms, char *out, size_t outlen)
         snprintf(out, outlen, "%lldh%02lldm", ms / 3600000, (ms % 3600000) / 60000);
 }
 
+/* o printed into out (outlen bytes), and deleted. Returns 0, or -1 when
+ * o is NULL (no memory) or out is too small. */
+static int print_body(cJSON *o, bool ok, char *out, size_t outlen)
+{
+    char *s = ok && o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    int rc = s && strlen(s) < outlen ? 0 : -1;
+    if (rc == 0)
+        memcpy(out, s, strlen(s) + 1);
+    free(s);
+    return rc;
+}
+
 int cli_acquire_body(long long ttl_ms, long long wait_ms, bool hold, const char *owner,
                      char *out, size_t outlen)
 {
@@ -117,13 +130,28 @@ int cli_acquire_body(long long ttl_ms, long long wait_ms, bool hold, const char 
         ok = cJSON_AddTrueToObject(o, "hold") != NULL;
     if (ok && owner)
         ok = cJSON_AddStringToObject(o, "owner", owner) != NULL;
-    char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    int rc = s && strlen(s) < outlen ? 0 : -1;
-    if (rc == 0)
-        memcpy(out, s, strlen(s) + 1);
-    free(s);
-    return rc;
+    return print_body(o, ok, out, outlen);
+}
+
+int cli_permit_body(int limit, long long wait_ms, long long ttl_ms, const char *owner, char *out, size_t outlen)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddNumberToObject(o, "limit", limit) && cJSON_AddNumberToObject(o, "wait_ms", (double)wait_ms);
+    if (ok && ttl_ms >= 0)
+        ok = cJSON_AddNumberToObject(o, "ttl_ms", (double)ttl_ms) != NULL;
+    if (ok && owner && owner[0])
+        ok = cJSON_AddStringToObject(o, "owner", owner) != NULL;
+    return print_body(o, ok, out, outlen);
+}
+
+int cli_campaign_body(const char *candidate, const char *value, long long ttl_ms, char *out, size_t outlen)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddStringToObject(o, "candidate", candidate) &&
+              cJSON_AddStringToObject(o, "value", value ? value : "");
+    if (ok && ttl_ms >= 0)
+        ok = cJSON_AddNumberToObject(o, "ttl_ms", (double)ttl_ms) != NULL;
+    return print_body(o, ok, out, outlen);
 }
 
 

@@ -404,7 +404,7 @@ class Targets:
         a = self.D.req("POST", LK, {"resourceId": rid, "lockOwner": "worker", "expiryInSeconds": 60})
         if a.status != 200 or a.json() != {"success": True}:
             raise RuntimeError(f"set-up: dapr lock {rid}: {a.status} {a.body[:200]!r}")
-        return self.made(f"{PREFIX}{STORE}:{rid}", rid, "worker",
+        return self.made(f"{PREFIX}{STORE}||{rid}", rid, "worker",
                          lambda: self.D.req("POST", UL, {"resourceId": rid, "lockOwner": "worker"}))
 
 
@@ -589,7 +589,7 @@ def dapr_owner_scenario(D, masters):
     probs += ["lock: " + p for p in json_error(a, 400, "ERR_MALFORMED_REQUEST", dapr=True)]
     a = send(D.port, "POST", UL, b'{"resourceId":"' + r.encode() + b'","lockOwner":"worker\x00B"}')
     probs += ["unlock: " + p for p in json_error(a, 400, "ERR_MALFORMED_REQUEST", dapr=True)]
-    g = D.req("GET", f"/locks/{STORE}:{r}")
+    g = D.req("GET", f"/locks/{STORE}%7C%7C{r}")
     if g.status != 200 or g.json().get("held") is not False:
         probs.append(f"the lock was taken: GET {g.status} {g.body[:200]!r}")
     changed = compare(before, snapshot(masters), (time.monotonic() - t0) * 1000)
@@ -607,7 +607,7 @@ def dapr_owner_scenario(D, masters):
     a = D.req("POST", UL, {"resourceId": r, "lockOwner": "workerB"})
     if a.status != 200 or a.json() != {"status": 2}:   # LOCK_BELONGS_TO_OTHERS (docs/api.md)
         probs.append(f"unlock by workerB: {a.status} {a.body[:200]!r}, not {{\"status\": 2}}")
-    g = D.req("GET", f"/locks/{STORE}:{r}")
+    g = D.req("GET", f"/locks/{STORE}%7C%7C{r}")
     if g.status != 200 or g.json().get("held") is not True:
         probs.append(f"workerA's lock is gone after workerB's unlock: {g.status} {g.body[:200]!r}")
     a = D.req("POST", UL, {"resourceId": r, "lockOwner": "workerA"})

@@ -51,6 +51,25 @@ Test(cli_run, run_passes_the_lock_to_cmd_and_its_status_back)
     cr_assert_not(h_held(C, "nightly"));
 }
 
+/* Quotes, backslashes and UTF-8 in an owner, a candidate and a value, and a
+ * name with a slash, reach the service as they are (issue 31): the client
+ * builds every body as JSON, not by pasting text. */
+Test(cli_run, quotes_and_utf8_in_owners_candidates_and_values)
+{
+    start_service(5, NULL);
+    char script[600];
+    snprintf(script, sizeof script, "curl -s \"$REDLOCK_URL/semaphores/pool%%2Fgpu\" > %s/sem", T);
+    cr_assert_eq(RUN("p", "run", "--limit", "1", "--owner", "a \"q\" \\ \xc3\xa9", "pool/gpu", "--", "sh", "-c", script),
+                 0, "%s", err_of("p"));
+    cr_assert(strstr(slurp(0, "sem"), "\"owner\":\"a \\\"q\\\" \\\\ \xc3\xa9\""), "%s", slurp(0, "sem"));
+    snprintf(script, sizeof script, "curl -s \"$REDLOCK_URL/elections/db%%2Fprimary\" > %s/el", T);
+    cr_assert_eq(RUN("e", "elect", "--candidate", "node \"7\"", "--value", "a\\b \xc3\xa9", "db/primary", "--", "sh",
+                     "-c", script),
+                 0, "%s", err_of("e"));
+    const char *el = slurp(1, "el");
+    cr_assert(strstr(el, "\"leader\":\"node \\\"7\\\"\"") && strstr(el, "\"value\":\"a\\\\b \xc3\xa9\""), "%s", el);
+}
+
 /* CMD holds none of redlock's sockets: neither the held stream (closing it
  * must release the lock when redlock goes) nor libcurl's own. */
 Test(cli_run, cmd_inherits_no_sockets)

@@ -334,3 +334,29 @@ Test(names, dapr_key_prefixes_keep_stores_and_apps_apart)
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(comps, 2), "name")->valuestring, "bare");
     h_resp_free(&m);
 }
+
+/* Held streams print names and candidates inside JSON lines of their own
+ * making: quotes and backslashes are escaped there too. */
+Test(names, held_streams_escape_names_and_candidates)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, NULL);
+    const char *paths[] = {"/locks/say%20%22hi%22%20%5C%20%C3%A9", "/semaphores/say%20%22hi%22%20%5C%20%C3%A9",
+                           "/elections/say%20%22hi%22%20%5C%20%C3%A9"};
+    const char *bodies[] = {"{\"hold\":true}", "{\"hold\":true,\"limit\":2}",
+                            "{\"candidate\":\"node \\\"7\\\" \\\\ x\"}"};
+    for (int i = 0; i < 3; i++) {
+        h_stream *s = h_stream_open(C, paths[i], bodies[i], 3000);
+        cr_assert(s && s->status == 201, "%s", paths[i]);
+        for (int k = 0; k < (i == 2 ? 2 : 1); k++) {
+            cJSON *ev = NULL;
+            uint64_t at;
+            cr_assert_eq(h_stream_event(s, 3000, &ev, &at), 1, "%s: no event %d that parses as JSON", paths[i], k);
+            cr_assert_str_eq(h_ev_str(ev, "name"), "say \"hi\" \\ \xc3\xa9");
+            if (i == 2)
+                cr_assert_str_eq(h_ev_str(ev, "candidate"), "node \"7\" \\ x");
+            cJSON_Delete(ev);
+        }
+        h_stream_close(s);
+    }
+}

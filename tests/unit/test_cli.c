@@ -373,6 +373,15 @@ Test(cli_answers, acquire_body)
     cr_assert_eq(cli_acquire_body(2147483647LL, 0, false, NULL, b, sizeof b), 0);
     cr_assert_str_eq(b, "{\"ttl_ms\":2147483647,\"wait_ms\":0}");
     cr_assert_eq(cli_acquire_body(1, 0, true, "x", b, 8), -1);
+    /* permits and campaigns quote their text too */
+    cr_assert_eq(cli_permit_body(2, 0, 5000, "a \"q\" \\ \xc3\xa9", b, sizeof b), 0);
+    cr_assert_str_eq(b, "{\"limit\":2,\"wait_ms\":0,\"ttl_ms\":5000,\"owner\":\"a \\\"q\\\" \\\\ \xc3\xa9\"}");
+    cr_assert_eq(cli_permit_body(2, 10, -1, "", b, sizeof b), 0);
+    cr_assert_str_eq(b, "{\"limit\":2,\"wait_ms\":10}");
+    cr_assert_eq(cli_campaign_body("node \"7\"", "a\\b", 2147483647LL, b, sizeof b), 0);
+    cr_assert_str_eq(b, "{\"candidate\":\"node \\\"7\\\"\",\"value\":\"a\\\\b\",\"ttl_ms\":2147483647}");
+    cr_assert_eq(cli_campaign_body("c", NULL, -1, b, sizeof b), 0);
+    cr_assert_str_eq(b, "{\"candidate\":\"c\",\"value\":\"\"}");
 }
 
 Test(cli_answers, wait_cap_and_delay)
