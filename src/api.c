@@ -29,6 +29,7 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_OVERLOADED] = {503, "overloaded"},
     [API_E_LIMIT_MISMATCH] = {409, "limit_mismatch"},
     [API_E_NOT_IMPLEMENTED] = {501, "not_implemented"},
+    [API_E_FORBIDDEN] = {403, "forbidden"},
 };
 
 #define LOCKS_PREFIX "/locks/"
@@ -430,6 +431,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     case RL_SEM_LIMIT:
     case RL_PUBLISH:
     case RL_DEQUEUE:
+    case RL_FORCE:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

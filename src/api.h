@@ -47,6 +47,7 @@ enum api_err {
     API_E_OVERLOADED,
     API_E_LIMIT_MISMATCH, /* a semaphore's limit differs from the one stored */
     API_E_NOT_IMPLEMENTED, /* a Transfer-Encoding other than chunked: closes */
+    API_E_FORBIDDEN,     /* a force release without the admin token (or without --admin-token-file) */
     API_E_COUNT
 };
 

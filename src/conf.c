@@ -58,6 +58,9 @@ static const struct opt opts[] = {
      "how long a request waits for its turn before it answers 503 overloaded (default 1000)"},
     {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token every /locks call must send (default: no auth)"},
+    {"admin-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
+     "file holding the bearer token of an operator's force release (DELETE ?force=true); "
+     "without it force is refused (default: none)"},
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
     {"redis-username", OPT_TEXT, 0, 0, 0, 0,
      "Redis ACL user sent with AUTH user password (needs --redis-password; default: none, "
@@ -208,11 +211,11 @@ static int parse_masters(const char *s, conf *c)
     return 0;
 }
 
-static char *read_token_file(const char *path, char *err, size_t errlen)
+static char *read_token_file(const char *flag, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "--auth-token-file: cannot open %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "--%s: cannot open %s: %s", flag, path, strerror(errno));
         return NULL;
     }
     char buf[CONF_MAX_AUTH_TOKEN + 2];
@@ -226,20 +229,18 @@ static char *read_token_file(const char *path, char *err, size_t errlen)
         start++;
     size_t len = strlen(start);
     if (len == 0 || len > CONF_MAX_AUTH_TOKEN) {
-        snprintf(err, errlen, "--auth-token-file: %s must hold 1 to %d bytes of token", path,
-                 CONF_MAX_AUTH_TOKEN);
+        snprintf(err, errlen, "--%s: %s must hold 1 to %d bytes of token", flag, path, CONF_MAX_AUTH_TOKEN);
         return NULL;
     }
     for (size_t i = 0; i < len; i++) {
         if (!isgraph((unsigned char)start[i])) {
-            snprintf(err, errlen, "--auth-token-file: %s: the token must be one word of printable ASCII",
-                     path);
+            snprintf(err, errlen, "--%s: %s: the token must be one word of printable ASCII", flag, path);
             return NULL;
         }
     }
     char *tok = strdup(start);
     if (!tok)
-        snprintf(err, errlen, "--auth-token-file: out of memory");
+        snprintf(err, errlen, "--%s: out of memory", flag);
     return tok;
 }
 
@@ -356,13 +357,17 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(val, "text")) c->log_format = LOG_FORMAT_TEXT;
         else goto bad;
         return 0;
-    case OPT_TOKEN_FILE:
-        free(c->auth_token);
-        c->auth_token = NULL;
+    case OPT_TOKEN_FILE: {
+        char **field = !strcmp(o->name, "admin-token-file") ? &c->admin_token : &c->auth_token;
+        if (*field)
+            explicit_bzero(*field, strlen(*field));
+        free(*field);
+        *field = NULL;
         if (val[0] == '\0')
-            return 0;   /* an empty setting turns auth off */
-        c->auth_token = read_token_file(val, err, errlen);
-        return c->auth_token ? 0 : -1;
+            return 0;   /* an empty setting turns it off */
+        *field = read_token_file(o->name, val, err, errlen);
+        return *field ? 0 : -1;
+    }
     case OPT_SECRET:
         free(c->redis_password);
         c->redis_password = val[0] ? strdup(val) : NULL;
@@ -574,6 +579,11 @@ void conf_free(conf *c)
         explicit_bzero(c->auth_token, strlen(c->auth_token));
         free(c->auth_token);
     }
+    if (c->admin_token) {
+        explicit_bzero(c->admin_token, strlen(c->admin_token));
+        free(c->admin_token);
+    }
+    c->admin_token = NULL;
     if (c->redis_password) {
         explicit_bzero(c->redis_password, strlen(c->redis_password));
         free(c->redis_password);

@@ -66,6 +66,7 @@ typedef struct conf {
     int threads;                   /* event loops (HTTP + masters each) */
     long long max_body_bytes;
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
+    char *admin_token;             /* --admin-token-file; NULL: force release refused */
     char *redis_password;          /* NULL: no AUTH to masters */
     char *redis_username;          /* NULL: AUTH with the password alone (the default user) */
     bool redis_tls;                /* --redis-tls on: TLS to every master */

@@ -49,6 +49,16 @@ void end_released(hold *h)
     end_stream(h, END_RELEASED, NULL);
 }
 
+/* An operator force-released its name: as end_released, but the stream
+ * says "lost", reason "forced" (the lock was taken from it). s->mu held. */
+static void end_forced(hold *h)
+{
+    h->release_sent = !h->extending;
+    h->release_when_read = false;
+    h->release_at_us = 0;
+    end_stream(h, END_LOST, "forced");
+}
+
 /* The open hold of the grant of name (nlen bytes) to token (tlen bytes),
  * or NULL (a campaign has no token until elected). s->mu held. */
 static hold *find_grant(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
@@ -107,7 +117,8 @@ void hold_listen(hold *h, bool on)
 
 /* A notice on the engine's loop: the released key and the value deleted
  * (a release through another instance). The hold of exactly that grant
- * ends with "released" ("resigned"), as for a DELETE here. */
+ * ends with "released" ("resigned"), as for a DELETE here; after a force
+ * release (the value follows the byte 2: script_force), "lost" "forced". */
 static void on_notice(void *arg, const char *key, size_t len, const char *value, size_t vlen)
 {
     struct hold_ear *ear = arg;
@@ -119,6 +130,10 @@ static void on_notice(void *arg, const char *key, size_t len, const char *value,
     pthread_mutex_lock(&s->mu);
     if (value[0] == '\n') {   /* a heartbeat taken by another instance */
         beat(s, name, nlen, value + 1, vlen - 1);
+    } else if (value[0] == '\x02') {
+        hold *h = find_grant(s, name, nlen, value + 1, vlen - 1);
+        if (h)
+            end_forced(h);
     } else {
         hold *h = find_grant(s, name, nlen, value, vlen);
         if (h)
@@ -452,6 +467,15 @@ void hold_released(hold_set *s, const char *name, const char *token)
     hold *h = find_grant(s, name, strlen(name), token, strlen(token));
     if (h)
         end_released(h);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hold_forced(hold_set *s, const char *name)
+{
+    pthread_mutex_lock(&s->mu);
+    for (hold *h = s->list; h; h = h->next)
+        if (!h->closed && !h->campaigning && h->end == END_NONE && !strcmp(h->name, name))
+            end_forced(h);
     pthread_mutex_unlock(&s->mu);
 }
 

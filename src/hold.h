@@ -132,6 +132,11 @@ void hold_probe(hold *h);
  * with "released". Any thread. */
 void hold_released(hold_set *s, const char *name, const char *token);
 
+/* An operator force-released name here: every hold of a grant of name ends
+ * with "lost", reason "forced" (the same as a force's notice does on every
+ * instance; this covers --notify off). Any thread. */
+void hold_forced(hold_set *s, const char *name);
+
 /* Hears engine e's release notices (call for every engine before traffic,
  * with --notify): a hold whose grant is released through another instance
  * (a DELETE with its token there; the notice names the value deleted) ends

@@ -63,20 +63,15 @@ enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
 
 /* ---- auth, and a request's suspension for the engine ---- */
 
-/* The configured token, from Authorization: Bearer, or on the Dapr routes
- * also from dapr-api-token (as Dapr SDKs send it). */
-static bool authorized(req_ctx *ctx, bool dapr)
+const char *http_bearer(req_ctx *ctx)
 {
-    const char *want = ctx->s->cfg->auth_token;
-    if (!want)
-        return true;
-    const char *got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND,
-                                                  MHD_HTTP_HEADER_AUTHORIZATION);
-    if (got && strncasecmp(got, "Bearer ", 7) == 0)   /* the scheme is case-insensitive */
-        got += 7;
-    else
-        got = dapr ? MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token") : NULL;
-    if (!got)
+    const char *got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return got && strncasecmp(got, "Bearer ", 7) == 0 ? got + 7 : NULL;   /* the scheme is case-insensitive */
+}
+
+bool http_secret_is(const char *want, const char *got)
+{
+    if (!want || !got)
         return false;
     size_t wl = strlen(want), gl = strlen(got);
     /* Compare in time that depends on the secret's length only. */
@@ -84,6 +79,19 @@ static bool authorized(req_ctx *ctx, bool dapr)
     for (size_t i = 0; i < wl; i++)
         diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
     return diff == 0;
+}
+
+/* The configured token, from Authorization: Bearer, or on the Dapr routes
+ * also from dapr-api-token (as Dapr SDKs send it). */
+static bool authorized(req_ctx *ctx, bool dapr)
+{
+    const char *want = ctx->s->cfg->auth_token;
+    if (!want)
+        return true;
+    const char *got = http_bearer(ctx);
+    if (!got && dapr)
+        got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
+    return http_secret_is(want, got);
 }
 
 static enum MHD_Result unauthorized(req_ctx *ctx)
@@ -317,6 +325,8 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
     case ROUTE_METRICS:
         return serve_metrics(ctx);
     case ROUTE_LOCK:
+        if (force_asked(ctx, method))
+            return force_dispatch(ctx, name);   /* the admin token instead */
         if (!authorized(ctx, false))
             return unauthorized(ctx);
         return lock_dispatch(ctx, method, name);
@@ -333,11 +343,15 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
                              NULL, 0, true);
         return dapr_dispatch(ctx, name);
     case ROUTE_SEMAPHORE:
+        if (force_asked(ctx, method))
+            return force_dispatch(ctx, name);
         if (!authorized(ctx, false))
             return unauthorized(ctx);
         return sem_dispatch(ctx, method, name);
     case ROUTE_ELECTION:
     case ROUTE_ELECTION_VALUE:
+        if (ctx->route == ROUTE_ELECTION && force_asked(ctx, method))
+            return force_dispatch(ctx, name);
         if (!authorized(ctx, false))
             return unauthorized(ctx);
         return election_dispatch(ctx, method, name);
@@ -416,6 +430,14 @@ const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap)
     if (rules_percent_decode(raw, strlen(raw), buf, cap) < 0)
         buf[0] = '\0';
     return buf;
+}
+
+int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen)
+{
+    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
+    char buf[HTTP_QUERY_ARG_MAX];
+    const char *query = http_query_arg(ctx, "token", buf, sizeof buf);
+    return api_pick_token(hdr, query, token_in_body, &ctx->req, msg, msglen);
 }
 
 /* libmicrohttpd's messages are mostly caused by clients (a connection

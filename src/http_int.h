@@ -187,7 +187,8 @@ typedef struct req_ctx {
     hold *hold;               /* the held stream this request became, until on_completed */
     election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
     bool election;            /* an election route: answered by election_answer */
-    char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's) */
+    char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's); a force's name */
+    bool force;               /* an operator's force release (http_admin.c) */
     char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
     sem_result *sem_res;
@@ -221,6 +222,9 @@ size_t unescape(void *cls, struct MHD_Connection *c, char *s);
  * "" when it does not decode or fit. */
 const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap);
 #define HTTP_QUERY_ARG_MAX 600   /* room for any query argument redlockd reads */
+/* ctx->req.token from the Lock-Token header, the token query argument or
+ * the body (token_in_body): api_pick_token's rules. */
+int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen);
 void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* http_ops.c */
@@ -247,6 +251,19 @@ void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_resu
 enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name);
 enum MHD_Result sem_answer(req_ctx *ctx);
 enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result sem_start(req_ctx *ctx);   /* submits ctx->sem (parsed) */
+
+/* http.c: the bearer token of ctx's Authorization header, or NULL; is
+ * got the secret want (NULL never is; in time that depends on want's
+ * length only)? */
+const char *http_bearer(req_ctx *ctx);
+bool http_secret_is(const char *want, const char *got);
+
+/* http_admin.c */
+bool force_asked(req_ctx *ctx, const char *method);
+enum MHD_Result force_dispatch(req_ctx *ctx, const char *name);
+void forced_lock(req_ctx *ctx, const rl_result *res);
+void forced_permits(req_ctx *ctx, const sem_result *res);
 
 /* http_conns.c */
 bool check_delivery(req_ctx *ctx);

@@ -8,6 +8,8 @@ static void lock_done(void *arg, const rl_result *res)
     req_ctx *ctx = arg;
     if (ctx->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
         hold_released(ctx->s->holds, ctx->req.name, ctx->req.token);
+    if (ctx->req.op == RL_FORCE && res->outcome == RL_OK)
+        forced_lock(ctx, res);
     ctx_resume(ctx, res, NULL);   /* when a shutdown answered first, rl_finish releases a grant */
     ctx_unref(ctx);
 }
@@ -225,10 +227,7 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
     snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
     ctx->req.queued = true;
     if (op == RL_EXTEND || op == RL_RELEASE) {
-        const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-        char query_buf[HTTP_QUERY_ARG_MAX];
-        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
-        if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+        if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
             return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     }
     ctx->mroute = op == RL_ACQUIRE  ? METRICS_ROUTE_ACQUIRE

@@ -94,10 +94,7 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
             return send_error(ctx, err, msg, NULL);
         election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
     }
-    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-    char query_buf[HTTP_QUERY_ARG_MAX];
-        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
-    if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+    if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     return submit(ctx);
 }
@@ -131,6 +128,8 @@ static void sem_done(void *arg, const sem_result *res)
 {
     req_ctx *ctx = arg;
     http_server *s = ctx->s;
+    if (ctx->sem->op == SEM_FORCE && res->outcome == RL_OK)
+        forced_permits(ctx, res);
     for (int i = 0; ctx->sem->op == SEM_RELEASE && i < res->npermits; i++) {
         /* a permit kept by a held stream: the stream ends with "released" */
         int slot;
@@ -240,9 +239,15 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     if (r->hold && !reserve_hold(ctx))
         return too_many_holds(ctx);
+    return sem_start(ctx);
+}
+
+enum MHD_Result sem_start(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
     suspend_for_engine(ctx);   /* the answer may come at once */
     atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
-    if (sem_submit(r, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
+    if (sem_submit(ctx->sem, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
         ctx_resume(ctx, &down, NULL);
@@ -271,10 +276,7 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name)
     if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req, &token_in_body,
                        &err, msg, sizeof msg) < 0)
         return send_error(ctx, err, msg, NULL);
-    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-    char query_buf[HTTP_QUERY_ARG_MAX];
-        const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
-    if (api_pick_token(hdr, query, token_in_body, &ctx->req, msg, sizeof msg) < 0)
+    if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     snprintf(token, sizeof token, "%s", ctx->req.token);
     if (kind == 'l') {

@@ -70,7 +70,7 @@ static void log_config(const conf *c)
               "default_ttl_ms", ttl, "max_ttl_ms", maxttl, "max_wait_ms", maxwait,
               "master_timeout_ms", timeout, "drift_factor", drift, "retry_delay_ms", retry,
               "threads", threads, "max_body_bytes", body,
-              "auth", c->auth_token ? "on" : "off",
+              "auth", c->auth_token ? "on" : "off", "admin", c->admin_token ? "on" : "off",
               "redis_auth", !c->redis_password ? "off" : c->redis_username ? "acl user" : "on",
               "redis_tls", ntls == 0 ? "off" : ntls == c->nmasters ? "on" : "some masters",
               "quarantine", c->quarantine ? "on" : "off", "notify", c->notify ? "on" : "off",

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const int statuses[] = {200, 201, 204, 400, 401, 404, 405, 409, 413, 500, 503};
+static const int statuses[] = {200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 429, 500, 503};
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
 #define STATUS_OTHER NSTATUS
 

@@ -447,6 +447,11 @@ void op_run(rl_task *op)
         eval(op, &script_inspect, all_mask(e), 4, 5, args, inspect_voted);
         return;
     }
+    case RL_FORCE: {
+        const char *args[] = {op->key, op->owner_key, op->fence_key, op->channel};
+        eval(op, &script_force, all_mask(e), 3, 4, args, force_voted);
+        return;
+    }
     }
 }
 

@@ -37,6 +37,9 @@ enum rl_op {
     RL_DEQUEUE,     /* takes ticket out of the name's queue on every master and tells the
                        waiters behind it (fire and forget: a campaign that ends between
                        rounds, a semaphore's waiter that is done) */
+    RL_FORCE,       /* an operator's force release: deletes the lock whatever value holds
+                       it (an admin's DELETE ?force=true); held: something was deleted,
+                       with the fence and owner it had */
 };
 
 enum rl_outcome {

@@ -187,6 +187,7 @@ void proclaim_voted(void *arg, const master_reply *replies);
 void sem_limit_voted(void *arg, const master_reply *replies);
 void release_voted(void *arg, const master_reply *replies);
 void inspect_voted(void *arg, const master_reply *replies);
+void force_voted(void *arg, const master_reply *replies);
 
 /* redlock_wait.c */
 uint64_t key_hash64(const char *key, size_t len);

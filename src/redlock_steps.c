@@ -443,3 +443,36 @@ void inspect_voted(void *arg, const master_reply *replies)
     }
     op_answer(op);
 }
+
+/* ---- force ---- */
+
+/* An operator's force release: done once a majority answered (no master
+ * that answered holds the lock any more); held when any deleted it, with
+ * the largest counter and the owner it had (for the log). */
+void force_voted(void *arg, const master_reply *replies)
+{
+    rl_task *op = arg;
+    rl_engine *e = op->e;
+    int answered = 0;
+    for (int i = 0; i < e->n; i++)
+        answered += replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1;   /* (not guarded) */
+    if (answered < quorum_of(e->n)) {
+        op_no_quorum(op, answered, replies);
+        return;
+    }
+    op->res.outcome = RL_OK;
+    op->res.held = false;
+    for (int i = 0; i < e->n; i++) {
+        const master_reply *r = &replies[i];
+        if (r->kind != MREPLY_VALUE || r->nints < 3 || r->ints[0] != 1 || !r->has_str || r->ints[2] < 0 ||
+            r->ints[2] > RL_OWNER_MAX || (size_t)r->ints[2] > r->str_len)
+            continue;
+        size_t vlen = r->str_len - (size_t)r->ints[2];
+        op->res.held = true;
+        if (r->ints[1] > op->res.fence)
+            op->res.fence = r->ints[1];
+        if (!op->res.owner[0] && r->ints[2] > 0)
+            snprintf(op->res.owner, sizeof op->res.owner, "%.*s", (int)r->ints[2], r->str + vlen);
+    }
+    op_answer(op);
+}

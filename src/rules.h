@@ -48,6 +48,7 @@ bool rules_owner_valid(const char *s, size_t len);
  * 3986 section 5.2.4). Returns 0, or -1 when the name is not valid or out
  * is too small. */
 int rules_name_path(const char *name, char *out, size_t outlen);
+#define RULES_NAME_PATH_MAX (3 * RULES_NAME_MAX + 1)   /* room for any name's segment */
 
 /* Percent-decodes len bytes of in, once, into out (cap bytes, NUL added).
  * A decoded NUL becomes 0x7f, so that it cannot cut a name short: the

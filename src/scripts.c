@@ -210,6 +210,17 @@ mscript script_sem_limit = {"sem_limit",
 #define MATCH_TOKEN \
     "v == ARGV[1] or (ARGV[2] == '~' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. " SCRIPT_VALUE_SEP_LUA ")"
 
+mscript script_force = {"force",
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v then return {0} end\n"
+    "local o, owner = redis.call('GET', KEYS[2]), ''\n"
+    "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
+    "local c = tonumber(redis.call('GET', KEYS[3]) or '')\n"
+    "if " COUNTER_BAD("c") " then c = 0 end\n"
+    "redis.call('DEL', KEYS[1], KEYS[2])\n"
+    "if ARGV[1] ~= '' then redis.call('PUBLISH', ARGV[1], KEYS[1] .. '\\n\\2' .. v) end\n"
+    "return {1, c, #owner, v .. owner}\n", "", false, false, NULL, false, NULL, 0};
+
 mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false, NULL, 0};
 mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay,
                               false, NULL, 0};
@@ -314,6 +325,7 @@ static void scripts_init_once(void)
     mscript_init(&script_release_replay);
     mscript_init(&script_marker);
     mscript_init(&script_proclaim);
+    mscript_init(&script_force);
     mscript_init(&script_sem_limit);
     mscript_init(&script_publish);
 }

@@ -172,6 +172,15 @@ extern mscript script_sem_limit;
 extern mscript script_release;
 extern mscript script_release_replay;
 
+/* KEYS key, key#owner, key#fence; ARGV channel. An operator's force
+ * release: deletes key and its owner key whatever value holds it, and
+ * publishes "key\n\2value" on channel unless it is empty (the byte 2: a held
+ * stream of that value ends "lost", reason "forced"). The counter stays, so
+ * the next grant's fence is larger. {1, counter, owner_len, value .. owner}
+ * deleted (as script_inspect's), {0} absent. Not replayed: a master that
+ * misses it keeps the key until its ttl, one vote short of a majority. */
+extern mscript script_force;
+
 /* KEYS marker; ARGV action, run_id, window_us, persists.
  * action "read": nothing changes. "pending": creates a pending marker where
  * there is none. "promote": a pending marker becomes ready with until 0.

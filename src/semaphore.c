@@ -450,7 +450,12 @@ static void each_voted(void *arg, const rl_result *res)
     each_next(t);
 }
 
-/* ---- inspect ---- */
+/* ---- inspect (and force: the same walk over the slots) ---- */
+
+static enum rl_op slot_op(const sem_task *t)
+{
+    return t->req.op == SEM_FORCE ? RL_FORCE : RL_INSPECT;
+}
 
 static void inspect_voted(void *arg, const rl_result *res)
 {
@@ -471,7 +476,7 @@ static void inspect_voted(void *arg, const rl_result *res)
         finish(t);
         return;
     }
-    if (step(t, RL_INSPECT, t->next++, NULL, inspect_voted) < 0) {
+    if (step(t, slot_op(t), t->next++, NULL, inspect_voted) < 0) {
         t->res.outcome = RL_SHUTTING_DOWN;
         finish(t);
     }
@@ -492,7 +497,7 @@ static void limit_read(void *arg, const rl_result *res)
         return;
     }
     t->next = 0;
-    if (step(t, RL_INSPECT, t->next++, NULL, inspect_voted) < 0) {
+    if (step(t, slot_op(t), t->next++, NULL, inspect_voted) < 0) {
         t->res.outcome = RL_SHUTTING_DOWN;
         finish(t);
     }
@@ -560,7 +565,8 @@ int sem_submit(const sem_request *req, sem_engine_fn engine_of, void *eng_arg, m
     case SEM_ACQUIRE:
         rc = step(t, RL_SEM_LIMIT, -1, NULL, limit_set);
         break;
-    case SEM_INSPECT: {
+    case SEM_INSPECT:
+    case SEM_FORCE: {
         rl_request lr = {.op = RL_SEM_LIMIT, .limit = 0, .ttl_ms = 1};
         sem_limit_name(req->name, lr.name, sizeof lr.name);
         rc = rl_submit(engine_of(eng_arg, lr.name), &lr, limit_read, t, NULL);

@@ -33,7 +33,9 @@
                                      at most this much later (a missed notice heals, a
                                      shutdown answers) */
 
-enum sem_op { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_INSPECT };
+enum sem_op { SEM_ACQUIRE, SEM_EXTEND, SEM_RELEASE, SEM_INSPECT,
+              SEM_FORCE /* an operator's force release of every permit (RL_FORCE on each slot of the
+                           stored limit); permits: those that were held */ };
 
 typedef struct sem_request {
     enum sem_op op;

@@ -194,7 +194,7 @@ char *sem_result_json(const sem_request *req, const sem_result *res, int *status
     *retry_after_s = 0;
     cJSON *o = NULL;
     if (res->outcome == RL_OK) {
-        if (req->op == SEM_RELEASE) {
+        if (req->op == SEM_RELEASE || req->op == SEM_FORCE) {
             *status = 204;
             return NULL;
         }
@@ -240,7 +240,8 @@ char *sem_result_json(const sem_request *req, const sem_result *res, int *status
         jsonio_add_int(o, "retry_after_ms", after_ms);
     } else {
         rl_request shown = {.op = req->op == SEM_ACQUIRE ? RL_ACQUIRE : req->op == SEM_EXTEND ? RL_EXTEND
-                                  : req->op == SEM_RELEASE ? RL_RELEASE : RL_INSPECT};
+                                  : req->op == SEM_RELEASE ? RL_RELEASE : req->op == SEM_FORCE ? RL_FORCE
+                                                                                                : RL_INSPECT};
         snprintf(shown.name, sizeof shown.name, "%s", req->name);
         rl_result r = res->last;
         r.outcome = res->outcome;

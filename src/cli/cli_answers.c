@@ -17,7 +17,7 @@ int cli_exit_for(long status, const char *error)
         return CLI_EXIT_UNAVAILABLE;
     if (status == 400 || status == 413)
         return CLI_EXIT_USAGE;
-    if (status == 401)
+    if (status == 401 || status == 403)
         return CLI_EXIT_NOPERM;
     if (status == 409 && error && !strcmp(error, "not_held"))
         return CLI_EXIT_NOT_HELD;

@@ -6,7 +6,7 @@
 
 int cmd_acquire(const cli_args *a)
 {
-    char path[256], body[512];
+    char path[CLI_PATH_MAX], body[512];
     lock_path(a->name, path, sizeof path);
     uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
     long long cap = CLI_SERVER_MAX_WAIT_MS;
@@ -63,7 +63,7 @@ int cmd_acquire(const cli_args *a)
 
 int cmd_extend(const cli_args *a)
 {
-    char path[256], body[64] = "{}";
+    char path[CLI_PATH_MAX], body[64] = "{}";
     lock_path(a->name, path, sizeof path);
     if (a->ttl_ms >= 0)
         snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", a->ttl_ms);
@@ -83,11 +83,13 @@ int cmd_extend(const cli_args *a)
 
 int cmd_release(const cli_args *a)
 {
-    char path[256];
+    char path[CLI_PATH_MAX];
     lock_path(a->name, path, sizeof path);
+    if (a->force)   /* an operator's: whatever token holds it (the admin token is sent) */
+        strncat(path, "?force=true", sizeof path - strlen(path) - 1);
     answer ans = {0};
     int code;
-    if (call("DELETE", path, NULL, a->token, CALL_TIMEOUT_MS, &ans) < 0)
+    if (call("DELETE", path, NULL, a->force ? NULL : a->token, CALL_TIMEOUT_MS, &ans) < 0)
         code = unreachable(&ans);
     else if (ans.status == 204)
         code = CLI_EXIT_OK;
@@ -99,7 +101,7 @@ int cmd_release(const cli_args *a)
 
 int cmd_status(const cli_args *a)
 {
-    char path[256], line[600];
+    char path[CLI_PATH_MAX], line[600];
     lock_path(a->name, path, sizeof path);
     answer ans = {0};
     int code;
@@ -186,7 +188,7 @@ static size_t on_watch(char *p, size_t size, size_t n, void *arg)
  * stopped or cannot be reached: 69) or a signal ends redlock. */
 int cmd_observe(const cli_args *a)
 {
-    char path[300], seg[220];
+    char path[CLI_PATH_MAX], seg[RULES_NAME_PATH_MAX];
     if (rules_name_path(a->name, seg, sizeof seg) < 0)
         return CLI_EXIT_USAGE;
     snprintf(path, sizeof path, "/elections/%s?watch=true", seg);

@@ -57,14 +57,16 @@ int set_url(const char *url)
     return 0;
 }
 
-/* The token from --auth-token-file (its first word) or REDLOCK_AUTH_TOKEN. */
-int set_auth(const char *file)
+/* The bearer token every call sends: from file (its first word; flag
+ * names it) or the environment variable env. Returns 1 with g_auth set, 0
+ * when neither gives one, -1 on an error (said). */
+static int set_bearer(const char *file, const char *flag, const char *env_name)
 {
     char tok[512] = "";
     if (file) {
         FILE *f = fopen(file, "r");
         if (!f) {
-            say("--auth-token-file: cannot open %s: %s", file, strerror(errno));
+            say("%s: cannot open %s: %s", flag, file, strerror(errno));
             return -1;
         }
         size_t n = fread(tok, 1, sizeof tok - 1, f);
@@ -79,22 +81,35 @@ int set_auth(const char *file)
         s[k] = '\0';
         memmove(tok, s, k + 1);
         if (!*tok) {
-            say("--auth-token-file: %s holds no token", file);
+            say("%s: %s holds no token", flag, file);
             return -1;
         }
     } else {
-        const char *env = getenv("REDLOCK_AUTH_TOKEN");
+        const char *env = getenv(env_name);
         if (!env || !*env)
             return 0;
         snprintf(tok, sizeof tok, "%s", env);
         for (char *p = tok; *p; p++)
             if (*p <= 0x20 || *p >= 0x7f) {
-                say("REDLOCK_AUTH_TOKEN must be one word of printable ASCII");
+                say("%s must be one word of printable ASCII", env_name);
                 return -1;
             }
     }
     snprintf(g_auth, sizeof g_auth, "Authorization: Bearer %s", tok);
-    return 0;
+    return 1;
+}
+
+int set_auth(const char *file)
+{
+    return set_bearer(file, "--auth-token-file", "REDLOCK_AUTH_TOKEN") < 0 ? -1 : 0;
+}
+
+int set_admin_auth(const char *file)
+{
+    int rc = set_bearer(file, "--admin-token-file", "REDLOCK_ADMIN_TOKEN");
+    if (rc == 0)
+        say("release --force needs the admin token: REDLOCK_ADMIN_TOKEN or --admin-token-file F");
+    return rc == 1 ? 0 : -1;
 }
 
 void answer_reset(answer *a)
@@ -216,7 +231,7 @@ int refused(const answer *a)
 /* "/locks/NAME" for a name cli_parse_args accepted (so it fits and is valid). */
 void lock_path(const char *name, char *out, size_t outlen)
 {
-    char seg[RULES_NAME_MAX + 8];   /* "..", the longest to grow, becomes "%2E%2E" */
+    char seg[RULES_NAME_PATH_MAX];
     if (rules_name_path(name, seg, sizeof seg) < 0)
         seg[0] = '\0';
     snprintf(out, outlen, "/locks/%s", seg);

@@ -67,7 +67,7 @@ typedef struct run {
     answer ans;                   /* a refusal's body (the stream's lines go to lines) */
     cli_lines lines;
     int kind;                     /* 0 unknown yet, 1 held stream, 2 an ordinary answer */
-    char path[256];
+    char path[CLI_PATH_MAX];
     char owner[RULES_OWNER_MAX + 1];
     long long cap;                /* largest wait_ms the service takes */
     long long asked_ms;           /* wait_ms of the try under way */
@@ -106,6 +106,9 @@ double random_unit(void);
 void sleep_ms(long long ms);
 int set_url(const char *url);
 int set_auth(const char *file);
+/* The admin token instead (release --force): --admin-token-file or
+ * REDLOCK_ADMIN_TOKEN; -1 (said) when there is none. */
+int set_admin_auth(const char *file);
 void answer_reset(answer *a);
 size_t on_body(char *p, size_t size, size_t n, void *arg);
 CURL *new_request(const char *method, const char *path, const char *body,

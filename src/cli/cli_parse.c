@@ -81,11 +81,19 @@ static const struct {
      "\n"
      "Exits 0, 1 when TOKEN does not hold the lock any more (not_held: it expired or\n"
      "another owner holds it), 69 when the service cannot be reached or has no quorum."},
-    {CLI_RELEASE, "release", "release NAME TOKEN",
+    {CLI_RELEASE, "release", "release NAME TOKEN | release --force [--admin-token-file F] NAME",
      "Releases the lock NAME held with TOKEN.\n"
+     "With --force, an operator's force release: frees NAME whatever token holds it\n"
+     "(the holder's held stream ends lost, reason forced); it needs the admin token\n"
+     "of the service's --admin-token-file, from --admin-token-file F or\n"
+     "REDLOCK_ADMIN_TOKEN.\n"
+     "\n"
+     "  --force          release whatever token holds it (no TOKEN)\n"
+     "  --admin-token-file F  the admin token's file (default: REDLOCK_ADMIN_TOKEN)\n"
      "\n"
      "Exits 0, 1 when TOKEN did not hold the lock (not_held: it had expired or\n"
-     "another owner holds it), 69 when the service cannot be reached or has no quorum."},
+     "another owner holds it), 77 when the service refused the token (401, 403),\n"
+     "69 when the service cannot be reached or has no quorum."},
     {CLI_STATUS, "status", "status [--json] NAME",
      "Shows whether NAME is held: its validity left, fence and owner.\n"
      "\n"
@@ -127,7 +135,7 @@ static const char exit_help[] =
     "69 the service is unreachable, has no quorum or is shutting down (503, 5xx;\n"
     "with --wait, a 503 is retried until the wait is spent);\n"
     "75 not acquired within --wait (409 locked, 429); 76 an answer redlock does not\n"
-    "understand; 77 unauthorized (401).\n";
+    "understand; 77 unauthorized (401) or forbidden (403).\n";
 
 void cli_usage(FILE *out, enum cli_cmd cmd)
 {
@@ -158,7 +166,7 @@ void cli_usage(FILE *out, enum cli_cmd cmd)
 }
 
 enum { OPT_TTL = 1, OPT_WAIT = 2, OPT_OWNER = 4, OPT_GRACE = 8, OPT_JSON = 16, OPT_CANDIDATE = 32,
-       OPT_VALUE = 64, OPT_OBSERVE = 128, OPT_LIMIT = 256 };
+       OPT_VALUE = 64, OPT_OBSERVE = 128, OPT_LIMIT = 256, OPT_FORCE = 512, OPT_ADMIN = 1024 };
 
 static unsigned allowed_opts(enum cli_cmd c)
 {
@@ -169,6 +177,7 @@ static unsigned allowed_opts(enum cli_cmd c)
     case CLI_STATUS: return OPT_JSON;
     case CLI_READY: return OPT_JSON;
     case CLI_ELECT: return OPT_TTL | OPT_GRACE | OPT_CANDIDATE | OPT_VALUE | OPT_OBSERVE;
+    case CLI_RELEASE: return OPT_FORCE | OPT_ADMIN;
     default: return 0;
     }
 }
@@ -185,7 +194,8 @@ static const struct { const char *name; unsigned bit; bool value; } known[] = {
     {"url", 0, true}, {"auth-token-file", 0, true}, {"ttl", OPT_TTL, true},
     {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
     {"json", OPT_JSON, false}, {"candidate", OPT_CANDIDATE, true}, {"value", OPT_VALUE, true},
-    {"observe", OPT_OBSERVE, false}, {"limit", OPT_LIMIT, true},
+    {"observe", OPT_OBSERVE, false}, {"limit", OPT_LIMIT, true}, {"force", OPT_FORCE, false},
+    {"admin-token-file", OPT_ADMIN, true},
 };
 
 /* Is arg one of redlock's options ("-h", "--help", "--version", "--NAME" or
@@ -307,6 +317,12 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
         case OPT_OBSERVE:
             a->observe = true;
             break;
+        case OPT_FORCE:
+            a->force = true;
+            break;
+        case OPT_ADMIN:
+            a->admin_token_file = v;
+            break;
         case OPT_LIMIT: {
             char *end = NULL;
             long l = strtol(v, &end, 10);
@@ -397,7 +413,9 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     }
     if (a->help || a->version)
         return 0;
-    int want = a->cmd == CLI_READY ? 0 : (a->cmd == CLI_EXTEND || a->cmd == CLI_RELEASE) ? 2 : 1;
+    int want = a->cmd == CLI_READY                                       ? 0
+               : a->cmd == CLI_EXTEND || (a->cmd == CLI_RELEASE && !a->force) ? 2
+                                                                              : 1;
     if (npos != want) {
         static const char *const needs[] = {"no arguments", "NAME", "NAME and TOKEN"};
         snprintf(err, errlen, "%s: %s %s", where,

@@ -61,6 +61,8 @@ typedef struct cli_args {
     const char *value;            /* elect --value; NULL: "" */
     bool observe;                 /* elect --observe: print the leader's changes, run nothing */
     int limit;                    /* run --limit L: a permit of the semaphore NAME of L (0: a lock) */
+    bool force;                   /* release --force: an operator's, with the admin token (no TOKEN) */
+    const char *admin_token_file; /* --admin-token-file; NULL: REDLOCK_ADMIN_TOKEN */
 } cli_args;
 
 /* Parses a duration: a decimal number and a unit, ms, s, m or h, repeated
@@ -162,6 +164,7 @@ int cli_format_election_event(const char *line, char *out, size_t outlen);
 
 #define CLI_CANDIDATE_MAX 48   /* an election's candidate: the lock-name alphabet */
 #define CLI_VALUE_MAX 64       /* an election's value: text (rules.h) */
+#define CLI_PATH_MAX 700       /* a request path: a route, a name (RULES_NAME_PATH_MAX) and a query */
 #define CLI_LIMIT_MAX 64       /* permits of a semaphore (redlockd's SEM_LIMIT_MAX) */
 
 /* Splits a byte stream into lines. */

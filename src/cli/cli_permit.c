@@ -81,7 +81,7 @@ int cmd_run_permit(const cli_args *a)
     run r;
     memset(&r, 0, sizeof r);
     r.a = a;
-    char seg[220];
+    char seg[RULES_NAME_PATH_MAX];
     rules_name_path(a->name, seg, sizeof seg);
     snprintf(r.path, sizeof r.path, "/semaphores/%s", seg);
     if (a->owner)

@@ -376,7 +376,7 @@ static long heartbeat(run *r, uint64_t now, long timeout)
         return timeout;
     if (now < r->next_beat_us)
         return until_ms(r->next_beat_us, now, timeout);
-    char path[300];
+    char path[CLI_PATH_MAX + 16];   /* (r->path and /heartbeat) */
     snprintf(path, sizeof path, "%s/heartbeat", r->path);
     answer_reset(&r->beat_ans);
     long timeout_ms = r->heartbeat_ms > 1000 ? (long)r->heartbeat_ms : 1000;
@@ -405,7 +405,7 @@ int cmd_run(const cli_args *a)
         default_owner(r.owner, sizeof r.owner);
     if (a->cmd == CLI_ELECT) {
         /* The owner slot carries the candidate: a campaign waits forever. */
-        char seg[220];
+        char seg[RULES_NAME_PATH_MAX];
         rules_name_path(a->name, seg, sizeof seg);   /* valid: cli_parse_args checked it */
         snprintf(r.path, sizeof r.path, "/elections/%s", seg);
         if (a->candidate)

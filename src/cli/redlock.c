@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         printf("redlock %s (libcurl %s)\n", REDLOCKD_VERSION, curl_version_info(CURLVERSION_NOW)->version);
         return CLI_EXIT_OK;
     }
-    if (set_url(a.url) < 0 || set_auth(a.auth_token_file) < 0)
+    if (set_url(a.url) < 0 || set_auth(a.auth_token_file) < 0 || (a.force && set_admin_auth(a.admin_token_file) < 0))
         return CLI_EXIT_USAGE;
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

@@ -924,6 +924,42 @@ def overloaded(tmp, masters):
         C.stop()
 
 
+ADMIN_TOKEN = "conformance-admin-token"
+
+
+def force_release(tmp, masters, A):
+    """An operator's force release (DELETE ?force=true): 403 where the
+    service has no --admin-token-file (A) or with the ordinary token, 401
+    without a token, 204 with the admin token on all three routes; a held
+    stream of the name ends lost, reason forced."""
+    for p in ["/locks/frc-1", "/elections/frc-2", "/semaphores/frc-3"]:
+        expect(A.req("DELETE", p + "?force=true"), 403, "forbidden", f"force on {p} without --admin-token-file")
+    af = os.path.join(tmp, "admin-token")
+    with open(af, "w") as f:
+        f.write(ADMIN_TOKEN + "\n")
+    tf = os.path.join(tmp, "token")
+    F = Daemon(tmp, "F", [m.port for m in masters], ["--auth-token-file", tf, "--admin-token-file", af],
+               auth=AUTH_TOKEN)
+    try:
+        F.wait_ready(5)
+        admin = f"Bearer {ADMIN_TOKEN}"
+        h = hold(F, "frc-4", {"hold": True, "ttl_ms": 3000}, "frc-4")
+        for p in ["/locks/frc-4", "/elections/frc-2", "/semaphores/frc-3"]:
+            expect(F.req("DELETE", p + "?force=true"), 403, "forbidden", f"force on {p} with the ordinary token")
+            expect(F.req("DELETE", p + "?force=true", auth=None), 401, "unauthorized", f"force on {p} without a token")
+            expect(F.req("DELETE", p + "?force=yes", auth=admin), 400, "bad_request", f"force=yes on {p}")
+        for p in ["/locks/frc-4", "/elections/frc-2", "/semaphores/frc-3"]:
+            expect(F.req("DELETE", p + "?force=true", auth=admin), 204, what=f"force on {p} with the admin token")
+        if h:
+            ev = h.until(lambda e: e.get("event") != "renewed", 5, "frc-4 after the force")
+            if ev != {"event": "lost", "reason": "forced"}:
+                fail(f"frc-4 after the force: {ev}, not lost forced")
+            h.expect_end(3, "frc-4 after lost")
+            h.finish()
+    finally:
+        F.stop()
+
+
 def shutting_down(tmp, masters):
     """SIGTERM: a waiting acquire answers 503 shutting_down at once, a held stream ends
     with released (shutting_down), and a request whose body arrives after the
@@ -1445,6 +1481,7 @@ def main():
                          ("heartbeats", lambda: heartbeats(A)),
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("overloaded", lambda: overloaded(tmp, masters)),
+                         ("force release", lambda: force_release(tmp, masters, A)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),
                          ("metrics text", lambda: metrics_text(A))]:
             log(f"== {name}")

@@ -131,6 +131,7 @@ void cli_setup(void)
     SELF[n] = '\0';
     unsetenv("REDLOCK_URL");
     unsetenv("REDLOCK_AUTH_TOKEN");
+    unsetenv("REDLOCK_ADMIN_TOKEN");
 }
 
 void cli_teardown(void)

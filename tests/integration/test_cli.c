@@ -100,13 +100,18 @@ Test(cli, acquire_status_extend_release)
     cr_assert(strstr(out_of("j"), "\"fence\":") && strstr(out_of("j"), "\"validity_ms\":"), "%s", out_of("j"));
 }
 
+#define RULES_NAME_MAX_TEST 200   /* the service's longest name (rules.h) */
+
 /* Names as people type them (issue 31): a path, an e-mail address, spaces
  * and UTF-8 go through acquire, status, extend and release as they are. */
 Test(cli, names_with_slashes_at_signs_and_utf8)
 {
     start_service(5, NULL);
+    char longest[RULES_NAME_MAX_TEST + 1] = "";
+    for (int i = 0; i < RULES_NAME_MAX_TEST / 2; i++)
+        strcat(longest, "\xc3\xa9");   /* 200 bytes, 600 once percent-encoded */
     const char *names[] = {"reports/2026/11", "user@example.com", "nightly backup", "caf\xc3\xa9/\xe6\x9d\xb1",
-                           "a%2Fb"};
+                           "a%2Fb", longest};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         cr_assert_eq(RUN("a", "acquire", "--ttl", "10s", "--owner", "j\xc3\xb6rg 7", names[i]), 0, "%s: %s", names[i],
                      err_of("a"));
@@ -124,6 +129,34 @@ Test(cli, names_with_slashes_at_signs_and_utf8)
     h_resp g = h_http(C, "GET", "/locks/a%252Fb", NULL, NULL);
     cr_assert_str_eq(h_str(&g, "name"), "a%2Fb");
     h_resp_free(&g);
+}
+
+/* An operator's force release through the client (issue 32): the admin
+ * token from REDLOCK_ADMIN_TOKEN or --admin-token-file; the ordinary token
+ * or none is refused (77 and 64), and the lock stays. */
+Test(cli, release_force_with_the_admin_token)
+{
+    char admin[400];
+    snprintf(admin, sizeof admin, "%s/admin-token", T);
+    FILE *f = fopen(admin, "w");
+    fputs("adm1n\n", f);
+    fclose(f);
+    start_service(5, "--admin-token-file", admin, NULL);
+    cr_assert_eq(RUN("a", "acquire", "--ttl", "60s", "--owner", "crashed cron", "cron/nightly"), 0, "%s", err_of("a"));
+    cr_assert_eq(RUN("n", "release", "--force", "cron/nightly"), 64, "no admin token: %s", err_of("n"));
+    cr_assert(strstr(err_of("n"), "REDLOCK_ADMIN_TOKEN"), "%s", err_of("n"));
+    setenv("REDLOCK_ADMIN_TOKEN", "not-it", 1);
+    cr_assert_eq(RUN("w", "release", "--force", "cron/nightly"), 77, "a wrong admin token: %s", err_of("w"));
+    cr_assert(h_held(C, "cron%2Fnightly"), "a refused force released it");
+    unsetenv("REDLOCK_ADMIN_TOKEN");
+    cr_assert_eq(RUN("f", "release", "--force", "--admin-token-file", admin, "cron/nightly"), 0, "%s", err_of("f"));
+    cr_assert_not(h_held(C, "cron%2Fnightly"), "still held after release --force");
+    cr_assert_eq(RUN("a2", "acquire", "cron/nightly"), 0, "%s", err_of("a2"));
+    setenv("REDLOCK_ADMIN_TOKEN", "adm1n", 1);
+    cr_assert_eq(RUN("f2", "release", "cron/nightly", "--force"), 0, "--force after NAME: %s", err_of("f2"));
+    unsetenv("REDLOCK_ADMIN_TOKEN");
+    cr_assert_not(h_held(C, "cron%2Fnightly"));
+    cr_assert_eq(RUN("u", "release", "--force", "cron/nightly", "tok"), 64, "--force takes no TOKEN");
 }
 
 /* TOKEN is taken as it stands even when it begins with '-' (1 in 64

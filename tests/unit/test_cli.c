@@ -192,6 +192,16 @@ Test(cli_args, other_commands)
     a = ok("extend --ttl 30s orders tok-1_");
     cr_assert_eq(a.cmd, CLI_EXTEND);
     cr_assert_str_eq(a.token, "tok-1_");
+    a = ok("release --force --admin-token-file /etc/adm orders");
+    cr_assert(a.force);
+    cr_assert_str_eq(a.admin_token_file, "/etc/adm");
+    cr_assert_str_eq(a.name, "orders");
+    cr_assert_null(a.token);
+    a = ok("release orders --force");
+    cr_assert(a.force);
+    usage_error("release --force", "needs NAME");
+    usage_error("release --force orders tok", "takes NAME");
+    usage_error("extend --force orders tok", "--force");
     a = ok("release orders tok");
     cr_assert_eq(a.cmd, CLI_RELEASE);
     a = ok("--url http://h:1 --auth-token-file /f ready");
