@@ -101,19 +101,20 @@ def stubs(outdir):
     return dapr_lock_pb2, dapr_lock_pb2_grpc
 
 
-def npm_ready():
-    """The pinned @dapr/dapr in BUILD/dapr_grpc_js/node_modules (npm ci)."""
-    d = os.path.join(BUILD, "dapr_grpc_js")
+def npm_ready(sub="dapr_grpc_js", here=HERE, what="@dapr/dapr"):
+    """The packages pinned in here/package-lock.json, in BUILD/sub/node_modules
+    (npm ci; again only when the lock file changed)."""
+    d = os.path.join(BUILD, sub)
     os.makedirs(d, exist_ok=True)
-    lock = open(os.path.join(HERE, "package-lock.json"), "rb").read()
+    lock = open(os.path.join(here, "package-lock.json"), "rb").read()
     stamp = os.path.join(d, "node_modules", ".redlockd-lock")
     if os.path.exists(stamp) and open(stamp, "rb").read() == lock:
         return d
     for f in ("package.json", "package-lock.json"):
-        shutil.copy(os.path.join(HERE, f), d)
+        shutil.copy(os.path.join(here, f), d)
     if not shutil.which("npm") or not shutil.which("node"):
         raise RuntimeError("node and npm are needed (scripts/deps.sh installs npm)")
-    log("installing @dapr/dapr from package-lock.json (npm ci)")
+    log(f"installing {what} from package-lock.json (npm ci)")
     subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d, check=True,
                    timeout=600)
     open(stamp, "wb").write(lock)

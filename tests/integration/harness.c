@@ -443,6 +443,14 @@ void h_master_restart(h_cluster *c, int i)
     master_spawn(c, i);
 }
 
+void h_free_pair(h_cluster **c, h_cluster **peer)
+{
+    h_peer_free(*peer);
+    *peer = NULL;
+    h_cluster_free(*c);
+    *c = NULL;
+}
+
 void h_peer_free(h_cluster *p)
 {
     if (!p)

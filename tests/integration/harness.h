@@ -90,6 +90,8 @@ void h_cluster_free(h_cluster *c);
  * paused and restarted through c only. */
 h_cluster *h_peer_start(h_cluster *c, ...) __attribute__((sentinel));
 void h_peer_free(h_cluster *peer);
+/* A suite's teardown: the peer (if any), then the cluster; both set NULL. */
+void h_free_pair(h_cluster **c, h_cluster **peer);
 
 void h_stop_process(pid_t pid);              /* SIGSTOP, back once it has stopped */
 void h_master_pause(h_cluster *c, int i);    /* SIGSTOP */

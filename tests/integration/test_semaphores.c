@@ -14,11 +14,7 @@ static h_cluster *C, *P;
 
 static void teardown(void)
 {
-    if (P)
-        h_peer_free(P);
-    P = NULL;
-    h_cluster_free(C);
-    C = NULL;
+    h_free_pair(&C, &P);
 }
 
 TestSuite(semaphores, .fini = teardown, .timeout = 120);

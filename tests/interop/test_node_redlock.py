@@ -22,23 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "dapr_grpc"))
 sys.argv[1:] = sys.argv[1:] or [os.path.join(HERE, "..", ".."), tempfile.mkdtemp()]
 import test_dapr_grpc as t  # noqa: E402  (its masters, daemon and helpers)
 
-BUILD = sys.argv[2]
 NAMES = ["reports/2026/11", "user@example.com", "nightly backup", "caf\u00e9 \u6771\u4eac", "orders#42"]
-
-
-def npm_ready():
-    d = os.path.join(BUILD, "interop_js")
-    os.makedirs(d, exist_ok=True)
-    lock = open(os.path.join(HERE, "package-lock.json"), "rb").read()
-    stamp = os.path.join(d, "node_modules", ".redlockd-lock")
-    if os.path.exists(stamp) and open(stamp, "rb").read() == lock:
-        return d
-    for f in ("package.json", "package-lock.json"):
-        shutil.copy(os.path.join(HERE, f), d)
-    t.log("installing node-redlock from package-lock.json (npm ci)")
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d, check=True, timeout=600)
-    open(stamp, "wb").write(lock)
-    return d
 
 
 def path_of(name):
@@ -46,7 +30,7 @@ def path_of(name):
 
 
 def main():
-    js_dir = npm_ready()
+    js_dir = t.npm_ready("interop_js", HERE, "node-redlock")
     tmp = tempfile.mkdtemp(prefix="redlockd-interop-")
     masters = [t.Master(tmp, i) for i in range(5)]
     node = D = None
