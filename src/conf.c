@@ -301,7 +301,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         return 0;
     case OPT_STR:
         /* The name's own characters only: then no prefix and name can spell
-         * an internal key (those hold '#'). */
+         * an internal key (those hold RULES_SEP's control byte). */
         if (strlen(val) > (size_t)o->max || strspn(val, CONF_NAME_CHARS) != strlen(val)) {
             snprintf(err, errlen, "%s: at most %lld bytes of A-Z a-z 0-9 . _ : -, got \"%s\"", from,
                      o->max, val);

@@ -19,7 +19,7 @@
  * a hold without a grant yet (hold_campaign), answered at once; a watch
  * (GET /elections?watch=true) streams from an election_watch the same way;
  * an election's GET, DELETE and PUT are engine requests on its lock
- * NAME#election; a semaphore request is a sem_submit task of several
+ * NAME<SEP>election; a semaphore request is a sem_submit task of several
  * engine requests (semaphore.h), answered through sem_done.
  *
  * Shared between loops, and who guards it: the registry of connections and

@@ -32,7 +32,7 @@ enum rl_op {
                        candidate and since: only where the token holds */
     RL_PUBLISH,     /* publishes the name's notice on every master (fire and forget: an
                        election's grant, so that watches on every instance look at once) */
-    RL_SEM_LIMIT,   /* a semaphore's limit: name is NAME#limit; limit 0 reads it, else
+    RL_SEM_LIMIT,   /* a semaphore's limit: name is NAME<SEP>limit; limit 0 reads it, else
                        sets it where absent (or keeps it alive for ttl_ms) */
     RL_DEQUEUE,     /* takes ticket out of the name's queue on every master and tells the
                        waiters behind it (fire and forget: a campaign that ends between

@@ -6,7 +6,7 @@
  * internal key holds RULES_SEP, which starts with one: no name reachable
  * through any API can address an internal key.
  *   key                  the lock: value = the grant's value, PX = ttl
- *   key RULES_SEP fence  the fence counter, PX = ttl + fence keep; refreshed
+ *   key RULES_SEP fence  (key<SEP>fence below) the fence counter, PX = ttl + fence keep; refreshed
  *                        by every grant and extension, so it outlives the lock
  *   key RULES_SEP owner  the grant's value, a newline, and the caller's
  *                        "owner", PX = the lock's: set by a grant that names an
@@ -80,14 +80,14 @@
 /* Vote scripts: the marker is the last key, and the last argument is "1" to
  * run the guard, "0" (--quarantine off) to skip it. */
 
-/* KEYS key, key#fence, key#owner, key#queue, key#qdl, marker; ARGV value,
+/* KEYS key, key<SEP>fence, key<SEP>owner, key<SEP>queue, key<SEP>qdl, marker; ARGV value,
  * ttl_ms, counter_px_ms (ttl plus the fence keep), owner ("" for none),
  * seed, bound_us, ticket, arrival_us, ticket_ttl_ms, guard.
  * Fair order: a waiting acquire gives a ticket (a random id; "" for none)
  * and its arrival (redlockd's clock, Unix us; the same for every attempt of
- * one waiter). The ticket joins key#queue, ordered by arrival (ties by id,
+ * one waiter). The ticket joins key<SEP>queue, ordered by arrival (ties by id,
  * so every master orders alike), and lives ticket_ttl_ms from this attempt
- * (key#qdl; expired tickets are dropped as they are met). While the queue
+ * (key<SEP>qdl; expired tickets are dropped as they are met). While the queue
  * holds a ticket, only its oldest may take the key: any other acquire
  * answers {0, pttl} as if held (SCRIPT_QUEUE_RETRY_MS when the key is
  * free). A grant removes its own ticket.
@@ -99,7 +99,7 @@
  * when the key is held (pttl -1: no expiry). A counter that is not an integer
  * below 2^53 is an error, and the SET NX is undone in the same step. */
 extern mscript script_acquire;
-/* KEYS key#queue, key#qdl, key; ARGV ticket, channel. A waiter that leaves
+/* KEYS key<SEP>queue, key<SEP>qdl, key; ARGV ticket, channel. A waiter that leaves
  * (answered without a grant, or granted where others still queue it)
  * removes its ticket, and publishes key on channel (unless empty) so that
  * the waiters behind it try at once. redo_when_back: a master that missed
@@ -107,7 +107,7 @@ extern mscript script_acquire;
  * rather than keep a gone waiter's ticket at the head of its queue until
  * the ticket expires. */
 extern mscript script_dequeue;
-/* KEYS key, key#fence, marker; ARGV value, fence, counter_px_ms, guard.
+/* KEYS key, key<SEP>fence, marker; ARGV value, fence, counter_px_ms, guard.
  * When key holds value with time left: sets the counter to exactly fence and
  * answers 1; else 0 and changes nothing. Run after a grant on every master
  * that may hold the grant with another counter: yes votes below the fence,
@@ -116,7 +116,7 @@ extern mscript script_dequeue;
  * was never handed out. redo_when_back, so every holder ends with exactly the
  * grant's fence and an extension reports it, whichever majority answers. */
 extern mscript script_settle;
-/* KEYS key, key#fence, key#owner, marker; ARGV value, ttl_ms, counter_px_ms,
+/* KEYS key, key<SEP>fence, key<SEP>owner, marker; ARGV value, ttl_ms, counter_px_ms,
  * guard. value matches as with release mode "~"; the owner key of the stored
  * value is extended too. {1, counter, stored value} after resetting the
  * key's expiry to ttl_ms (the counter's to counter_px_ms); {-1} when
@@ -132,13 +132,13 @@ extern mscript script_extend;
  * parse leaves that master alone ({0}). Never in a group: its writes take
  * memory where its first write may not be the one Redis checks. */
 extern mscript script_renew;
-/* KEYS key, key#fence, key#owner, marker; ARGV guard. {pttl, counter,
+/* KEYS key, key<SEP>fence, key<SEP>owner, marker; ARGV guard. {pttl, counter,
  * owner_len, value .. owner} when present (counter 0 when it does not parse;
  * the owner only where the owner key belongs to the stored value), {-2}
  * when absent. */
 extern mscript script_inspect;
 
-/* KEYS key, key#owner, marker; ARGV token, value, guard. Where key holds
+/* KEYS key, key<SEP>owner, marker; ARGV token, value, guard. Where key holds
  * exactly token: replaces what follows the first two words (an election's
  * candidate and since) in the owner key of the token, keeping the lock's
  * expiry, and answers {1}; {-1} another value holds key; {0} absent. */
@@ -149,13 +149,13 @@ extern mscript script_proclaim;
  * at once; with suffix "\n\ntoken", a held stream's heartbeat). */
 extern mscript script_publish;
 
-/* KEYS NAME#limit, marker; ARGV limit, px_ms, guard. limit "0" reads:
+/* KEYS NAME<SEP>limit, marker; ARGV limit, px_ms, guard. limit "0" reads:
  * {1, stored or 0}; "-1" keeps a stored one for at least px_ms. Else where no other limit is stored: stores it (or
  * keeps it for at least px_ms) and answers {1, limit}; where another is
  * stored: {0, that limit}, changing nothing. */
 extern mscript script_sem_limit;
 
-/* KEYS key, key#owner; ARGV value, mode, channel.
+/* KEYS key, key<SEP>owner; ARGV value, mode, channel.
  * mode "=": deletes key (and its owner key) where it holds exactly value;
  * mode "~": where it holds value or value followed by a space (any grant of a caller's token: what
  * DELETE and Dapr's unlock send). On delete, publishes "key\nvalue" (the
@@ -172,7 +172,7 @@ extern mscript script_sem_limit;
 extern mscript script_release;
 extern mscript script_release_replay;
 
-/* KEYS key, key#owner, key#fence; ARGV channel. An operator's force
+/* KEYS key, key<SEP>owner, key<SEP>fence; ARGV channel. An operator's force
  * release: deletes key and its owner key whatever value holds it, and
  * publishes "key\n\2value" on channel unless it is empty (the byte 2: a held
  * stream of that value ends "lost", reason "forced"). The counter stays, so

@@ -1,9 +1,10 @@
 /* semaphore.h - counting semaphores over the Redlock engine
  * (docs/semaphores.md): a semaphore NAME of L permits is L independent
- * slot locks NAME#0 .. NAME#(L-1), each an ordinary Redlock grant with its
- * own token and fence, and its limit L stored on the masters (NAME#limit,
- * RL_SEM_LIMIT) so that callers who disagree on L are refused. No
- * user-visible name holds '#', so no lock route reaches a slot.
+ * slot locks NAME<SEP>0 .. NAME<SEP>(L-1), each an ordinary Redlock grant with its
+ * own token and fence, and its limit L stored on the masters (NAME<SEP>limit,
+ * RL_SEM_LIMIT) so that callers who disagree on L are refused. <SEP> is
+ * RULES_SEP, which holds a control byte no name may hold, so no lock route
+ * reaches a slot.
  *
  * A permit's token is "<slot>:<slot's token>", so an extension or a release
  * needs nothing but the tokens. An acquire of k permits tries the slots in
@@ -97,7 +98,7 @@ void sem_stop_waiting(void);
 
 /* Lets e's notices wake the acquires waiting on a semaphore (with
  * --notify): a slot's release publishes on its semaphore's one channel
- * (NAME#limit's), and a waiting acquire subscribes to it, so it tries again
+ * (NAME<SEP>limit's), and a waiting acquire subscribes to it, so it tries again
  * at once instead of at its next retry. Once per engine, before traffic. */
 void sem_engine_attach(rl_engine *e);
 
