@@ -335,10 +335,13 @@ static bool format_next(hold *h)
     uint64_t now = loop_now_us(), until = announced_until(h);
     long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
-    /* Names and candidates may hold quotes and backslashes (rules.h). */
+    /* Names and candidates may hold quotes and backslashes (rules.h):
+     * escaped for the events that carry them (not for every renewal). */
     char name[2 * RL_INTERNAL_NAME_MAX + 1], cand[2 * RL_OWNER_MAX + 1];
-    jsonio_escape(h->election ? h->role->label : h->permit ? h->role->of.semaphore : h->name, name, sizeof name);
-    jsonio_escape(h->election ? h->role->candidate : "", cand, sizeof cand);
+    if ((h->pend_campaigning && h->end == END_NONE) || h->pend_acquired) {
+        jsonio_escape(h->election ? h->role->label : h->permit ? h->role->of.semaphore : h->name, name, sizeof name);
+        jsonio_escape(h->election ? h->role->candidate : "", cand, sizeof cand);
+    }
     if (h->pend_campaigning && h->end == END_NONE) {
         h->pend_campaigning = false;
         n = snprintf(h->out, sizeof h->out,

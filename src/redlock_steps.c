@@ -382,15 +382,22 @@ void release_voted(void *arg, const master_reply *replies)
 
 /* ---- inspect ---- */
 
-/* An inspect vote that names a holder: {pttl, counter, owner_len, value ..
- * owner}. Sets *vlen to the length of the value part. */
-static bool inspect_value(const master_reply *r, size_t *vlen)
+/* A reply {x, counter, owner_len, value .. owner} (script_inspect's and
+ * script_force's): sets *vlen to the length of the value part. */
+static bool value_and_owner(const master_reply *r, size_t *vlen)
 {
-    if (!is_vote(r, 3) || !r->has_str || r->ints[2] < 0 || r->ints[2] > RL_OWNER_MAX ||
+    if (r->kind != MREPLY_VALUE || r->nints < 3 || !r->has_str || r->ints[2] < 0 || r->ints[2] > RL_OWNER_MAX ||
         (size_t)r->ints[2] > r->str_len)
         return false;
     *vlen = r->str_len - (size_t)r->ints[2];
     return true;
+}
+
+/* An inspect vote that names a holder: {pttl, counter, owner_len, value ..
+ * owner}. Sets *vlen to the length of the value part. */
+static bool inspect_value(const master_reply *r, size_t *vlen)
+{
+    return is_vote(r, 3) && value_and_owner(r, vlen);
 }
 
 void inspect_voted(void *arg, const master_reply *replies)
@@ -464,10 +471,9 @@ void force_voted(void *arg, const master_reply *replies)
     op->res.held = false;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (r->kind != MREPLY_VALUE || r->nints < 3 || r->ints[0] != 1 || !r->has_str || r->ints[2] < 0 ||
-            r->ints[2] > RL_OWNER_MAX || (size_t)r->ints[2] > r->str_len)
+        size_t vlen;
+        if (!value_and_owner(r, &vlen) || r->ints[0] != 1)
             continue;
-        size_t vlen = r->str_len - (size_t)r->ints[2];
         op->res.held = true;
         if (r->ints[1] > op->res.fence)
             op->res.fence = r->ints[1];

@@ -316,6 +316,14 @@ class Held:
         if ev is not None:
             fail(f"{what}: an event after the last one: {ev}")
 
+    def ends_with(self, want, timeout, what):
+        """The next event but renewals is want, the last one; then finish."""
+        ev = self.until(lambda e: e.get("event") != "renewed", timeout, what)
+        if ev != want:
+            fail(f"{what}: {ev}, not {want}")
+        self.expect_end(3, f"{what}, after {want}")
+        self.finish()
+
     def finish(self):
         if not self.checked:
             self.checked = True
@@ -951,11 +959,7 @@ def force_release(tmp, masters, A):
         for p in ["/locks/frc-4", "/elections/frc-2", "/semaphores/frc-3"]:
             expect(F.req("DELETE", p + "?force=true", auth=admin), 204, what=f"force on {p} with the admin token")
         if h:
-            ev = h.until(lambda e: e.get("event") != "renewed", 5, "frc-4 after the force")
-            if ev != {"event": "lost", "reason": "forced"}:
-                fail(f"frc-4 after the force: {ev}, not lost forced")
-            h.expect_end(3, "frc-4 after lost")
-            h.finish()
+            h.ends_with({"event": "lost", "reason": "forced"}, 5, "frc-4 after the force")
     finally:
         F.stop()
 
@@ -1257,11 +1261,7 @@ def heartbeats(A):
         h.finish()
     h = hold(A, "hb-2", {"hold": True, "ttl_ms": 1000, "heartbeat_ms": 100}, "hb-2", retry_s=5.0)
     if h:
-        ev = h.until(lambda e: e.get("event") != "renewed", 5, "hb-2 without heartbeats")
-        if ev != {"event": "lost", "reason": "no_heartbeat"}:
-            fail(f"a held stream without heartbeats: {ev}, not lost (no_heartbeat)")
-        h.expect_end(3, "hb-2 after lost")
-        h.finish()
+        h.ends_with({"event": "lost", "reason": "no_heartbeat"}, 5, "hb-2, a held stream without heartbeats")
     c = open_stream(lambda: Streamed(A, "POST", "/elections/hb-e", {"candidate": "a", "ttl_ms": 3000,
                                                                      "heartbeat_ms": 2000}))
     secrets.add("hb-e")
