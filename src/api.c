@@ -69,6 +69,16 @@ enum api_route api_route_of(const char *path, const char **name)
         return ROUTE_READYZ;
     if (!strcmp(path, "/metrics"))
         return ROUTE_METRICS;
+    if (!strcmp(path, "/locks"))
+        return ROUTE_LIST_LOCKS;
+    if (!strcmp(path, "/elections"))
+        return ROUTE_LIST_ELECTIONS;
+    if (!strcmp(path, "/semaphores"))
+        return ROUTE_LIST_SEMAPHORES;
+    if (!strcmp(path, "/ui") || !strcmp(path, "/ui/"))
+        return ROUTE_UI;
+    if (!strcmp(path, "/ui/state"))
+        return ROUTE_UI_STATE;
     if (!strncmp(path, LOCKS_PREFIX, strlen(LOCKS_PREFIX)) && path[strlen(LOCKS_PREFIX)]) {
         *name = path + strlen(LOCKS_PREFIX);
         return ROUTE_LOCK;

@@ -26,6 +26,11 @@ enum api_route {
     ROUTE_SEMAPHORE,      /* /semaphores/{name} (docs/semaphores.md) */
     ROUTE_HEARTBEAT,      /* PUT /{locks,elections,semaphores}/{name}/heartbeat: *name is
                              the whole path (api_heartbeat_of splits it) */
+    ROUTE_LIST_LOCKS,     /* GET /locks?prefix=&limit=&cursor= (listing.h) */
+    ROUTE_LIST_ELECTIONS, /* GET /elections?... */
+    ROUTE_LIST_SEMAPHORES,/* GET /semaphores?... */
+    ROUTE_UI,             /* GET /ui: the dashboard (ui.h) */
+    ROUTE_UI_STATE,       /* GET /ui/state: what the dashboard shows besides listings */
 };
 
 /* Error kinds of the contract; api_errors[] maps each to status and code. */

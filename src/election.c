@@ -148,7 +148,7 @@ void election_state_of(const rl_result *res, election_state *st)
         snprintf(st->leader, sizeof st->leader, "%s", "");   /* held, but not by a campaign */
 }
 
-static void add_state(cJSON *o, const char *name, const election_state *st)
+void election_state_add(cJSON *o, const char *name, const election_state *st)
 {
     cJSON_AddStringToObject(o, "name", name);
     if (st->held) {
@@ -171,7 +171,7 @@ char *election_state_json(const char *name, const election_state *st, const char
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    add_state(o, name, st);
+    election_state_add(o, name, st);
     if (candidate)
         cJSON_AddBoolToObject(o, "is_leader", st->held && !strcmp(st->leader, candidate));
     char *s = cJSON_PrintUnformatted(o);
@@ -185,7 +185,7 @@ char *election_event_line(const char *event, const char *name, const election_st
     if (!o)
         return NULL;
     cJSON_AddStringToObject(o, "event", event);
-    add_state(o, name, st);
+    election_state_add(o, name, st);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s)

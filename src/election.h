@@ -77,6 +77,10 @@ void election_state_of(const rl_result *res, election_state *st);
  * "is_leader" when candidate is not NULL. */
 char *election_state_json(const char *name, const election_state *st, const char *candidate);
 
+/* Adds election_state_json's fields (but is_leader) to o. */
+struct cJSON;
+void election_state_add(struct cJSON *o, const char *name, const election_state *st);
+
 /* A watch's event: {"event", then the fields of election_state_json}, one
  * line with its newline. */
 char *election_event_line(const char *event, const char *name, const election_state *st);

@@ -123,6 +123,7 @@ void ctx_unref(req_ctx *ctx)
             sem_finish(ctx->semh);
         free(ctx->sem);
         free(ctx->sem_res);
+        free(ctx->list_body);
         free(ctx->body);
         free(ctx);
     }
@@ -359,6 +360,18 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         if (!authorized(ctx, false))
             return unauthorized(ctx);
         return heartbeat_dispatch(ctx, name);
+    case ROUTE_LIST_LOCKS:
+    case ROUTE_LIST_ELECTIONS:
+    case ROUTE_LIST_SEMAPHORES:
+        if (!authorized(ctx, false))
+            return unauthorized(ctx);
+        return list_dispatch(ctx);
+    case ROUTE_UI:
+        return ui_page(ctx);   /* the page is no secret: its calls carry the token */
+    case ROUTE_UI_STATE:
+        if (!authorized(ctx, false))
+            return unauthorized(ctx);
+        return ui_state(ctx);
     case ROUTE_NOT_FOUND:
         break;
     }

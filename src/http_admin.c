@@ -1,4 +1,6 @@
-/* http_admin.c - an operator's force release: DELETE /locks/{name},
+/* http_admin.c - what operators use beyond /readyz and /metrics: listings
+ * of what a majority holds (GET /locks, /elections, /semaphores; listing.h),
+ * and an operator's force release: DELETE /locks/{name},
  * /elections/{name} or /semaphores/{name} with ?force=true and the admin
  * token (--admin-token-file) as Authorization: Bearer. It frees the name
  * whatever token holds it, tells every waiter and every held stream of it
@@ -97,4 +99,67 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
     else
         snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
     return submit(ctx);
+}
+
+/* ---- listings: GET /locks, /elections, /semaphores (listing.h) ---- */
+
+static void list_done(void *arg, enum rl_outcome outcome, char *body)
+{
+    req_ctx *ctx = arg;
+    ctx->list_body = body;   /* (freed with ctx, answered or not) */
+    ctx_resume(ctx, &(rl_result){.outcome = outcome}, NULL);
+    ctx_unref(ctx);
+}
+
+enum MHD_Result list_answer(req_ctx *ctx)
+{
+    switch (ctx->res.outcome) {
+    case RL_OK: {
+        char *body = ctx->list_body;
+        ctx->list_body = NULL;
+        return send_body(ctx, 200, body, NULL, 0, true);
+    }
+    case RL_NO_QUORUM:
+        return send_error(ctx, API_E_NO_QUORUM, "fewer than a majority of masters answered the listing",
+                          NULL);
+    case RL_SHUTTING_DOWN:
+        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    default:
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    }
+}
+
+enum MHD_Result list_dispatch(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    ctx->mroute = METRICS_ROUTE_LIST;
+    list_request req = {.kind = ctx->route == ROUTE_LIST_LOCKS       ? LIST_LOCKS
+                                : ctx->route == ROUTE_LIST_ELECTIONS ? LIST_ELECTIONS
+                                                                     : LIST_SEMAPHORES,
+                        .limit = LIST_LIMIT_DEFAULT};
+    char buf[HTTP_QUERY_ARG_MAX];
+    const char *prefix = http_query_arg(ctx, "prefix", buf, sizeof buf);
+    const char *raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "prefix");
+    if (prefix && (raw && *raw) && !rules_name_valid(prefix, strlen(prefix)))
+        return send_error(ctx, API_E_BAD_NAME, "prefix must be the start of a name: " API_NAME_RULE, NULL);
+    snprintf(req.prefix, sizeof req.prefix, "%s", prefix ? prefix : "");
+    const char *limit = http_query_arg(ctx, "limit", buf, sizeof buf);
+    if (limit) {
+        char *end;
+        long v = strtol(limit, &end, 10);
+        if (!*limit || *end || !isdigit((unsigned char)*limit) || v < 1 || v > LIST_LIMIT_MAX)
+            return send_error(ctx, API_E_BAD_REQUEST, "limit must be an integer from 1 to 1000", NULL);
+        req.limit = (int)v;
+    }
+    const char *cursor = http_query_arg(ctx, "cursor", buf, sizeof buf);
+    if (list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
+        return send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
+    ctx->list = true;
+    suspend_for_engine(ctx);   /* list_done may come before list_run returns */
+    atomic_fetch_add(&ctx->refs, 1);   /* list_done's */
+    if (list_run(ctx->sh->pool, s->cfg, &req, list_done, ctx) < 0) {
+        atomic_fetch_sub(&ctx->refs, 1);
+        ctx_resume(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
+    }
+    return MHD_YES;
 }

@@ -5,6 +5,8 @@
  *   http.c          a request's life: routing (on_request), answers, the
  *                   context's suspension and resumption, its completion
  *   http_ops.c      the operators' routes: /readyz and /metrics
+ *   http_admin.c    an operator's force release, and listings
+ *   http_ui.c       the dashboard: its page and GET /ui/state
  *   http_locks.c    the lock and Dapr routes: which engine serves a name,
  *                   submitting, answers, held streams
  *   http_recipes.c  elections and semaphores
@@ -48,6 +50,7 @@
 #include "hold.h"
 #include "jsonio.h"
 #include "listener.h"
+#include "listing_run.h"
 #include "log.h"
 #include "quarantine.h"
 #include "quorum.h"
@@ -189,6 +192,8 @@ typedef struct req_ctx {
     bool election;            /* an election route: answered by election_answer */
     char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's); a force's name */
     bool force;               /* an operator's force release (http_admin.c) */
+    bool list;                /* a listing's page (http_admin.c): its body once done */
+    char *list_body;
     char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
     sem_result *sem_res;
@@ -228,6 +233,9 @@ int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen);
 void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* http_ops.c */
+/* Master i as every loop sees it: up only where up on every loop,
+ * quarantined where any loop found it so, counters summed. */
+void http_master_status(http_server *s, int i, master_status *out);
 enum MHD_Result serve_readyz(req_ctx *ctx);
 enum MHD_Result serve_metrics(req_ctx *ctx);
 
@@ -264,6 +272,12 @@ bool force_asked(req_ctx *ctx, const char *method);
 enum MHD_Result force_dispatch(req_ctx *ctx, const char *name);
 void forced_lock(req_ctx *ctx, const rl_result *res);
 void forced_permits(req_ctx *ctx, const sem_result *res);
+enum MHD_Result list_dispatch(req_ctx *ctx);
+enum MHD_Result list_answer(req_ctx *ctx);
+
+/* http_ui.c */
+enum MHD_Result ui_page(req_ctx *ctx);
+enum MHD_Result ui_state(req_ctx *ctx);
 
 /* http_conns.c */
 bool check_delivery(req_ctx *ctx);

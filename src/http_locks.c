@@ -134,6 +134,8 @@ enum MHD_Result lock_answer(req_ctx *ctx)
         ctx->gone = true;
         return MHD_NO;
     }
+    if (ctx->list)
+        return list_answer(ctx);
     if (ctx->election)
         return election_answer(ctx);
     if (ctx->sem)

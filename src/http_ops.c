@@ -6,7 +6,7 @@
 /* Master i as every loop sees it (each has its own connection): up only
  * where up on every loop, quarantined where any loop found it so, counters
  * summed. */
-static void status_of(http_server *s, int i, master_status *out)
+void http_master_status(http_server *s, int i, master_status *out)
 {
     mpool_status(s->shards[0].pool, i, out);
     for (int k = 1; k < s->nshards; k++) {
@@ -52,7 +52,7 @@ enum MHD_Result serve_readyz(req_ctx *ctx)
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "masters") : NULL;
     for (int i = 0; arr && i < n; i++) {
         master_status st;
-        status_of(ctx->s, i, &st);
+        http_master_status(ctx->s, i, &st);
         up += st.up;
         voting += st.up && !st.quarantined && !st.refusing;
         refusing += st.refusing;
@@ -164,7 +164,7 @@ enum MHD_Result serve_metrics(req_ctx *ctx)
     int n = mpool_size(p);
     master_status st[MASTER_MAX];
     for (int i = 0; i < n; i++)
-        status_of(ctx->s, i, &st[i]);
+        http_master_status(ctx->s, i, &st[i]);
     for (size_t f = 0; f < sizeof master_families / sizeof master_families[0]; f++) {
         rc |= metrics_appendf(&buf, &len, &cap, "# HELP %s %s\n# TYPE %s %s\n", master_families[f].name,
                               master_families[f].help, master_families[f].name, master_families[f].type);

@@ -41,7 +41,8 @@
  * callback (marker.h), which sets the cluster's markers right.
  *
  * Replies never leave this layer as redisReply: they are converted to
- * master_reply (integers and at most one string) before any callback sees them.
+ * master_reply (integers and at most one string; a long_reply script's
+ * string whole, in blob) before any callback sees them.
  *
  * The layer is src/master_*.c, a file per concern; master_int.h, their private
  * header, says which file owns what.
@@ -85,6 +86,10 @@ typedef struct master_reply {
                                         quarantine, no marker) or it may lose
                                         locks under --unsafe-masters refuse: its
                                         answer is no vote */
+    char *blob;                      /* a long_reply script's first string, whole and
+                                        malloc'd (str holds its start too); the pool
+                                        frees it once the batch's done has returned */
+    size_t blob_len;
     bool has_str;                    /* the first string of the reply */
     size_t str_len;
     char str[MREPLY_STR_MAX + 1];
@@ -120,6 +125,9 @@ typedef struct mscript {
      * Set by mscript_group_init. */
     const struct mscript *group;
     int group_fn;
+    /* Its answer's first string may be long (a listing's page): it arrives
+     * whole in master_reply.blob. Never in a group. */
+    bool long_reply;
 } mscript;
 
 /* Computes s->sha from s->body. */

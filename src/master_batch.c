@@ -28,6 +28,8 @@ static void batch_drop(struct mbatch *b, int n)
 {
     b->refs -= n;
     if (b->refs == 0) {
+        for (int i = 0; i < b->nreplies; i++)
+            free(b->replies[i].blob);
         free(b->argv);
         free(b);
     }
@@ -52,7 +54,9 @@ static int batch_complete(struct mbatch *b)
 void mpool_batch_answer(mpool *p, struct mbatch *b, int slot, const master_reply *r)
 {
     int drop = 1;
-    if (!b->completed) {
+    if (b->completed) {
+        free(r->blob);   /* nobody reads an answer after done */
+    } else {
         b->replies[slot] = *r;
         if (--b->pending == 0) {
             drop += batch_complete(b);
@@ -75,7 +79,7 @@ void mpool_run_decided(mpool *p)
     }
 }
 
-static void convert_reply(const redisReply *rr, master_reply *out)
+static void convert_reply(const redisReply *rr, master_reply *out, bool long_reply)
 {
     memset(out, 0, offsetof(master_reply, str));
     out->str[0] = '\0';
@@ -102,6 +106,11 @@ static void convert_reply(const redisReply *rr, master_reply *out)
             out->str[len] = '\0';
             out->str_len = len;
             out->has_str = true;
+            if (long_reply && (out->blob = malloc(e->len + 1)) != NULL) {
+                memcpy(out->blob, e->str, e->len);
+                out->blob[e->len] = '\0';
+                out->blob_len = e->len;
+            }
         }
     }
 }
@@ -325,7 +334,7 @@ void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, con
     if (noscript && batch_append(p, m, b, r->slot, now, r->deadline_us) == 0)
         return;   /* the batch's reference moves to the new record */
     master_reply mr;
-    convert_reply(rr, &mr);
+    convert_reply(rr, &mr, b->script->long_reply);
     mr.quarantined = master_guard(p, m, b->script, &mr);
     if (mr.kind == MREPLY_ERROR)
         master_log_error(m, b->script->name, mr.str, now);
@@ -378,6 +387,7 @@ void mpool_eval_decided(mpool *p, const mscript *s, uint32_t mask, int nkeys, in
     b->argc = argc;
     b->argv = argv;
     b->argvlen = argvlen;
+    b->nreplies = p->n;
     b->deadline_us = now + p->timeout_us;
     b->refs = 2;   /* uncompleted + FIFO */
 

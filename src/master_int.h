@@ -93,6 +93,7 @@ struct mbatch {
     int argc;                   /* EVALSHA sha nkeys args... */
     const char **argv;          /* one allocation with argvlen and the copied args */
     size_t *argvlen;            /* bytes of each argv[i] */
+    int nreplies;               /* the pool's n: replies[] and their blobs, freed with b */
     master_reply replies[];     /* by master index (the pool's n of them: a batch in flight
                                    costs no more than its masters); FAIL until answered */
 };

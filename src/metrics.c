@@ -1,6 +1,8 @@
 /* metrics.c - see metrics.h. */
 #include "metrics.h"
 
+#include <time.h>
+
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,7 +20,7 @@ static const double buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 
 
 static const char *route_names[METRICS_ROUTE_COUNT] = {
     "acquire", "extend", "release", "inspect", "dapr_lock", "dapr_unlock", "healthz", "readyz",
-    "metrics", "other"};
+    "metrics", "list", "other"};
 
 static const struct {
     const char *name;
@@ -42,7 +44,16 @@ static const struct {
     {"redlockd_quorum_misses_total", "Engine operations of any kind (requests, renewals of held streams, semaphore slots) that found fewer than a majority of masters able to vote; requests among them are also in redlockd_no_quorum_total."},
 };
 
+/* One second of metrics_rates: sec says which second its counts are of
+ * (a request of a newer second takes the slot over and zeroes it; one
+ * racing with that may be lost: the plots are approximate). */
+struct rate_slot {
+    atomic_llong sec;
+    atomic_uint n[3];
+};
+
 struct metrics {
+    struct rate_slot rates[METRICS_RATE_SECONDS];
     atomic_ullong requests[METRICS_ROUTE_COUNT][NSTATUS + 1];
     atomic_ullong hist[METRICS_ROUTE_COUNT][NBUCKETS + 1];
     atomic_ullong hist_sum_us[METRICS_ROUTE_COUNT];
@@ -70,6 +81,32 @@ void metrics_request(metrics *m, enum metrics_route r, int status, uint64_t late
         b++;
     atomic_fetch_add(&m->hist[r][b], 1);
     atomic_fetch_add(&m->hist_sum_us[r], latency_us);
+    int k = status == 409 ? 1 : status == 503 ? 2 : r == METRICS_ROUTE_ACQUIRE && status == 201 ? 0 : -1;
+    if (k < 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    long long sec = (long long)ts.tv_sec;
+    struct rate_slot *slot = &m->rates[sec % METRICS_RATE_SECONDS];
+    long long was = atomic_load(&slot->sec);
+    if (was != sec && atomic_compare_exchange_strong(&slot->sec, &was, sec))
+        for (int i = 0; i < 3; i++)
+            atomic_store(&slot->n[i], 0);
+    atomic_fetch_add(&slot->n[k], 1);
+}
+
+void metrics_rates(metrics *m, long long now_s, metrics_rate *out)
+{
+    for (int i = 0; i < METRICS_RATE_SECONDS; i++) {
+        long long t = now_s - (METRICS_RATE_SECONDS - 1) + i;
+        struct rate_slot *slot = &m->rates[t % METRICS_RATE_SECONDS];
+        out[i] = (metrics_rate){.t = t};
+        if (atomic_load(&slot->sec) == t) {
+            out[i].grants = atomic_load(&slot->n[0]);
+            out[i].conflicts = atomic_load(&slot->n[1]);
+            out[i].unavailable = atomic_load(&slot->n[2]);
+        }
+    }
 }
 
 int metrics_appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)

@@ -19,6 +19,7 @@ enum metrics_route {
     METRICS_ROUTE_HEALTHZ,
     METRICS_ROUTE_READYZ,
     METRICS_ROUTE_METRICS,
+    METRICS_ROUTE_LIST,     /* GET /locks, /elections, /semaphores */
     METRICS_ROUTE_OTHER,
     METRICS_ROUTE_COUNT
 };
@@ -53,6 +54,18 @@ void metrics_count(metrics *m, enum metrics_counter c);
 /* A finished HTTP request: route, status, time from first byte to answer. */
 void metrics_request(metrics *m, enum metrics_route r, int status, uint64_t latency_us);
 void metrics_inflight(metrics *m, int delta);
+
+/* The last METRICS_RATE_SECONDS seconds of answers, per second of the
+ * wall clock, for the dashboard's plots (GET /ui/state): acquires
+ * answered 201, answers 409 and answers 503, on any route. */
+#define METRICS_RATE_SECONDS 300
+typedef struct metrics_rate {
+    long long t;               /* Unix seconds */
+    unsigned grants, conflicts, unavailable;
+} metrics_rate;
+/* out[0..METRICS_RATE_SECONDS), oldest first, ending with the second of
+ * now_s (seconds without answers are zeros). */
+void metrics_rates(metrics *m, long long now_s, metrics_rate *out);
 
 /* Appends the Prometheus text of all counters to a malloc'd buffer
  * *buf of *len bytes (growing it). Returns 0 or -1 on OOM. */

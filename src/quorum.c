@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int quorum_of(int n) { return n / 2 + 1; }
 
@@ -76,6 +77,36 @@ long long quorum_fence_of_holders(const long long *fences, int n)
         if (fences[i] > 0 && (least == 0 || fences[i] < least))
             least = fences[i];
     return least;
+}
+
+int quorum_holder(const quorum_copy *c, int n, long long elapsed_us, double drift_factor,
+                  long long *validity_ms, long long *fence)
+{
+    int q = quorum_of(n);
+    for (int i = 0; i < n; i++) {
+        if (!c[i].value)
+            continue;
+        long long pttls[64], fences[64];
+        int agree = 0, pick = i;
+        for (int j = 0; j < n && agree < 64; j++) {
+            if (!c[j].value || c[j].vlen != c[i].vlen || memcmp(c[j].value, c[i].value, c[i].vlen))
+                continue;
+            fences[agree] = c[j].counter;
+            pttls[agree++] = c[j].pttl;
+            if (c[pick].olen == 0 && c[j].olen > 0)
+                pick = j;
+        }
+        if (agree < q)
+            continue;   /* one value at most holds a majority */
+        long long remaining = quorum_kth_largest(pttls, agree, q);
+        long long validity = quorum_validity_ms(remaining, elapsed_us, drift_factor);
+        if (validity <= 0)
+            return -1;
+        *validity_ms = validity;
+        *fence = quorum_fence_of_holders(fences, agree);
+        return pick;
+    }
+    return -1;
 }
 
 static int cmp_ll(const void *a, const void *b)

@@ -9,6 +9,7 @@
 #define RL_QUORUM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum quorum_outcome {
@@ -78,6 +79,26 @@ long long quorum_seed_fence(bool have_counter, long long counter, long long prop
  * whenever one of its yes votes, or a master the repair raised, is among
  * the holders that answered. 0 if n == 0. */
 long long quorum_fence_of_holders(const long long *fences, int n);
+
+/* One master's copy of a key, as an inspection or a listing reads it:
+ * value NULL where the master holds nothing or gave no vote. */
+typedef struct quorum_copy {
+    const char *value;
+    size_t vlen;
+    long long pttl;        /* ms left; a key without expiry counts as the longest ttl */
+    long long counter;     /* its fence counter there (0: did not parse) */
+    const char *owner;     /* the owner stored with that value ("" none) */
+    size_t olen;
+} quorum_copy;
+
+/* The holder of a key, from n masters' copies read elapsed_us ago: the
+ * first value that a majority (quorum_of(n)) holds with validity left
+ * (the least time left among the best majority, less drift). Returns the
+ * index of a copy of it (one with an owner when any has one) and sets
+ * *validity_ms and *fence (quorum_fence_of_holders of its copies); -1
+ * when no value is held so. */
+int quorum_holder(const quorum_copy *c, int n, long long elapsed_us, double drift_factor,
+                  long long *validity_ms, long long *fence);
 
 /* How long until a majority could be free, from a refused acquire:
  * held_pttl[0..nheld) are the remaining ms of the other holder's key on the

@@ -217,6 +217,11 @@ int rl_engine_post(rl_engine *e, void (*fn)(void *), void *arg);
  * lock name; refcounted. The key a notice carries is the prefixed key
  * (rl_engine_key). No-op without --notify. */
 void rl_engine_notice_want(rl_engine *e, const char *name, bool on);
+/* Loop thread: fn(arg, name, n) for each name with acquires waiting here
+ * (asleep or trying again within their wait_ms): n of them. The name is
+ * the engine's (an election's or a semaphore slot's holds RULES_SEP). */
+typedef void (*rl_waiters_fn)(void *arg, const char *name, int n);
+void rl_engine_waiters(rl_engine *e, rl_waiters_fn fn, void *arg);
 /* The key of name (key_prefix + name) into out. */
 void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen);
 

@@ -393,60 +393,37 @@ static bool value_and_owner(const master_reply *r, size_t *vlen)
     return true;
 }
 
-/* An inspect vote that names a holder: {pttl, counter, owner_len, value ..
- * owner}. Sets *vlen to the length of the value part. */
-static bool inspect_value(const master_reply *r, size_t *vlen)
-{
-    return is_vote(r, 3) && value_and_owner(r, vlen);
-}
-
 void inspect_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
-    int q = quorum_of(e->n);
     int answered = 0;
     for (int i = 0; i < e->n; i++)
         answered += is_vote(&replies[i], 1);
-    if (answered < q) {
+    if (answered < quorum_of(e->n)) {
         op_no_quorum(op, answered, replies);
         return;
     }
     op->res.outcome = RL_OK;
     op->res.held = false;
-    /* Group the masters by the token they hold; a holder needs a majority. */
+    /* Each master's copy {pttl, counter, owner_len, value .. owner}; a
+     * holder needs a majority. */
+    quorum_copy copies[MASTER_MAX] = {0};
     for (int i = 0; i < e->n; i++) {
-        const master_reply *a = &replies[i];
-        size_t alen;
-        if (!inspect_value(a, &alen))
+        const master_reply *r = &replies[i];
+        size_t vlen;
+        if (!is_vote(r, 3) || !value_and_owner(r, &vlen))
             continue;
-        long long pttls[MASTER_MAX], fences[MASTER_MAX];
-        int agree = 0;
-        const master_reply *owner = NULL;
-        for (int j = 0; j < e->n; j++) {
-            const master_reply *b = &replies[j];
-            size_t blen;
-            if (!inspect_value(b, &blen) || blen != alen || memcmp(a->str, b->str, alen))
-                continue;
-            fences[agree] = b->ints[1];
-            pttls[agree++] = b->ints[0] < 0 ? e->cfg.max_ttl_ms : b->ints[0];
-            if (!owner && b->ints[2] > 0)
-                owner = b;
-        }
-        if (agree < q)
-            continue;
-        long long remaining = quorum_kth_largest(pttls, agree, q);
-        long long validity = quorum_validity_ms(remaining, (long long)(loop_now_us() - op->start_us),
-                                                e->cfg.drift_factor);
-        if (validity > 0) {
-            op->res.held = true;
-            op->res.validity_ms = validity;
-            op->res.fence = quorum_fence_of_holders(fences, agree);
-            if (owner)
-                snprintf(op->res.owner, sizeof op->res.owner, "%.*s", (int)owner->ints[2],
-                         owner->str + owner->str_len - (size_t)owner->ints[2]);
-        }
-        break;
+        copies[i] = (quorum_copy){.value = r->str, .vlen = vlen,
+                                  .pttl = r->ints[0] < 0 ? e->cfg.max_ttl_ms : r->ints[0],
+                                  .counter = r->ints[1], .owner = r->str + vlen,
+                                  .olen = (size_t)r->ints[2]};
+    }
+    int h = quorum_holder(copies, e->n, (long long)(loop_now_us() - op->start_us), e->cfg.drift_factor,
+                          &op->res.validity_ms, &op->res.fence);
+    if (h >= 0) {
+        op->res.held = true;
+        snprintf(op->res.owner, sizeof op->res.owner, "%.*s", (int)copies[h].olen, copies[h].owner);
     }
     op_answer(op);
 }

@@ -25,6 +25,15 @@ static struct wname *wname_find(rl_engine *e, const char *key, size_t len)
     return NULL;
 }
 
+void rl_engine_waiters(rl_engine *e, rl_waiters_fn fn, void *arg)
+{
+    size_t plen = strlen(e->key_prefix);
+    for (int b = 0; b < RL_WTAB_SIZE; b++)
+        for (struct wname *w = e->wtab[b]; w; w = w->next)
+            if (w->members > 0 && w->len > plen)
+                fn(arg, w->key + plen, w->members);
+}
+
 /* op starts waiting for its name (trying now). NULL when out of memory. */
 static struct wname *wait_join(rl_task *op)
 {

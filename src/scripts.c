@@ -97,13 +97,13 @@ mscript script_acquire = {"acquire",
     "  end\n"
     "  return {1, f}\n"
     "end\n"
-    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true, NULL, 0};
+    "return {0, redis.call('PTTL', KEYS[1])}\n", "", false, true, NULL, true, NULL, 0, false};
 
 mscript script_dequeue = {"dequeue",
     "redis.call('ZREM', KEYS[1], ARGV[1])\n"
     "redis.call('ZREM', KEYS[2], ARGV[1])\n"
     "if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[3]) end\n"
-    "return 1\n", "", true, false, NULL, false, NULL, 0};
+    "return 1\n", "", true, false, NULL, false, NULL, 0, false};
 
 mscript script_settle = {"settle",
     GUARD
@@ -111,7 +111,7 @@ mscript script_settle = {"settle",
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
     "  return 1\n"
     "end\n"
-    "return 0\n", "", true, true, NULL, true, NULL, 0};
+    "return 0\n", "", true, true, NULL, true, NULL, 0, false};
 
 /* The extension where the key holds the value (script_extend and
  * script_renew share it). */
@@ -131,7 +131,7 @@ mscript script_settle = {"settle",
 mscript script_extend = {"extend",
     GUARD
     EXTEND_HELD
-    "return {0}\n", "", false, true, NULL, true, NULL, 0};
+    "return {0}\n", "", false, true, NULL, true, NULL, 0, false};
 
 /* A held stream's extension that also takes the masters where the key is
  * free (scripts.h). The fence counter is raised to the holder's fence,
@@ -147,7 +147,7 @@ mscript script_renew = {"renew",
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
     "redis.call('SET', KEYS[2], string.format('%d', c), 'PX', ARGV[3])\n"
     "if ARGV[5] ~= '' then redis.call('SET', KEYS[3], ARGV[1] .. '\\n' .. ARGV[5], 'PX', ARGV[2]) end\n"
-    "return {2, c, ARGV[1]}\n", "", false, true, NULL, true, NULL, 0};
+    "return {2, c, ARGV[1]}\n", "", false, true, NULL, true, NULL, 0, false};
 
 mscript script_inspect = {"inspect",
     GUARD
@@ -157,7 +157,7 @@ mscript script_inspect = {"inspect",
     "if " COUNTER_BAD("c") " then c = 0 end\n"
     "local o, owner = redis.call('GET', KEYS[3]), ''\n"
     "if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
-    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false, NULL, 0};
+    "return {redis.call('PTTL', KEYS[1]), c, #owner, v .. owner}\n", "", false, true, NULL, false, NULL, 0, false};
 
 /* An election leader's new value: the owner key holds "<value>\n<since>
  * <candidate>\x1f<proclaimed value>" (election.h); all before the value
@@ -176,11 +176,11 @@ mscript script_proclaim = {"proclaim",
     "  return {1}\n"
     "end\n"
     "if v then return {-1} end\n"
-    "return {0}\n", "", false, true, NULL, true, NULL, 0};
+    "return {0}\n", "", false, true, NULL, true, NULL, 0, false};
 
 /* A notice of a change (scripts.h). */
 mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1] .. (ARGV[2] or ''))\nreturn 1\n", "", false, false,
-                          NULL, false, NULL, 0};
+                          NULL, false, NULL, 0, false};
 
 /* A semaphore's limit (scripts.h). */
 mscript script_sem_limit = {"sem_limit",
@@ -195,7 +195,7 @@ mscript script_sem_limit = {"sem_limit",
     "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n"
     "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
     "end\n"
-    "return {1, tonumber(ARGV[1])}\n", "", false, true, NULL, true, NULL, 0};
+    "return {1, tonumber(ARGV[1])}\n", "", false, true, NULL, true, NULL, 0, false};
 
 /* A release: match is the Lua test of the stored value v (scripts.h). */
 #define RELEASE_BODY(match) \
@@ -219,11 +219,11 @@ mscript script_force = {"force",
     "if " COUNTER_BAD("c") " then c = 0 end\n"
     "redis.call('DEL', KEYS[1], KEYS[2])\n"
     "if ARGV[1] ~= '' then redis.call('PUBLISH', ARGV[1], KEYS[1] .. '\\n\\2' .. v) end\n"
-    "return {1, c, #owner, v .. owner}\n", "", false, false, NULL, false, NULL, 0};
+    "return {1, c, #owner, v .. owner}\n", "", false, false, NULL, false, NULL, 0, false};
 
-mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false, NULL, 0};
+mscript script_release_replay = {"release_replay", RELEASE_BODY("v == ARGV[1]"), "", true, false, NULL, false, NULL, 0, false};
 mscript script_release = {"release", RELEASE_BODY(MATCH_TOKEN), "", true, false, &script_release_replay,
-                              false, NULL, 0};
+                              false, NULL, 0, false};
 
 mscript script_marker = {"marker",
     "local mk, act, run_id = KEYS[1], ARGV[1], ARGV[2]\n"
@@ -259,12 +259,79 @@ mscript script_marker = {"marker",
     "if st ~= 'ready' then return {1, 0} end\n"
     "local left = (tonumber(redis.call('HGET', mk, 'until') or '0') or 0) - now\n"
     "if left < 0 then left = 0 end\n"
-    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false, NULL, 0};
+    "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false, NULL, 0, false};
+
+/* Listings (scripts.h). The scan keeps SCAN's order: a batch's names are
+ * sorted, so a page that ends inside a batch resumes from the same cursor
+ * by skipping what it already gave. */
+mscript script_list_scan = {"list_scan",
+    GUARD
+    "local cur, skip, pat = ARGV[1], tonumber(ARGV[2]), ARGV[3]\n"
+    "local limit, kind, plen = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])\n"
+    "local suffix = ''\n"
+    "if kind == 'e' then suffix = '\\31#election' elseif kind == 's' then suffix = '\\31#limit' end\n"
+    "local names, calls = {}, 0\n"
+    "while true do\n"
+    "  local r = redis.call('SCAN', cur, 'MATCH', pat, 'COUNT', " SCRIPT_LIST_SCAN_COUNT ")\n"
+    "  calls = calls + 1\n"
+    "  local batch = {}\n"
+    "  for _, k in ipairs(r[2]) do\n"
+    "    local name = string.sub(k, plen + 1, #k - #suffix)\n"
+    "    if #name > 0 and not string.find(name, '\\31', 1, true) and string.sub(k, #k - #suffix + 1) == suffix\n"
+    "       and (kind ~= 'l' or redis.call('EXISTS', k .. '\\31#fence') == 1) then\n"
+    "      batch[#batch + 1] = name\n"
+    "    end\n"
+    "  end\n"
+    "  table.sort(batch)\n"
+    "  if skip > #batch then skip = #batch end\n"
+    "  if #names + #batch - skip > limit then\n"
+    "    local take = limit - #names\n"
+    "    for i = skip + 1, skip + take do names[#names + 1] = batch[i] end\n"
+    "    return {0, cur .. '\\n' .. (skip + take) .. '\\n' .. table.concat(names, '\\n')}\n"
+    "  end\n"
+    "  for i = skip + 1, #batch do names[#names + 1] = batch[i] end\n"
+    "  skip, cur = 0, r[1]\n"
+    "  if cur == '0' or #names == limit or calls >= 4 + limit / 25 then break end\n"
+    "end\n"
+    "return {0, cur .. '\\n0\\n' .. table.concat(names, '\\n')}\n", "", false, true, NULL, false, NULL, 0, true};
+
+mscript script_list_check = {"list_check",
+    GUARD
+    "local kind, out = ARGV[1], {}\n"
+    "for i = 2, #ARGV - 1 do\n"
+    "  local k = ARGV[i]\n"
+    "  if kind == 's' then\n"
+    "    local lim = tonumber(redis.call('GET', k .. '\\31#limit') or '') or 0\n"
+    "    if lim < 0 or lim ~= math.floor(lim) then lim = 0 end\n"
+    "    if lim > " SCRIPT_LIST_SLOTS_MAX " then lim = " SCRIPT_LIST_SLOTS_MAX " end\n"
+    "    local parts = {string.format('%d', lim)}\n"
+    "    for slot = 0, lim - 1 do\n"
+    "      local sk = k .. '\\31#' .. slot\n"
+    "      local v = redis.call('GET', sk) or ''\n"
+    "      local p = -2\n"
+    "      if v ~= '' then p = redis.call('PTTL', sk) end\n"
+    "      parts[#parts + 1] = string.format('%d %d ', p, #v) .. v\n"
+    "    end\n"
+    "    out[#out + 1] = table.concat(parts, ' ')\n"
+    "  else\n"
+    "    local v = redis.call('GET', k)\n"
+    "    if not v then\n"
+    "      out[#out + 1] = '-2'\n"
+    "    else\n"
+    "      local c = tonumber(redis.call('GET', k .. '\\31#fence') or '')\n"
+    "      if " COUNTER_BAD("c") " then c = 0 end\n"
+    "      local o, owner = redis.call('GET', k .. '\\31#owner'), ''\n"
+    "      if o and string.sub(o, 1, #v + 1) == v .. '\\n' then owner = string.sub(o, #v + 2) end\n"
+    "      out[#out + 1] = string.format('%d %d %d %d ', redis.call('PTTL', k), c, #v, #owner) .. v .. owner\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return {0, table.concat(out, '\\n')}\n", "", false, true, NULL, false, NULL, 0, true};
 
 /* Extensions, inspections, releases and notices, as one call when several
  * meet on a master (master.h, group commit). Its body is built by
  * mscript_group_init. */
-mscript script_group = {"group", "", "", false, false, NULL, false, NULL, 0};
+mscript script_group = {"group", "", "", false, false, NULL, false, NULL, 0, false};
 
 /* In a group call, the guard reads the marker once for every command that
  * runs it (no command of a group writes the marker), and each guarded
@@ -328,6 +395,8 @@ static void scripts_init_once(void)
     mscript_init(&script_force);
     mscript_init(&script_sem_limit);
     mscript_init(&script_publish);
+    mscript_init(&script_list_scan);
+    mscript_init(&script_list_check);
 }
 
 void scripts_init(void)

@@ -191,6 +191,29 @@ extern mscript script_force;
  * Answers {state, ms_left}: state 0 no marker, 1 pending, 2 ready. */
 extern mscript script_marker;
 
+/* Listings (listing.h). Neither writes; both are guarded (a master in
+ * quarantine gives no page and no vote).
+ * script_list_scan: KEYS marker; ARGV cursor, skip, pattern, limit, kind,
+ * prefix_len, guard. SCANs (MATCH pattern, COUNT SCRIPT_LIST_SCAN_COUNT)
+ * from cursor, skipping the first skip names of the first batch, for at
+ * most limit names, and at most 4 + limit/25 calls of SCAN. A name is a
+ * key less its first prefix_len bytes (and, for kind 'e', its
+ * RULES_SEP election, for 's' its RULES_SEP limit), holding no RULES_SEP;
+ * for kind 'l' only a key with a fence counter (one redlockd granted).
+ * Each batch's names are sorted, so a page may end inside one. Answers
+ * {0, "<cursor>\n<skip>\n<name>\n<name>..."}: where the next page starts
+ * (cursor "0", skip 0: the scan is over).
+ * script_list_check: KEYS marker; ARGV kind, key..., guard. For kind 'l'
+ * or 'e', per key (the lock's): "-2" when absent, else "<pttl> <counter>
+ * <value_len> <owner_len> <value><owner>" (as script_inspect's); for 's',
+ * per key (the semaphore's, without a suffix): "<limit>" and for each slot
+ * below it (at most SCRIPT_LIST_SLOTS_MAX) " <pttl> <value_len> <value>"
+ * (pttl -2, length 0: free). Answers {0, the records joined by "\n"}. */
+#define SCRIPT_LIST_SCAN_COUNT "100"
+#define SCRIPT_LIST_SLOTS_MAX "64"   /* SEM_LIMIT_MAX */
+extern mscript script_list_scan;
+extern mscript script_list_check;
+
 /* The group script (master.h: group commit): extend, inspect, release and
  * publish, any mix of them in one call, each answering what it would
  * alone. Scripts that take memory (acquire, settle, proclaim, sem_limit)

@@ -44,9 +44,17 @@ static long long int_item(const cJSON *o, const char *field, long long dflt)
 
 /* What the client prints is one line of printable text, whatever the
  * endpoint sent (a newline or a terminal escape in a message, an owner or
- * a leader). */
+ * a leader): well-formed UTF-8 without control characters (C1's, which
+ * some terminals obey, included) stays as it is, anything else becomes
+ * spaces byte by byte. */
 static void one_line(char *s)
 {
+    size_t len = strlen(s);
+    bool c1 = false;
+    for (size_t i = 0; i + 1 < len; i++)
+        c1 |= (unsigned char)s[i] == 0xc2 && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f;
+    if (!c1 && rules_text_valid(s, len, len))
+        return;
     for (; *s; s++)
         if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
             *s = ' ';
@@ -138,6 +146,22 @@ int cli_format_status(const char *body, char *out, size_t outlen)
     one_line(out);
     cJSON_Delete(o);
     return 1;
+}
+
+int cli_format_listed(const cJSON *o, char *out, size_t outlen)
+{
+    const cJSON *name = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+    long long validity = int_item(o, "validity_ms", -1), fence = int_item(o, "fence", -1);
+    if (!cJSON_IsString(name) || validity < 0 || fence < 0)
+        return -1;
+    char d[32];
+    cli_format_ms(validity, d, sizeof d);
+    size_t used = (size_t)snprintf(out, outlen, "%s  validity %s, fence %lld", name->valuestring, d, fence);
+    const char *owner = str_item(o, "owner");
+    if (owner && used < outlen)
+        snprintf(out + used, outlen - used, ", owner %s", owner);
+    one_line(out);
+    return 0;
 }
 
 int cli_format_ready(const char *body, char *out, size_t outlen)

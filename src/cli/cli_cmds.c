@@ -222,3 +222,75 @@ int cmd_observe(const cli_args *a)
     answer_reset(&w.ans);
     return code;
 }
+
+/* ---- list ---- */
+
+int cmd_list(const cli_args *a)
+{
+    char prefix[RULES_NAME_PATH_MAX] = "", next[CLI_CURSOR_MAX + 1] = "", line[700];
+    if (a->prefix && rules_name_path(a->prefix, prefix, sizeof prefix) < 0)
+        prefix[0] = '\0';
+    cJSON *all = a->json ? cJSON_CreateObject() : NULL;
+    cJSON *locks = all ? cJSON_AddArrayToObject(all, "locks") : NULL;
+    if (a->json && !locks) {
+        cJSON_Delete(all);
+        say("out of memory");
+        return CLI_EXIT_SOFTWARE;
+    }
+    int code = CLI_EXIT_OK;
+    for (;;) {
+        char path[CLI_PATH_MAX + CLI_CURSOR_MAX];
+        snprintf(path, sizeof path, "/locks?limit=%d%s%s%s%s", CLI_LIST_PAGE, prefix[0] ? "&prefix=" : "", prefix,
+                 next[0] ? "&cursor=" : "", next);
+        answer ans = {0};
+        if (call("GET", path, NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0) {
+            code = unreachable(&ans);
+            answer_reset(&ans);
+            break;
+        }
+        if (ans.status != 200) {
+            code = refused(&ans);
+            answer_reset(&ans);
+            break;
+        }
+        cJSON *page = cJSON_Parse(ans.body);
+        const cJSON *items = cJSON_GetObjectItemCaseSensitive(page, "locks");
+        const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(page, "next");
+        bool understood = cJSON_IsArray(items) && (cJSON_IsNull(cursor) ||
+                                                   (cJSON_IsString(cursor) && *cursor->valuestring &&
+                                                    strlen(cursor->valuestring) <= CLI_CURSOR_MAX &&
+                                                    strspn(cursor->valuestring, "0123456789.") ==
+                                                        strlen(cursor->valuestring)));
+        const cJSON *it;
+        const cJSON *walk = understood ? items : NULL;
+        cJSON_ArrayForEach(it, walk) {
+            if (cli_format_listed(it, line, sizeof line) < 0) {
+                understood = false;
+                break;
+            }
+            if (locks)
+                cJSON_AddItemToArray(locks, cJSON_Duplicate(it, true));
+            else
+                printf("%s\n", line);
+        }
+        if (!understood) {
+            say("an answer redlock does not understand: %.200s", ans.body);
+            code = CLI_EXIT_PROTOCOL;
+        } else if (cJSON_IsString(cursor)) {
+            snprintf(next, sizeof next, "%s", cursor->valuestring);
+        }
+        bool more = understood && cJSON_IsString(cursor);
+        cJSON_Delete(page);
+        answer_reset(&ans);
+        if (!more)
+            break;
+    }
+    if (all && code == CLI_EXIT_OK) {
+        char *s = cJSON_PrintUnformatted(all);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    }
+    cJSON_Delete(all);
+    return code;
+}

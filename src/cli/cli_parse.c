@@ -101,6 +101,14 @@ static const struct {
      "\n"
      "Exits 0 when NAME is held, 1 when it is not, 69 when the service cannot be\n"
      "reached or has no quorum."},
+    {CLI_LIST, "list", "list [--prefix P] [--json]",
+     "Lists the locks a majority of the service's masters holds: one a line, with\n"
+     "its validity left, fence and owner (GET /locks, every page). No token is shown.\n"
+     "\n"
+     "  --prefix P       only names that start with P\n"
+     "  --json           print one JSON object {\"locks\":[...]} of every page's entries\n"
+     "\n"
+     "Exits 0, 69 when the service cannot be reached or has no quorum."},
     {CLI_READY, "ready", "ready [--json]",
      "Asks whether the service can grant locks (GET /readyz: a majority of its\n"
      "masters can vote).\n"
@@ -166,7 +174,8 @@ void cli_usage(FILE *out, enum cli_cmd cmd)
 }
 
 enum { OPT_TTL = 1, OPT_WAIT = 2, OPT_OWNER = 4, OPT_GRACE = 8, OPT_JSON = 16, OPT_CANDIDATE = 32,
-       OPT_VALUE = 64, OPT_OBSERVE = 128, OPT_LIMIT = 256, OPT_FORCE = 512, OPT_ADMIN = 1024 };
+       OPT_VALUE = 64, OPT_OBSERVE = 128, OPT_LIMIT = 256, OPT_FORCE = 512, OPT_ADMIN = 1024,
+       OPT_PREFIX = 2048 };
 
 static unsigned allowed_opts(enum cli_cmd c)
 {
@@ -176,6 +185,7 @@ static unsigned allowed_opts(enum cli_cmd c)
     case CLI_EXTEND: return OPT_TTL | OPT_JSON;
     case CLI_STATUS: return OPT_JSON;
     case CLI_READY: return OPT_JSON;
+    case CLI_LIST: return OPT_JSON | OPT_PREFIX;
     case CLI_ELECT: return OPT_TTL | OPT_GRACE | OPT_CANDIDATE | OPT_VALUE | OPT_OBSERVE;
     case CLI_RELEASE: return OPT_FORCE | OPT_ADMIN;
     default: return 0;
@@ -195,7 +205,7 @@ static const struct { const char *name; unsigned bit; bool value; } known[] = {
     {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
     {"json", OPT_JSON, false}, {"candidate", OPT_CANDIDATE, true}, {"value", OPT_VALUE, true},
     {"observe", OPT_OBSERVE, false}, {"limit", OPT_LIMIT, true}, {"force", OPT_FORCE, false},
-    {"admin-token-file", OPT_ADMIN, true},
+    {"admin-token-file", OPT_ADMIN, true}, {"prefix", OPT_PREFIX, true},
 };
 
 /* Is arg one of redlock's options ("-h", "--help", "--version", "--NAME" or
@@ -323,6 +333,14 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
         case OPT_ADMIN:
             a->admin_token_file = v;
             break;
+        case OPT_PREFIX:
+            if (*v && !rules_name_valid(v, strlen(v))) {
+                snprintf(err, errlen, "%s--prefix: up to %d bytes of UTF-8 without control characters", where,
+                         RULES_NAME_MAX);
+                return -1;
+            }
+            a->prefix = v;
+            break;
         case OPT_LIMIT: {
             char *end = NULL;
             long l = strtol(v, &end, 10);
@@ -413,7 +431,7 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     }
     if (a->help || a->version)
         return 0;
-    int want = a->cmd == CLI_READY                                       ? 0
+    int want = a->cmd == CLI_READY || a->cmd == CLI_LIST                 ? 0
                : a->cmd == CLI_EXTEND || (a->cmd == CLI_RELEASE && !a->force) ? 2
                                                                               : 1;
     if (npos != want) {

@@ -41,7 +41,7 @@ enum {
 #define CLI_LINE_MAX 65536             /* longest line accepted on a held stream */
 
 enum cli_cmd { CLI_NONE, CLI_RUN, CLI_ACQUIRE, CLI_EXTEND, CLI_RELEASE, CLI_STATUS, CLI_READY,
-               CLI_ELECT };
+               CLI_ELECT, CLI_LIST };
 
 typedef struct cli_args {
     enum cli_cmd cmd;
@@ -63,6 +63,7 @@ typedef struct cli_args {
     int limit;                    /* run --limit L: a permit of the semaphore NAME of L (0: a lock) */
     bool force;                   /* release --force: an operator's, with the admin token (no TOKEN) */
     const char *admin_token_file; /* --admin-token-file; NULL: REDLOCK_ADMIN_TOKEN */
+    const char *prefix;           /* list --prefix; NULL: every name */
 } cli_args;
 
 /* Parses a duration: a decimal number and a unit, ms, s, m or h, repeated
@@ -74,6 +75,12 @@ int cli_parse_duration(const char *s, long long *ms, const char **why);
 
 /* As cli_parse_duration, and "forever" gives CLI_WAIT_FOREVER. */
 int cli_parse_wait(const char *s, long long *ms, const char **why);
+
+/* One entry of GET /locks (a JSON object) as `redlock list` prints it:
+ * "NAME  validity 12.3s, fence F, owner O" (no owner when none is set).
+ * -1 when it is not one. */
+struct cJSON;
+int cli_format_listed(const struct cJSON *entry, char *out, size_t outlen);
 
 /* Parses argv (argv[0] is the program). Returns 0, or -1 with one line in
  * err for a usage error (exit CLI_EXIT_USAGE). With a->help or a->version

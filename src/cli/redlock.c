@@ -52,6 +52,7 @@ int main(int argc, char **argv)
     case CLI_RELEASE: code = cmd_release(&a); break;
     case CLI_STATUS: code = cmd_status(&a); break;
     case CLI_READY: code = cmd_ready(&a); break;
+    case CLI_LIST: code = cmd_list(&a); break;
     default: code = CLI_EXIT_USAGE; break;
     }
     curl_global_cleanup();

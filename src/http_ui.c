@@ -1,0 +1,175 @@
+/* http_ui.c - the dashboard (docs/ops.md): GET /ui serves one page, its
+ * script and style inside it (src/ui/dashboard.html, built into the
+ * binary: no other asset, works offline); the page polls GET /ui/state and
+ * the listings every second, with the token pasted into it. /ui/state is
+ * what the listings do not say: the masters as /readyz sees them (with
+ * their reply counters, from which the page draws latency), the last
+ * minutes of grants, 409s and 503s per second, and the acquires waiting
+ * on this instance per name. */
+#include "http_int.h"
+
+#include "ui_assets.h"
+
+enum MHD_Result ui_page(req_ctx *ctx)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(ui_dashboard_html_len, (void *)ui_dashboard_html,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    /* Nothing from elsewhere: the page's own script and style, and calls
+     * to this service only. */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src data:");
+    enum MHD_Result rc = MHD_queue_response(ctx->conn, 200, r);
+    MHD_destroy_response(r);
+    ctx->answered = true;
+    metrics_request(ctx->s->m, ctx->mroute, 200, loop_now_us() - ctx->start_us);
+    return rc;
+}
+
+/* Gathers every loop's waiters (each engine's index is its loop's own),
+ * then answers. */
+typedef struct ui_gather {
+    req_ctx *ctx;
+    pthread_mutex_t lock;
+    int left;                   /* loops still to count */
+    cJSON *waiters;             /* [{"kind","name","waiters"}] */
+} ui_gather;
+
+typedef struct ui_job {
+    ui_gather *g;
+    rl_engine *e;
+} ui_job;
+
+static void add_waiters(void *arg, const char *name, int n)
+{
+    ui_gather *g = arg;
+    const char *sep = strstr(name, RULES_SEP), *kind = "lock";
+    size_t len = strlen(name);
+    if (sep) {
+        const char *tail = sep + strlen(RULES_SEP);
+        if (!strcmp(tail, "election"))
+            kind = "election";
+        else if (isdigit((unsigned char)*tail) && strspn(tail, "0123456789") == strlen(tail))
+            kind = "semaphore";
+        else
+            return;
+        len = (size_t)(sep - name);
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(g->waiters, o)) {
+        cJSON_Delete(o);
+        return;
+    }
+    char buf[RL_INTERNAL_NAME_MAX + 1];
+    snprintf(buf, sizeof buf, "%.*s", (int)len, name);
+    cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddStringToObject(o, "name", buf);
+    jsonio_add_int(o, "waiters", n);
+}
+
+static char *state_json(http_server *s, cJSON *waiters)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON *masters = cJSON_AddArrayToObject(o, "masters");
+    for (int i = 0; masters && i < mpool_size(s->pool); i++) {
+        master_status st;
+        http_master_status(s, i, &st);
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddItemToArray(masters, m)) {
+            cJSON_Delete(m);
+            break;
+        }
+        cJSON_AddStringToObject(m, "addr", st.addr);
+        cJSON_AddBoolToObject(m, "up", st.up);
+        cJSON_AddBoolToObject(m, "quarantined", st.quarantined);
+        jsonio_add_int(m, "quarantine_left_ms", st.quarantine_left_ms);
+        cJSON_AddBoolToObject(m, "refusing", st.refusing);
+        cJSON_AddStringToObject(m, "refusal", st.refusal);
+        cJSON_AddStringToObject(m, "reason", st.reason);
+        jsonio_add_int(m, "replies", (long long)st.replies);
+        jsonio_add_int(m, "reply_us_sum", (long long)st.reply_us_sum);
+    }
+    static metrics_rate rates[METRICS_RATE_SECONDS];   /* (under the gather's end: one at a time) */
+    static pthread_mutex_t rates_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&rates_lock);
+    metrics_rates(s->m, (long long)time(NULL), rates);
+    cJSON *arr = cJSON_AddArrayToObject(o, "rates");
+    for (int i = 0; arr && i < METRICS_RATE_SECONDS; i++) {
+        cJSON *r = cJSON_CreateObject();
+        if (!r || !cJSON_AddItemToArray(arr, r)) {
+            cJSON_Delete(r);
+            break;
+        }
+        jsonio_add_int(r, "t", rates[i].t);
+        jsonio_add_int(r, "grants", rates[i].grants);
+        jsonio_add_int(r, "conflicts", rates[i].conflicts);
+        jsonio_add_int(r, "unavailable", rates[i].unavailable);
+    }
+    pthread_mutex_unlock(&rates_lock);
+    cJSON_AddItemToObject(o, "waiters", waiters);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return body;
+}
+
+static void gather_done(ui_gather *g)
+{
+    req_ctx *ctx = g->ctx;
+    ctx->list_body = state_json(ctx->s, g->waiters);
+    ctx_resume(ctx, &(rl_result){.outcome = ctx->list_body ? RL_OK : RL_INTERNAL}, NULL);
+    ctx_unref(ctx);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+static void gather_on_loop(void *arg)
+{
+    ui_job *job = arg;
+    ui_gather *g = job->g;
+    pthread_mutex_lock(&g->lock);
+    rl_engine_waiters(job->e, add_waiters, g);
+    bool last = --g->left == 0;
+    pthread_mutex_unlock(&g->lock);
+    free(job);
+    if (last)
+        gather_done(g);
+}
+
+enum MHD_Result ui_state(req_ctx *ctx)
+{
+    http_server *s = ctx->s;
+    ui_gather *g = calloc(1, sizeof *g);
+    cJSON *waiters = cJSON_CreateArray();
+    if (!g || !waiters) {
+        free(g);
+        cJSON_Delete(waiters);
+        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    }
+    pthread_mutex_init(&g->lock, NULL);
+    g->ctx = ctx;
+    g->waiters = waiters;
+    g->left = s->nshards;
+    ctx->list = true;
+    suspend_for_engine(ctx);
+    atomic_fetch_add(&ctx->refs, 1);   /* gather_done's */
+    for (int k = 0; k < s->nshards; k++) {
+        ui_job *job = malloc(sizeof *job);
+        if (job)
+            *job = (ui_job){g, s->shards[k].engine};
+        if (!job || rl_engine_post(s->shards[k].engine, gather_on_loop, job) < 0) {
+            free(job);   /* a loop stopping (or no memory): counted as done, with none */
+            pthread_mutex_lock(&g->lock);
+            bool last = --g->left == 0;
+            pthread_mutex_unlock(&g->lock);
+            if (last)
+                gather_done(g);
+        }
+    }
+    return MHD_YES;
+}

@@ -1,0 +1,231 @@
+/* listing.c - a page of a listing on a pool's loop (listing.h): a scan of
+ * one master, then a read of its names on every master, until the page
+ * holds limit names, the walk is over, or LIST_ROUNDS_MAX scans were made. */
+#include "listing_run.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "election.h"
+#include "scripts.h"
+
+typedef struct list_task {
+    mpool *pool;
+    const conf *cfg;
+    int n;
+    list_request req;
+    int count;                  /* names on the page */
+    int rounds;                 /* scans made */
+    cJSON *root, *items;
+    char *blob;                 /* the last scan's answer, its names in place */
+    char *names[LIST_LIMIT_MAX];
+    int nnames;
+    int scanned;                /* the master those names came from */
+    uint64_t read_us;           /* when their read was sent */
+    list_copy *copies;          /* one per master */
+    list_done_fn done;
+    void *arg;
+} list_task;
+
+static void scan_step(list_task *t);
+
+static const char *guard_of(const list_task *t) { return t->cfg->quarantine ? "1" : "0"; }
+
+static void finish(list_task *t, enum rl_outcome outcome)
+{
+    char *body = NULL;
+    if (outcome == RL_OK) {
+        char next[LIST_CURSOR_MAX];
+        list_cursor_format(&t->req.pos, next, sizeof next);
+        if (next[0])
+            cJSON_AddStringToObject(t->root, "next", next);
+        else
+            cJSON_AddNullToObject(t->root, "next");
+        body = cJSON_PrintUnformatted(t->root);
+        if (!body)
+            outcome = RL_INTERNAL;
+    }
+    t->done(t->arg, outcome, body);
+    cJSON_Delete(t->root);
+    free(t->blob);
+    free(t->copies);
+    free(t);
+}
+
+/* Another scan, or the page is done. */
+static void go_on(list_task *t)
+{
+    free(t->blob);
+    t->blob = NULL;
+    t->nnames = 0;
+    if (t->req.pos.master >= 0 && t->count < t->req.limit && ++t->rounds < LIST_ROUNDS_MAX)
+        scan_step(t);
+    else
+        finish(t, RL_OK);
+}
+
+static bool answered(const master_reply *r)
+{
+    return r->kind == MREPLY_VALUE && !r->quarantined && r->blob && r->nints >= 1 && r->ints[0] == 0;
+}
+
+static void read_done(void *arg, const master_reply *replies)
+{
+    list_task *t = arg;
+    const char *p[MASTER_MAX], *end[MASTER_MAX];
+    bool voted[MASTER_MAX];
+    int votes = 0;
+    for (int i = 0; i < t->n; i++) {
+        voted[i] = answered(&replies[i]);
+        votes += voted[i];
+        p[i] = voted[i] ? replies[i].blob : NULL;
+        end[i] = voted[i] ? replies[i].blob + replies[i].blob_len : NULL;
+    }
+    if (votes < quorum_of(t->n)) {
+        finish(t, RL_NO_QUORUM);
+        return;
+    }
+    long long elapsed_us = (long long)(loop_now_us() - t->read_us);
+    for (int k = 0; k < t->nnames; k++) {
+        const list_copy *c[MASTER_MAX];
+        for (int i = 0; i < t->n; i++) {
+            if (voted[i] && list_copy_next(t->req.kind, &p[i], end[i], t->cfg->max_ttl_ms, &t->copies[i]) < 0)
+                voted[i] = false;   /* not well formed: no vote from here on */
+            c[i] = voted[i] ? &t->copies[i] : NULL;
+        }
+        int added = list_decide(t->req.kind, t->names[k], c, t->n, t->scanned, elapsed_us,
+                                t->cfg->drift_factor, t->items);
+        if (added < 0) {
+            finish(t, RL_INTERNAL);
+            return;
+        }
+        t->count += added;
+    }
+    go_on(t);
+}
+
+/* Reads the names of the last scan on every master. */
+static void read_step(list_task *t)
+{
+    const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
+    const char *suffix = t->req.kind == LIST_ELECTIONS ? ELECTION_SUFFIX : "";
+    size_t plen = strlen(t->cfg->key_prefix), slen = strlen(suffix), bytes = 0;
+    for (int k = 0; k < t->nnames; k++)
+        bytes += plen + strlen(t->names[k]) + slen;
+    int nargs = t->nnames + 3;
+    const char **args = malloc((size_t)nargs * (sizeof *args + sizeof(size_t)) + bytes + 1);
+    if (!args) {
+        finish(t, RL_INTERNAL);
+        return;
+    }
+    size_t *lens = (size_t *)(args + nargs);
+    char *keys = (char *)(lens + nargs);
+    args[0] = SCRIPT_MARKER_KEY;
+    args[1] = kind;
+    for (int k = 0; k < t->nnames; k++) {
+        size_t nl = strlen(t->names[k]);
+        args[2 + k] = keys;
+        lens[2 + k] = plen + nl + slen;
+        memcpy(keys, t->cfg->key_prefix, plen);
+        memcpy(keys + plen, t->names[k], nl);
+        memcpy(keys + plen + nl, suffix, slen);
+        keys += lens[2 + k];
+    }
+    args[nargs - 1] = guard_of(t);
+    for (int i = 0; i < nargs; i++)
+        if (i < 2 || i == nargs - 1)
+            lens[i] = strlen(args[i]);
+    t->read_us = loop_now_us();
+    mpool_eval(t->pool, &script_list_check, (1u << t->n) - 1, 1, nargs, args, lens, read_done, t);
+    free(args);   /* (mpool_eval copies the command) */
+}
+
+static void scan_done(void *arg, const master_reply *replies)
+{
+    list_task *t = arg;
+    const master_reply *r = &replies[t->req.pos.master];
+    if (!answered(r)) {
+        /* A master down, in quarantine or refusing: the walk goes on with
+         * the next (a majority still meets one of those left). One that was
+         * sent the scan but was late: the same page again. */
+        if (!(r->kind == MREPLY_FAIL && r->sent))
+            list_next_master(&t->req.pos, t->n);
+        go_on(t);
+        return;
+    }
+    t->blob = malloc(r->blob_len + 1);
+    if (!t->blob) {
+        finish(t, RL_INTERNAL);
+        return;
+    }
+    memcpy(t->blob, r->blob, r->blob_len + 1);
+    list_pos next = t->req.pos;
+    t->nnames = list_scan_parse(t->blob, r->blob_len, &next, t->names, t->req.limit - t->count);
+    if (t->nnames < 0) {
+        t->nnames = 0;
+        list_next_master(&t->req.pos, t->n);   /* an answer not well formed: as a refusal */
+        go_on(t);
+        return;
+    }
+    t->scanned = t->req.pos.master;
+    t->req.pos = next;
+    if (!strcmp(next.cursor, "0") && next.skip == 0)
+        list_next_master(&t->req.pos, t->n);
+    if (t->nnames == 0)
+        go_on(t);
+    else
+        read_step(t);
+}
+
+static void scan_step(list_task *t)
+{
+    char pattern[(RULES_NAME_MAX + CONF_MAX_KEY_PREFIX) * 2 + 32], skip[24], limit[24], plen[24];
+    if (list_pattern(t->req.kind, t->cfg->key_prefix, t->req.prefix, pattern, sizeof pattern) < 0) {
+        finish(t, RL_INTERNAL);
+        return;
+    }
+    snprintf(skip, sizeof skip, "%d", t->req.pos.skip);
+    snprintf(limit, sizeof limit, "%d", t->req.limit - t->count);
+    snprintf(plen, sizeof plen, "%zu", strlen(t->cfg->key_prefix));
+    const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
+    const char *args[] = {SCRIPT_MARKER_KEY, t->req.pos.cursor, skip, pattern, limit, kind, plen, guard_of(t)};
+    size_t lens[8];
+    for (int i = 0; i < 8; i++)
+        lens[i] = strlen(args[i]);
+    mpool_eval(t->pool, &script_list_scan, 1u << t->req.pos.master, 1, 8, args, lens, scan_done, t);
+}
+
+static void start(void *arg)
+{
+    list_task *t = arg;
+    if (t->req.pos.master < 0)
+        finish(t, RL_OK);
+    else
+        scan_step(t);
+}
+
+int list_run(mpool *pool, const conf *cfg, const list_request *req, list_done_fn done, void *arg)
+{
+    list_task *t = calloc(1, sizeof *t);
+    if (!t)
+        return -1;
+    t->pool = pool;
+    t->cfg = cfg;
+    t->n = mpool_size(pool);
+    t->req = *req;
+    t->done = done;
+    t->arg = arg;
+    static const char *const keys[] = {"locks", "elections", "semaphores"};
+    t->root = cJSON_CreateObject();
+    t->items = cJSON_AddArrayToObject(t->root, keys[req->kind]);
+    t->copies = calloc((size_t)t->n, sizeof *t->copies);
+    if (!t->items || !t->copies || loop_post(mpool_loop(pool), start, t) < 0) {
+        cJSON_Delete(t->root);
+        free(t->copies);
+        free(t);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,99 @@
+/* listing.h - GET /locks, /elections and /semaphores (docs/ops.md): what a
+ * majority of masters holds, a page at a time, without any token.
+ *
+ * The walk: a name a majority holds is held by at least one of the first
+ * n - quorum + 1 masters, so those are SCANned one after another (never
+ * KEYS; script_list_scan), and each page's names are then read on every
+ * master (script_list_check). A name is listed when a majority holds it
+ * (quorum_holder; a semaphore: a majority stores its limit), and only
+ * from the first master that holds it: a name the walk met on an earlier
+ * master is not listed again. The cursor a page gives is where the walk
+ * goes on: the master, its SCAN cursor and the names of that batch
+ * already given. As with SCAN, a name held for the whole walk is listed
+ * once; one taken, freed or moved meanwhile may be missed or, while
+ * masters fail, given twice.
+ *
+ * This file's functions are pure (the cursor, the scripts' answers, the
+ * JSON), unit-tested in tests/unit/test_listing.c; list_run (listing.c)
+ * runs a page on a pool's loop.
+ */
+#ifndef RL_LISTING_H
+#define RL_LISTING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "quorum.h"
+#include "rules.h"
+
+enum list_kind { LIST_LOCKS, LIST_ELECTIONS, LIST_SEMAPHORES };
+
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+#define LIST_ROUNDS_MAX 8       /* a page scans again while it has fewer than limit names,
+                                   at most this many times */
+#define LIST_CURSOR_MAX 64      /* "<master>.<scan cursor>.<skip>" */
+#define LIST_SCAN_CURSOR_MAX 24 /* SCAN's cursor: an unsigned 64-bit integer */
+
+/* Where a walk stands: master -1 when it is over. */
+typedef struct list_pos {
+    int master;
+    char cursor[LIST_SCAN_CURSOR_MAX];
+    int skip;
+} list_pos;
+
+/* What a page asks for. */
+typedef struct list_request {
+    enum list_kind kind;
+    char prefix[RULES_NAME_MAX + 1];   /* "" lists every name */
+    int limit;                          /* 1..LIST_LIMIT_MAX */
+    list_pos pos;                       /* the start, or a cursor's */
+} list_request;
+
+/* The masters a walk scans: n - quorum_of(n) + 1. */
+int list_scanned(int nmasters);
+/* A page's cursor from the query argument s (NULL or "": the start) for n
+ * masters. -1 when it is not one this service gives. */
+int list_cursor_parse(const char *s, int nmasters, list_pos *pos);
+/* The cursor of pos into out (LIST_CURSOR_MAX bytes); "" when it is over. */
+void list_cursor_format(const list_pos *pos, char *out, size_t cap);
+/* The walk moves to the next master's start (or ends). */
+void list_next_master(list_pos *pos, int nmasters);
+
+/* The SCAN pattern of kind: key_prefix, prefix with * ? [ ] \ escaped, "*"
+ * and the kind's suffix. -1 when it does not fit cap. */
+int list_pattern(enum list_kind kind, const char *key_prefix, const char *prefix, char *out, size_t cap);
+
+/* script_list_scan's answer, in place: sets next's cursor and skip (its
+ * master unchanged) and names[0..return) to the names, each ended by a
+ * NUL written over blob's newlines. -1 when it is not well formed or
+ * holds more than max names. */
+int list_scan_parse(char *blob, size_t len, list_pos *next, char **names, int max);
+
+/* One master's record of one name in script_list_check's answer. */
+typedef struct list_copy {
+    int limit;                          /* a semaphore's stored limit (0: none) */
+    int nslots;                         /* ... and the slots read (up to 64) */
+    quorum_copy lock;                   /* a lock's or election's (value NULL: absent) */
+    quorum_copy slots[64];              /* a semaphore's slots (value NULL: free) */
+} list_copy;
+
+/* Reads the record at *p (before end) into c and moves *p past it and its
+ * newline. -1 when it is not well formed. no_expiry_ms stands for a key
+ * without expiry. */
+int list_copy_next(enum list_kind kind, const char **p, const char *end, long long no_expiry_ms,
+                   list_copy *c);
+
+/* One name of a page, from every master's copy (c[i] is master i's; NULL
+ * where it gave no vote), read elapsed_us ago, met in the scan of master
+ * scanned. Appends the name's entry to items when it is listed (returns 1),
+ * else returns 0 (-1: out of memory):
+ *   locks      {"name","validity_ms","fence","owner" (when set)}
+ *   elections  {"name","leader","value","term","since","validity_ms"}
+ *   semaphores {"name","limit","holders"}: the limit a majority stores, and
+ *              its slots that a majority holds */
+struct cJSON;
+int list_decide(enum list_kind kind, const char *name, const list_copy *const *c, int n, int scanned,
+                long long elapsed_us, double drift_factor, struct cJSON *items);
+
+#endif

@@ -1,0 +1,272 @@
+/* listing_page.c - the pure parts of a listing: see listing.h. */
+#include "listing.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "election.h"
+#include "jsonio.h"
+#include "scripts.h"
+
+int list_scanned(int nmasters)
+{
+    return nmasters - quorum_of(nmasters) + 1;
+}
+
+/* A decimal of at most max_digits digits at *p, up to stop; moves *p past it. */
+static bool digits(const char **p, char stop, size_t max_digits)
+{
+    size_t n = 0;
+    while ((*p)[n] >= '0' && (*p)[n] <= '9')
+        n++;
+    if (n == 0 || n > max_digits || (*p)[n] != stop)
+        return false;
+    *p += n;
+    return true;
+}
+
+int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
+{
+    memset(pos, 0, sizeof *pos);
+    strcpy(pos->cursor, "0");
+    if (!s || !*s)
+        return 0;
+    const char *p = s, *c;
+    if (!digits(&p, '.', 2))
+        return -1;
+    pos->master = atoi(s);
+    c = ++p;
+    if (!digits(&p, '.', 20))
+        return -1;
+    errno = 0;
+    unsigned long long cur = strtoull(c, NULL, 10);
+    if (errno)
+        return -1;
+    snprintf(pos->cursor, sizeof pos->cursor, "%llu", cur);
+    c = ++p;
+    if (!digits(&p, '\0', 4))
+        return -1;
+    pos->skip = atoi(c);
+    if (pos->master >= list_scanned(nmasters) || pos->skip > LIST_LIMIT_MAX)
+        return -1;
+    return 0;
+}
+
+void list_cursor_format(const list_pos *pos, char *out, size_t cap)
+{
+    if (pos->master < 0)
+        snprintf(out, cap, "%s", "");
+    else
+        snprintf(out, cap, "%d.%s.%d", pos->master, pos->cursor, pos->skip);
+}
+
+void list_next_master(list_pos *pos, int nmasters)
+{
+    pos->master = pos->master + 1 < list_scanned(nmasters) ? pos->master + 1 : -1;
+    strcpy(pos->cursor, "0");
+    pos->skip = 0;
+}
+
+int list_pattern(enum list_kind kind, const char *key_prefix, const char *prefix, char *out, size_t cap)
+{
+    const char *suffix = kind == LIST_ELECTIONS ? ELECTION_SUFFIX : kind == LIST_SEMAPHORES ? RULES_SEP "limit" : "";
+    size_t n = 0;
+    const char *parts[] = {key_prefix, prefix};
+    for (int k = 0; k < 2; k++)
+        for (const char *c = parts[k]; *c; c++) {
+            if (n + 2 >= cap)
+                return -1;
+            if (strchr("*?[]\\", *c))
+                out[n++] = '\\';
+            out[n++] = *c;
+        }
+    int w = snprintf(out + n, cap - n, "*%s", suffix);
+    return w < 0 || (size_t)w >= cap - n ? -1 : 0;
+}
+
+int list_scan_parse(char *blob, size_t len, list_pos *next, char **names, int max)
+{
+    char *end = blob + len, *p = blob;
+    char *nl = memchr(p, '\n', len);
+    if (!nl || nl == p || (size_t)(nl - p) >= sizeof next->cursor)
+        return -1;
+    *nl = '\0';
+    const char *q = p;
+    if (!digits(&q, '\0', 20))
+        return -1;
+    strcpy(next->cursor, p);
+    p = nl + 1;
+    nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl)
+        return -1;
+    *nl = '\0';
+    q = p;
+    if (!digits(&q, '\0', 4))
+        return -1;
+    next->skip = atoi(p);
+    p = nl + 1;
+    int n = 0;
+    while (p < end) {
+        nl = memchr(p, '\n', (size_t)(end - p));
+        char *stop = nl ? nl : end;
+        if (stop == p || n == max)
+            return -1;
+        *stop = '\0';
+        names[n++] = p;
+        p = stop + 1;
+    }
+    return n;
+}
+
+/* A signed decimal at *p followed by one space; moves *p past both. */
+static bool number(const char **p, const char *end, long long *v)
+{
+    const char *s = *p;
+    bool neg = s < end && *s == '-';
+    if (neg)
+        s++;
+    long long x = 0;
+    const char *d = s;
+    while (s < end && *s >= '0' && *s <= '9' && s - d < 18)
+        x = x * 10 + (*s++ - '0');
+    if (s == d || s >= end || *s != ' ')
+        return false;
+    *v = neg ? -x : x;
+    *p = s + 1;
+    return true;
+}
+
+/* A record's end: a newline, or the end of the answer. */
+static bool record_end(const char **p, const char *end)
+{
+    if (*p == end)
+        return true;
+    if (**p != '\n')
+        return false;
+    (*p)++;
+    return true;
+}
+
+int list_copy_next(enum list_kind kind, const char **p, const char *end, long long no_expiry_ms,
+                   list_copy *c)
+{
+    memset(c, 0, offsetof(list_copy, slots));
+    const char *s = *p;
+    long long v[4];
+    if (kind == LIST_SEMAPHORES) {
+        /* "<limit>" then " <pttl> <len> <value>" per slot */
+        const char *d = s;
+        long long lim = 0;
+        while (s < end && *s >= '0' && *s <= '9' && s - d < 3)
+            lim = lim * 10 + (*s++ - '0');
+        if (s == d || lim > 64)
+            return -1;
+        c->limit = (int)lim;
+        for (int i = 0; i < c->limit; i++) {
+            if (s >= end || *s++ != ' ' || !number(&s, end, &v[0]) || !number(&s, end, &v[1]) || v[1] < 0 ||
+                v[1] > end - s)
+                return -1;
+            c->slots[i] = (quorum_copy){.value = v[1] ? s : NULL, .vlen = (size_t)v[1],
+                                        .pttl = v[0] == -1 ? no_expiry_ms : v[0], .owner = ""};
+            s += v[1];
+        }
+        c->nslots = c->limit;
+    } else if (end - s >= 2 && !memcmp(s, "-2", 2) && (end - s == 2 || s[2] == '\n')) {
+        s += 2;
+    } else {
+        for (int i = 0; i < 4; i++)
+            if (!number(&s, end, &v[i]))
+                return -1;
+        if (v[2] <= 0 || v[3] < 0 || v[2] + v[3] > end - s)
+            return -1;
+        c->lock = (quorum_copy){.value = s, .vlen = (size_t)v[2], .pttl = v[0] == -1 ? no_expiry_ms : v[0],
+                                .counter = v[1], .owner = s + v[2], .olen = (size_t)v[3]};
+        s += v[2] + v[3];
+    }
+    if (!record_end(&s, end))
+        return -1;
+    *p = s;
+    return 0;
+}
+
+/* Whether a master before scanned holds the name: the walk met it there. */
+static bool met_before(enum list_kind kind, const list_copy *const *c, int scanned)
+{
+    for (int i = 0; i < scanned; i++)
+        if (c[i] && (kind == LIST_SEMAPHORES ? c[i]->limit > 0 : c[i]->lock.value != NULL))
+            return true;
+    return false;
+}
+
+static int list_semaphore(const char *name, const list_copy *const *c, int n, long long elapsed_us,
+                          double drift_factor, cJSON *items)
+{
+    /* The limit a majority stores. */
+    int limit = 0;
+    for (int i = 0; i < n && !limit; i++) {
+        if (!c[i] || !c[i]->limit)
+            continue;
+        int agree = 0;
+        for (int j = 0; j < n; j++)
+            agree += c[j] && c[j]->limit == c[i]->limit;
+        if (agree >= quorum_of(n))
+            limit = c[i]->limit;
+    }
+    if (!limit)
+        return 0;
+    int holders = 0;
+    for (int s = 0; s < limit; s++) {
+        quorum_copy slot[MASTER_MAX] = {0};
+        for (int i = 0; i < n; i++)
+            if (c[i] && s < c[i]->nslots)
+                slot[i] = c[i]->slots[s];
+        long long validity, fence;
+        holders += quorum_holder(slot, n, elapsed_us, drift_factor, &validity, &fence) >= 0;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(items, o))
+        return cJSON_Delete(o), -1;
+    cJSON_AddStringToObject(o, "name", name);
+    jsonio_add_int(o, "limit", limit);
+    jsonio_add_int(o, "holders", holders);
+    return 1;
+}
+
+int list_decide(enum list_kind kind, const char *name, const list_copy *const *c, int n, int scanned,
+                long long elapsed_us, double drift_factor, cJSON *items)
+{
+    if (met_before(kind, c, scanned))
+        return 0;
+    if (kind == LIST_SEMAPHORES)
+        return list_semaphore(name, c, n, elapsed_us, drift_factor, items);
+    quorum_copy copies[MASTER_MAX] = {0};
+    for (int i = 0; i < n; i++)
+        if (c[i])
+            copies[i] = c[i]->lock;
+    long long validity, fence;
+    int h = quorum_holder(copies, n, elapsed_us, drift_factor, &validity, &fence);
+    if (h < 0)
+        return 0;
+    char owner[RL_OWNER_MAX + 1];
+    snprintf(owner, sizeof owner, "%.*s", (int)copies[h].olen, copies[h].owner);
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(items, o))
+        return cJSON_Delete(o), -1;
+    if (kind == LIST_ELECTIONS) {
+        rl_result res = {.held = true, .validity_ms = validity, .fence = fence};
+        snprintf(res.owner, sizeof res.owner, "%s", owner);
+        election_state st;
+        election_state_of(&res, &st);
+        election_state_add(o, name, &st);
+        return 1;
+    }
+    cJSON_AddStringToObject(o, "name", name);
+    jsonio_add_int(o, "validity_ms", validity);
+    jsonio_add_int(o, "fence", fence);
+    if (owner[0])
+        cJSON_AddStringToObject(o, "owner", owner);
+    return 1;
+}
