@@ -24,6 +24,9 @@ typedef struct list_task {
     int nnames;
     int scanned;                /* the master those names came from */
     uint64_t read_us;           /* when their read was sent */
+    bool read_any;
+    bool stalled;               /* the master scanned is up but was late: the page ends */
+    uint64_t start_us;              /* a read reached every master this page: a majority answered */
     list_copy *copies;          /* one per master */
     list_done_fn done;
     void *arg;
@@ -54,14 +57,21 @@ static void finish(list_task *t, enum rl_outcome outcome)
     free(t);
 }
 
-/* Another scan, or the page is done. */
+static void read_step(list_task *t);
+
+/* Another scan, or the page is done. A page whose scans found no names
+ * (or could reach no master) still reads, with no names, so that it
+ * answers only when a majority does. */
 static void go_on(list_task *t)
 {
     free(t->blob);
     t->blob = NULL;
     t->nnames = 0;
-    if (t->req.pos.master >= 0 && t->count < t->req.limit && ++t->rounds < LIST_ROUNDS_MAX)
+    if (t->req.pos.master >= 0 && t->count < t->req.limit && !t->stalled && ++t->rounds < LIST_ROUNDS_MAX &&
+        loop_now_us() - t->start_us < LIST_PAGE_MS * 1000ULL)
         scan_step(t);
+    else if (!t->read_any)
+        read_step(t);
     else
         finish(t, RL_OK);
 }
@@ -95,7 +105,7 @@ static void read_done(void *arg, const master_reply *replies)
                 voted[i] = false;   /* not well formed: no vote from here on */
             c[i] = voted[i] ? &t->copies[i] : NULL;
         }
-        int added = list_decide(t->req.kind, t->names[k], c, t->n, t->scanned, elapsed_us,
+        int added = list_decide(t->req.kind, t->names[k], c, t->n, t->scanned, t->req.pos.skipped, elapsed_us,
                                 t->cfg->drift_factor, t->items);
         if (added < 0) {
             finish(t, RL_INTERNAL);
@@ -106,7 +116,8 @@ static void read_done(void *arg, const master_reply *replies)
     go_on(t);
 }
 
-/* Reads the names of the last scan on every master. */
+/* Reads the names of the last scan on every master (none: only whether a
+ * majority answers). */
 static void read_step(list_task *t)
 {
     const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
@@ -134,6 +145,7 @@ static void read_step(list_task *t)
         keys += lens[2 + k];
     }
     args[nargs - 1] = guard_of(t);
+    t->read_any = true;
     for (int i = 0; i < nargs; i++)
         if (i < 2 || i == nargs - 1)
             lens[i] = strlen(args[i]);
@@ -147,11 +159,18 @@ static void scan_done(void *arg, const master_reply *replies)
     list_task *t = arg;
     const master_reply *r = &replies[t->req.pos.master];
     if (!answered(r)) {
-        /* A master down, in quarantine or refusing: the walk goes on with
-         * the next (a majority still meets one of those left). One that was
-         * sent the scan but was late: the same page again. */
-        if (!(r->kind == MREPLY_FAIL && r->sent))
-            list_next_master(&t->req.pos, t->n);
+        /* One that is down, in quarantine or refusing: the walk passes it
+         * (a majority of those that vote still meets one of the rest). One
+         * that is up but late: the page ends here, and the next asks it
+         * again. */
+        master_status st;
+        mpool_status(t->pool, t->req.pos.master, &st);
+        if (r->kind == MREPLY_FAIL && st.up && !st.quarantined) {
+            t->stalled = true;
+        } else if (!list_next_master(&t->req.pos, t->n, true)) {
+            finish(t, RL_NO_QUORUM);   /* too few masters left to scan */
+            return;
+        }
         go_on(t);
         return;
     }
@@ -165,14 +184,18 @@ static void scan_done(void *arg, const master_reply *replies)
     t->nnames = list_scan_parse(t->blob, r->blob_len, &next, t->names, t->req.limit - t->count);
     if (t->nnames < 0) {
         t->nnames = 0;
-        list_next_master(&t->req.pos, t->n);   /* an answer not well formed: as a refusal */
+        /* An answer not well formed: as a refusal. */
+        if (!list_next_master(&t->req.pos, t->n, true)) {
+            finish(t, RL_NO_QUORUM);
+            return;
+        }
         go_on(t);
         return;
     }
     t->scanned = t->req.pos.master;
     t->req.pos = next;
-    if (!strcmp(next.cursor, "0") && next.skip == 0)
-        list_next_master(&t->req.pos, t->n);
+    if (!strcmp(next.cursor, "0") && !next.after[0])
+        list_next_master(&t->req.pos, t->n, false);
     if (t->nnames == 0)
         go_on(t);
     else
@@ -181,27 +204,28 @@ static void scan_done(void *arg, const master_reply *replies)
 
 static void scan_step(list_task *t)
 {
-    char pattern[(RULES_NAME_MAX + CONF_MAX_KEY_PREFIX) * 2 + 32], skip[24], limit[24], plen[24];
+    char pattern[(RULES_NAME_MAX + CONF_MAX_KEY_PREFIX) * 2 + 32], limit[24], plen[24], count[24];
     if (list_pattern(t->req.kind, t->cfg->key_prefix, t->req.prefix, pattern, sizeof pattern) < 0) {
         finish(t, RL_INTERNAL);
         return;
     }
-    snprintf(skip, sizeof skip, "%d", t->req.pos.skip);
     snprintf(limit, sizeof limit, "%d", t->req.limit - t->count);
+    snprintf(count, sizeof count, "%d", t->req.pos.count);
     snprintf(plen, sizeof plen, "%zu", strlen(t->cfg->key_prefix));
     const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
-    const char *args[] = {SCRIPT_MARKER_KEY, t->req.pos.cursor, skip, pattern, limit, kind, plen, guard_of(t)};
-    size_t lens[8];
-    for (int i = 0; i < 8; i++)
+    const char *args[] = {SCRIPT_MARKER_KEY, t->req.pos.cursor, t->req.pos.after, count, pattern, limit, kind,
+                          plen, guard_of(t)};
+    size_t lens[9];
+    for (int i = 0; i < 9; i++)
         lens[i] = strlen(args[i]);
-    mpool_eval(t->pool, &script_list_scan, 1u << t->req.pos.master, 1, 8, args, lens, scan_done, t);
+    mpool_eval(t->pool, &script_list_scan, 1u << t->req.pos.master, 1, 9, args, lens, scan_done, t);
 }
 
 static void start(void *arg)
 {
     list_task *t = arg;
     if (t->req.pos.master < 0)
-        finish(t, RL_OK);
+        read_step(t);
     else
         scan_step(t);
 }
@@ -217,6 +241,7 @@ int list_run(mpool *pool, const conf *cfg, const list_request *req, list_done_fn
     t->req = *req;
     t->done = done;
     t->arg = arg;
+    t->start_us = loop_now_us();
     static const char *const keys[] = {"locks", "elections", "semaphores"};
     t->root = cJSON_CreateObject();
     t->items = cJSON_AddArrayToObject(t->root, keys[req->kind]);

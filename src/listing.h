@@ -1,17 +1,24 @@
 /* listing.h - GET /locks, /elections and /semaphores (docs/ops.md): what a
  * majority of masters holds, a page at a time, without any token.
  *
- * The walk: a name a majority holds is held by at least one of the first
- * n - quorum + 1 masters, so those are SCANned one after another (never
- * KEYS; script_list_scan), and each page's names are then read on every
+ * The walk: a name a majority holds is held by at least one of any
+ * n - quorum + 1 masters, so that many are SCANned one after another
+ * (never KEYS; script_list_scan), from the first, and each page's names are then read on every
  * master (script_list_check). A name is listed when a majority holds it
  * (quorum_holder; a semaphore: a majority stores its limit), and only
  * from the first master that holds it: a name the walk met on an earlier
- * master is not listed again. The cursor a page gives is where the walk
- * goes on: the master, its SCAN cursor and the names of that batch
- * already given. As with SCAN, a name held for the whole walk is listed
- * once; one taken, freed or moved meanwhile may be missed or, while
- * masters fail, given twice.
+ * master is not listed again. A master the walk reaches that is down (or
+ * in quarantine, or refusing) is passed, and the next after the first
+ * n - quorum + 1 is scanned in its place; when too few are left, the page
+ * answers no quorum. One that is up but late ends the page where it
+ * stands, to be asked again by the next. The cursor a page gives is where the walk
+ * goes on: the master, its SCAN cursor and, where a page ended inside a
+ * batch (script_list_scan), the last name it took. As with SCAN, a name
+ * held for the whole walk is listed once; one taken or freed meanwhile may
+ * be listed or not, and while masters fail a name may be given twice.
+ * (A page ends inside a batch only when the batch alone holds more names
+ * than the page takes; should other keys of that batch's buckets change
+ * before the next page, a name after that page's last may then be missed.)
  *
  * This file's functions are pure (the cursor, the scripts' answers, the
  * JSON), unit-tested in tests/unit/test_listing.c; list_run (listing.c)
@@ -28,18 +35,25 @@
 
 enum list_kind { LIST_LOCKS, LIST_ELECTIONS, LIST_SEMAPHORES };
 
-#define LIST_LIMIT_DEFAULT 100
-#define LIST_LIMIT_MAX 1000
-#define LIST_ROUNDS_MAX 8       /* a page scans again while it has fewer than limit names,
-                                   at most this many times */
-#define LIST_CURSOR_MAX 64      /* "<master>.<scan cursor>.<skip>" */
 #define LIST_SCAN_CURSOR_MAX 24 /* SCAN's cursor: an unsigned 64-bit integer */
 
-/* Where a walk stands: master -1 when it is over. */
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+#define LIST_ROUNDS_MAX 64      /* a page scans again while it has fewer than limit names,
+                                   at most this many times ... */
+#define LIST_PAGE_MS 200        /* ... and, after the first, for at most this long */
+#define LIST_CURSOR_MAX (16 + LIST_SCAN_CURSOR_MAX + 2 * RULES_NAME_MAX)
+                                /* "<master>.<skipped>.<scan cursor>[.<count>.<after, hex>]" */
+
+/* Where a walk stands: master -1 when it is over; after, the last name a
+ * page took from the batch at cursor ("" none). */
 typedef struct list_pos {
     int master;
     char cursor[LIST_SCAN_CURSOR_MAX];
-    int skip;
+    char after[RULES_NAME_MAX + 1];
+    int count;                  /* with after: the COUNT that batch was read with */
+    unsigned skipped;           /* masters below master the walk passed without a scan (down,
+                                   in quarantine, refusing): they met nothing */
 } list_pos;
 
 /* What a page asks for. */
@@ -50,21 +64,25 @@ typedef struct list_request {
     list_pos pos;                       /* the start, or a cursor's */
 } list_request;
 
-/* The masters a walk scans: n - quorum_of(n) + 1. */
+/* The masters a walk scans to the end: n - quorum_of(n) + 1 (those it
+ * passes do not count). */
 int list_scanned(int nmasters);
 /* A page's cursor from the query argument s (NULL or "": the start) for n
  * masters. -1 when it is not one this service gives. */
 int list_cursor_parse(const char *s, int nmasters, list_pos *pos);
 /* The cursor of pos into out (LIST_CURSOR_MAX bytes); "" when it is over. */
 void list_cursor_format(const list_pos *pos, char *out, size_t cap);
-/* The walk moves to the next master's start (or ends). */
-void list_next_master(list_pos *pos, int nmasters);
+/* The walk moves to the next master's start, or ends (master -1) once
+ * list_scanned masters were scanned to the end; skipped: the one it leaves
+ * was passed without a scan. False when it ends without them (too few
+ * masters answered). */
+bool list_next_master(list_pos *pos, int nmasters, bool skipped);
 
 /* The SCAN pattern of kind: key_prefix, prefix with * ? [ ] \ escaped, "*"
  * and the kind's suffix. -1 when it does not fit cap. */
 int list_pattern(enum list_kind kind, const char *key_prefix, const char *prefix, char *out, size_t cap);
 
-/* script_list_scan's answer, in place: sets next's cursor and skip (its
+/* script_list_scan's answer, in place: sets next's cursor and after (its
  * master unchanged) and names[0..return) to the names, each ended by a
  * NUL written over blob's newlines. -1 when it is not well formed or
  * holds more than max names. */
@@ -86,7 +104,7 @@ int list_copy_next(enum list_kind kind, const char **p, const char *end, long lo
 
 /* One name of a page, from every master's copy (c[i] is master i's; NULL
  * where it gave no vote), read elapsed_us ago, met in the scan of master
- * scanned. Appends the name's entry to items when it is listed (returns 1),
+ * scanned, the masters of skipped (bits) below it not scanned. Appends the name's entry to items when it is listed (returns 1),
  * else returns 0 (-1: out of memory):
  *   locks      {"name","validity_ms","fence","owner" (when set)}
  *   elections  {"name","leader","value","term","since","validity_ms"}
@@ -94,6 +112,6 @@ int list_copy_next(enum list_kind kind, const char **p, const char *end, long lo
  *              its slots that a majority holds */
 struct cJSON;
 int list_decide(enum list_kind kind, const char *name, const list_copy *const *c, int n, int scanned,
-                long long elapsed_us, double drift_factor, struct cJSON *items);
+                unsigned skipped, long long elapsed_us, double drift_factor, struct cJSON *items);
 
 #endif

@@ -28,6 +28,12 @@ static bool digits(const char **p, char stop, size_t max_digits)
     return true;
 }
 
+/* Masters below pos's that were scanned to the end. */
+static int scanned_below(const list_pos *pos)
+{
+    return pos->master - __builtin_popcount(pos->skipped);
+}
+
 int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
 {
     memset(pos, 0, sizeof *pos);
@@ -39,35 +45,66 @@ int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
         return -1;
     pos->master = atoi(s);
     c = ++p;
-    if (!digits(&p, '.', 20))
+    if (!digits(&p, '.', 5))
+        return -1;
+    long sk = atol(c);
+    if (sk >= 1L << pos->master)
+        return -1;   /* only masters below it */
+    pos->skipped = (unsigned)sk;
+    c = ++p;
+    const char *dot = strchr(p, '.');
+    if (!digits(&p, dot ? '.' : '\0', 20))
         return -1;
     errno = 0;
     unsigned long long cur = strtoull(c, NULL, 10);
     if (errno)
         return -1;
     snprintf(pos->cursor, sizeof pos->cursor, "%llu", cur);
-    c = ++p;
-    if (!digits(&p, '\0', 4))
-        return -1;
-    pos->skip = atoi(c);
-    if (pos->master >= list_scanned(nmasters) || pos->skip > LIST_LIMIT_MAX)
-        return -1;
-    return 0;
+    if (dot) {
+        /* the batch's COUNT, and after in hex: a whole name */
+        p = dot + 1;
+        if (!digits(&p, '.', 3) || (pos->count = atoi(dot + 1)) < 1 || pos->count > LIST_LIMIT_MAX)
+            return -1;
+        const char *hex = p + 1;
+        size_t hl = strlen(hex), n = hl / 2;
+        if (hl == 0 || hl % 2 || n > RULES_NAME_MAX || strspn(hex, "0123456789abcdef") != hl)
+            return -1;
+        for (size_t i = 0; i < n; i++) {
+            unsigned v;
+            sscanf(hex + 2 * i, "%2x", &v);
+            pos->after[i] = (char)v;
+        }
+        pos->after[n] = '\0';
+        if (!rules_name_valid(pos->after, n))
+            return -1;
+    }
+    return pos->master < nmasters && scanned_below(pos) < list_scanned(nmasters) ? 0 : -1;
 }
 
 void list_cursor_format(const list_pos *pos, char *out, size_t cap)
 {
-    if (pos->master < 0)
+    if (pos->master < 0) {
         snprintf(out, cap, "%s", "");
-    else
-        snprintf(out, cap, "%d.%s.%d", pos->master, pos->cursor, pos->skip);
+        return;
+    }
+    int n = pos->after[0] ? snprintf(out, cap, "%d.%u.%s.%d.", pos->master, pos->skipped, pos->cursor, pos->count)
+                           : snprintf(out, cap, "%d.%u.%s", pos->master, pos->skipped, pos->cursor);
+    for (const char *a = pos->after; *a && n >= 0 && (size_t)n + 3 <= cap; a++)
+        n += snprintf(out + n, cap - (size_t)n, "%02x", (unsigned char)*a);
 }
 
-void list_next_master(list_pos *pos, int nmasters)
+bool list_next_master(list_pos *pos, int nmasters, bool skipped)
 {
-    pos->master = pos->master + 1 < list_scanned(nmasters) ? pos->master + 1 : -1;
+    if (skipped)
+        pos->skipped |= 1u << pos->master;
+    pos->master++;
+    bool enough = scanned_below(pos) >= list_scanned(nmasters);
+    if (enough || pos->master >= nmasters)
+        pos->master = -1;
     strcpy(pos->cursor, "0");
-    pos->skip = 0;
+    pos->after[0] = '\0';
+    pos->count = 0;
+    return pos->master >= 0 || enough;
 }
 
 int list_pattern(enum list_kind kind, const char *key_prefix, const char *prefix, char *out, size_t cap)
@@ -100,13 +137,18 @@ int list_scan_parse(char *blob, size_t len, list_pos *next, char **names, int ma
     strcpy(next->cursor, p);
     p = nl + 1;
     nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl || (size_t)(nl - p) > RULES_NAME_MAX)
+        return -1;
+    memcpy(next->after, p, (size_t)(nl - p));
+    next->after[nl - p] = '\0';
+    p = nl + 1;
+    nl = memchr(p, '\n', (size_t)(end - p));
     if (!nl)
         return -1;
     *nl = '\0';
     q = p;
-    if (!digits(&q, '\0', 4))
+    if (!digits(&q, '\0', 4) || (next->count = atoi(p)) > LIST_LIMIT_MAX || (next->after[0] && next->count < 1))
         return -1;
-    next->skip = atoi(p);
     p = nl + 1;
     int n = 0;
     while (p < end) {
@@ -192,11 +234,11 @@ int list_copy_next(enum list_kind kind, const char **p, const char *end, long lo
     return 0;
 }
 
-/* Whether a master before scanned holds the name: the walk met it there. */
-static bool met_before(enum list_kind kind, const list_copy *const *c, int scanned)
+/* Whether a master the walk scanned before holds the name: it met it there. */
+static bool met_before(enum list_kind kind, const list_copy *const *c, int scanned, unsigned skipped)
 {
     for (int i = 0; i < scanned; i++)
-        if (c[i] && (kind == LIST_SEMAPHORES ? c[i]->limit > 0 : c[i]->lock.value != NULL))
+        if (c[i] && !(skipped >> i & 1u) && (kind == LIST_SEMAPHORES ? c[i]->limit > 0 : c[i]->lock.value != NULL))
             return true;
     return false;
 }
@@ -236,9 +278,9 @@ static int list_semaphore(const char *name, const list_copy *const *c, int n, lo
 }
 
 int list_decide(enum list_kind kind, const char *name, const list_copy *const *c, int n, int scanned,
-                long long elapsed_us, double drift_factor, cJSON *items)
+                unsigned skipped, long long elapsed_us, double drift_factor, cJSON *items)
 {
-    if (met_before(kind, c, scanned))
+    if (met_before(kind, c, scanned, skipped))
         return 0;
     if (kind == LIST_SEMAPHORES)
         return list_semaphore(name, c, n, elapsed_us, drift_factor, items);

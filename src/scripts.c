@@ -261,39 +261,43 @@ mscript script_marker = {"marker",
     "if left < 0 then left = 0 end\n"
     "return {2, math.ceil(left / 1000)}\n", "", false, false, NULL, false, NULL, 0, false};
 
-/* Listings (scripts.h). The scan keeps SCAN's order: a batch's names are
- * sorted, so a page that ends inside a batch resumes from the same cursor
- * by skipping what it already gave. */
+/* Listings (scripts.h). A page never splits a SCAN batch when it can stop
+ * before it; when the first batch of a page alone holds more than the page
+ * takes, the page ends inside it, after a name, and the next resumes the
+ * batch after that name (names sorted bytewise), with the batch's COUNT,
+ * so that the same buckets are read again. */
 mscript script_list_scan = {"list_scan",
     GUARD
-    "local cur, skip, pat = ARGV[1], tonumber(ARGV[2]), ARGV[3]\n"
-    "local limit, kind, plen = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])\n"
+    "local cur, after, count, pat = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]\n"
+    "local limit, kind, plen = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])\n"
     "local suffix = ''\n"
     "if kind == 'e' then suffix = '\\31#election' elseif kind == 's' then suffix = '\\31#limit' end\n"
     "local names, calls = {}, 0\n"
     "while true do\n"
-    "  local r = redis.call('SCAN', cur, 'MATCH', pat, 'COUNT', " SCRIPT_LIST_SCAN_COUNT ")\n"
+    "  if after == '' then count = math.min(limit - #names, " SCRIPT_LIST_SCAN_COUNT ") end\n"
+    "  local r = redis.call('SCAN', cur, 'MATCH', pat, 'COUNT', count)\n"
     "  calls = calls + 1\n"
     "  local batch = {}\n"
     "  for _, k in ipairs(r[2]) do\n"
     "    local name = string.sub(k, plen + 1, #k - #suffix)\n"
     "    if #name > 0 and not string.find(name, '\\31', 1, true) and string.sub(k, #k - #suffix + 1) == suffix\n"
+    "       and (after == '' or name > after)\n"
     "       and (kind ~= 'l' or redis.call('EXISTS', k .. '\\31#fence') == 1) then\n"
     "      batch[#batch + 1] = name\n"
     "    end\n"
     "  end\n"
+    "  after = ''\n"
     "  table.sort(batch)\n"
-    "  if skip > #batch then skip = #batch end\n"
-    "  if #names + #batch - skip > limit then\n"
-    "    local take = limit - #names\n"
-    "    for i = skip + 1, skip + take do names[#names + 1] = batch[i] end\n"
-    "    return {0, cur .. '\\n' .. (skip + take) .. '\\n' .. table.concat(names, '\\n')}\n"
+    "  if #names + #batch > limit then\n"
+    "    if #names > 0 then return {0, cur .. '\\n\\n0\\n' .. table.concat(names, '\\n')} end\n"
+    "    for i = 1, limit do names[i] = batch[i] end\n"
+    "    return {0, cur .. '\\n' .. batch[limit] .. '\\n' .. count .. '\\n' .. table.concat(names, '\\n')}\n"
     "  end\n"
-    "  for i = skip + 1, #batch do names[#names + 1] = batch[i] end\n"
-    "  skip, cur = 0, r[1]\n"
+    "  for i = 1, #batch do names[#names + 1] = batch[i] end\n"
+    "  cur = r[1]\n"
     "  if cur == '0' or #names == limit or calls >= 4 + limit / 25 then break end\n"
     "end\n"
-    "return {0, cur .. '\\n0\\n' .. table.concat(names, '\\n')}\n", "", false, true, NULL, false, NULL, 0, true};
+    "return {0, cur .. '\\n\\n0\\n' .. table.concat(names, '\\n')}\n", "", false, true, NULL, false, NULL, 0, true};
 
 mscript script_list_check = {"list_check",
     GUARD

@@ -193,16 +193,19 @@ extern mscript script_marker;
 
 /* Listings (listing.h). Neither writes; both are guarded (a master in
  * quarantine gives no page and no vote).
- * script_list_scan: KEYS marker; ARGV cursor, skip, pattern, limit, kind,
- * prefix_len, guard. SCANs (MATCH pattern, COUNT SCRIPT_LIST_SCAN_COUNT)
- * from cursor, skipping the first skip names of the first batch, for at
- * most limit names, and at most 4 + limit/25 calls of SCAN. A name is a
- * key less its first prefix_len bytes (and, for kind 'e', its
- * RULES_SEP election, for 's' its RULES_SEP limit), holding no RULES_SEP;
- * for kind 'l' only a key with a fence counter (one redlockd granted).
- * Each batch's names are sorted, so a page may end inside one. Answers
- * {0, "<cursor>\n<skip>\n<name>\n<name>..."}: where the next page starts
- * (cursor "0", skip 0: the scan is over).
+ * script_list_scan: KEYS marker; ARGV cursor, after, count, pattern, limit,
+ * kind, prefix_len, guard. SCANs (MATCH pattern, COUNT the names still
+ * wanted, at most SCRIPT_LIST_SCAN_COUNT) from cursor, for at most limit
+ * names and at most 4 + limit/25 calls of SCAN; with after (not ""), the
+ * first call's COUNT is count, and of its batch only names after after
+ * (bytewise) count: the rest of a batch a page ended inside. A name is a key less its first
+ * prefix_len bytes (and, for kind 'e', its RULES_SEP election, for 's' its
+ * RULES_SEP limit), holding no RULES_SEP; for kind 'l' only a key with a
+ * fence counter (one redlockd granted). A batch that would overflow the
+ * page is left whole for the next, unless it is the page's first: then the
+ * page takes its first names in sorted order and ends after the last.
+ * Answers {0, "<cursor>\n<after>\n<name>\n<name>..."}: where the next page
+ * starts (cursor "0", after "": the scan is over).
  * script_list_check: KEYS marker; ARGV kind, key..., guard. For kind 'l'
  * or 'e', per key (the lock's): "-2" when absent, else "<pttl> <counter>
  * <value_len> <owner_len> <value><owner>" (as script_inspect's); for 's',

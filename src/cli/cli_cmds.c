@@ -259,7 +259,7 @@ int cmd_list(const cli_args *a)
         bool understood = cJSON_IsArray(items) && (cJSON_IsNull(cursor) ||
                                                    (cJSON_IsString(cursor) && *cursor->valuestring &&
                                                     strlen(cursor->valuestring) <= CLI_CURSOR_MAX &&
-                                                    strspn(cursor->valuestring, "0123456789.") ==
+                                                    strspn(cursor->valuestring, "0123456789abcdef.") ==
                                                         strlen(cursor->valuestring)));
         const cJSON *it;
         const cJSON *walk = understood ? items : NULL;

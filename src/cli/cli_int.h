@@ -38,7 +38,7 @@
 #define CONNECT_TIMEOUT_MS 5000L
 #define CALL_TIMEOUT_MS 30000L      /* a call that does not wait */
 #define CLI_LIST_PAGE 1000          /* list: names asked for a page (the service's most) */
-#define CLI_CURSOR_MAX 64           /* list: the longest next cursor taken */
+#define CLI_CURSOR_MAX 512          /* list: the longest next cursor taken */
 #define CLI_HEARTBEAT_MS 10000LL    /* run and elect without --ttl: the heartbeat_ms they ask for */
 #define RELEASE_TIMEOUT_MS 5000L    /* run's DELETE after CMD exits */
 #define MAX_BODY_BYTES (1 << 20)
