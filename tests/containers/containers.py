@@ -408,6 +408,7 @@ def readme_examples(shell, url):
     parts = dict((p.split("\n", 1) + [""])[:2] for p in out.split("@@")[1:])
     check(len(parts.get("token", "").strip()) >= 20, "README: TOKEN=$(curl ...) took a token")
     expect = {"curl -s localhost:8080/locks/reports": '"held":true',
+              "curl -s 'localhost:8080/locks?prefix=rep'": '{"locks":[{"name":"reports",',
               "curl -s -X PATCH": '"validity_ms"',
               "curl -s -i -X DELETE": "HTTP/1.1 204",
               "curl -s localhost:8080/readyz": '"status":"ready"',

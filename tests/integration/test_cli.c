@@ -159,6 +159,56 @@ Test(cli, release_force_with_the_admin_token)
     cr_assert_eq(RUN("u", "release", "--force", "cron/nightly", "tok"), 64, "--force takes no TOKEN");
 }
 
+/* `redlock list` prints every lock a majority holds, one a line with its
+ * validity, fence and owner (UTF-8 as it is), across the service's pages;
+ * --prefix narrows it, --json gives every entry in one object. */
+Test(cli, list_prints_every_lock)
+{
+    start_service(5, NULL);
+    cr_assert_eq(RUN("e", "list"), 0, "%s", err_of("e"));
+    cr_assert_str_eq(out_of("e"), "", "nothing held: %s", out_of("e"));
+    for (int i = 0; i < 1205; i++) {   /* more than one page of 1,000 */
+        char path[64];
+        snprintf(path, sizeof path, "/locks/batch-%04d", i);
+        h_resp r = h_http(C, "POST", path, "{\"ttl_ms\":60000}", NULL);
+        cr_assert_eq(r.status, 201, "%s", r.body);
+        h_resp_free(&r);
+    }
+    cr_assert_eq(RUN("a", "acquire", "--ttl", "60s", "--owner", "jörg", "reports/2026/11"), 0, "%s", err_of("a"));
+    cr_assert_eq(RUN("l", "list"), 0, "%s", err_of("l"));
+    /* (out_of keeps 8 KiB: the whole output from its file) */
+    char file[400], line[700];
+    path_of(file, sizeof file, "l.out");
+    FILE *f = fopen(file, "r");
+    cr_assert_not_null(f);
+    int lines = 0;
+    bool mine = false, last = false;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        mine |= !strncmp(line, "reports/2026/11  validity ", 26) && strstr(line, ", owner jörg\n");
+        last |= !strncmp(line, "batch-1204  validity ", 21);
+    }
+    fclose(f);
+    cr_assert_eq(lines, 1206, "redlock list printed %d lines", lines);
+    cr_assert(mine, "reports/2026/11 with its owner as it is");
+    cr_assert(last, "batch-1204 (past the first page of 1,000)");
+    cr_assert_eq(RUN("p", "list", "--prefix", "reports/"), 0, "%s", err_of("p"));
+    cr_assert(!strncmp(out_of("p"), "reports/2026/11  validity ", 26) && strstr(out_of("p"), ", fence ") &&
+              !strchr(strchr(out_of("p"), '\n') + 1, '\n'), "--prefix: %s", out_of("p"));
+    cr_assert_eq(RUN("j", "list", "--json", "--prefix", "batch-000"), 0, "%s", err_of("j"));
+    cJSON *j = cJSON_Parse(out_of("j"));
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "locks")), 10, "--json: %s", out_of("j"));
+    cJSON_Delete(j);
+    cr_assert_eq(RUN("u", "list", "extra"), 64, "list takes no NAME");
+    cr_assert_eq(RUN("b", "list", "--prefix", "\x01"), 64, "a control byte in --prefix");
+    h_master_pause(C, 0);
+    h_master_pause(C, 1);
+    h_master_pause(C, 2);
+    cr_assert_eq(RUN("q", "list"), 69, "no quorum: %s", err_of("q"));
+    for (int i = 0; i < 3; i++)
+        h_master_resume(C, i);
+}
+
 /* TOKEN is taken as it stands even when it begins with '-' (1 in 64
  * tokens did before redlockd stopped making such; a Dapr lockOwner still
  * may), and the names "." and ".." reach the service (libcurl removes them
@@ -379,6 +429,7 @@ Test(cli, readme_examples_run_as_printed)
         {"redlock status orders", "held: validity ", 0},
         {"redlock acquire --wait 1s orders", "redlock: locked: ", 75},
         {"redlock extend", "", 0},
+        {"redlock list --prefix ord", "orders  validity ", 0},
         {"redlock release", "", 0},
         {"redlock status --json orders", "\"held\":false", 1},
         {"redlock ready", "ready: 5 of 5 masters can vote", 0},
