@@ -13,14 +13,15 @@
 # protobuf-c-compiler build Dapr's gRPC API, python3-grpcio and
 # python3-grpc-tools test it; libjansson-dev reads request bodies strictly
 # (src/jsonio.c); clang and libclang-rt-14-dev build the libFuzzer targets
-# (tests/fuzz). The containers suite installs podman,
+# (tests/fuzz); chromium, chromium-driver and python3-selenium load the
+# dashboard (GET /ui) in a headless browser (tests/ui). The containers suite installs podman,
 # podman-compose, runc, debootstrap, netavark, aardvark-dns, iptables and git
 # itself (tests/containers/containers.py).
 REDLOCKD_PACKAGES="gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
 libcjson-dev libjansson-dev libssl-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 libcriterion-dev libcurl4-openssl-dev redis-server redis-tools curl iptables python3
 python3-yaml python3-kubernetes python3-jsonschema python3-grpcio python3-grpc-tools
-docker-compose systemd clang libclang-rt-14-dev"
+docker-compose systemd clang libclang-rt-14-dev chromium chromium-driver python3-selenium"
 
 install_deps() {
     local missing=()
