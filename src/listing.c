@@ -20,7 +20,7 @@ typedef struct list_task {
     int rounds;                 /* scans made */
     cJSON *root, *items;
     char *blob;                 /* the last scan's answer, its names in place */
-    char *names[LIST_LIMIT_MAX];
+    char *names[LIST_ROUND_NAMES];
     int nnames;
     int scanned;                /* the master those names came from */
     uint64_t read_us;           /* when their read was sent */
@@ -116,12 +116,10 @@ static void read_done(void *arg, const master_reply *replies)
     go_on(t);
 }
 
-/* Reads the names of the last scan on every master (none: only whether a
- * majority answers). */
-static void read_step(list_task *t)
+/* Sends script_list_check of kind with the keys of the last scan's names
+ * (each the key prefix, the name and suffix) to the masters of mask. */
+static void check(list_task *t, const char *kind, const char *suffix, uint32_t mask, mpool_done_fn done)
 {
-    const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
-    const char *suffix = t->req.kind == LIST_ELECTIONS ? ELECTION_SUFFIX : "";
     size_t plen = strlen(t->cfg->key_prefix), slen = strlen(suffix), bytes = 0;
     for (int k = 0; k < t->nnames; k++)
         bytes += plen + strlen(t->names[k]) + slen;
@@ -145,13 +143,62 @@ static void read_step(list_task *t)
         keys += lens[2 + k];
     }
     args[nargs - 1] = guard_of(t);
-    t->read_any = true;
     for (int i = 0; i < nargs; i++)
         if (i < 2 || i == nargs - 1)
             lens[i] = strlen(args[i]);
-    t->read_us = loop_now_us();
-    mpool_eval(t->pool, &script_list_check, (1u << t->n) - 1, 1, nargs, args, lens, read_done, t);
+    mpool_eval(t->pool, &script_list_check, mask, 1, nargs, args, lens, done, t);
     free(args);   /* (mpool_eval copies the command) */
+}
+
+/* Reads the names of the last scan on every master (none: only whether a
+ * majority answers). */
+static void read_step(list_task *t)
+{
+    t->read_any = true;
+    t->read_us = loop_now_us();
+    check(t, t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s",
+          t->req.kind == LIST_ELECTIONS ? ELECTION_SUFFIX : "", (1u << t->n) - 1, read_done);
+}
+
+/* The masters the walk scanned before the one it scans now: a name one of
+ * them holds was met there. */
+static uint32_t scanned_before(const list_task *t)
+{
+    return ((1u << t->scanned) - 1) & ~t->req.pos.skipped;
+}
+
+/* Drops the names a master scanned before holds (that master answered
+ * whether it holds them: one "0" or "1" each), then reads the rest. */
+static void present_done(void *arg, const master_reply *replies)
+{
+    list_task *t = arg;
+    bool met[LIST_ROUND_NAMES] = {0};
+    for (int i = 0; i < t->n; i++) {
+        const master_reply *r = &replies[i];
+        if (!(scanned_before(t) >> i & 1u) || !answered(r) || r->blob_len != (size_t)t->nnames)
+            continue;   /* (one that did not answer leaves its names to the read) */
+        for (int k = 0; k < t->nnames; k++)
+            met[k] |= r->blob[k] == '1';
+    }
+    int kept = 0;
+    for (int k = 0; k < t->nnames; k++)
+        if (!met[k])
+            t->names[kept++] = t->names[k];
+    t->nnames = kept;
+    if (kept)
+        read_step(t);
+    else
+        go_on(t);
+}
+
+/* The names of a scan after the first master's: most were met before (on
+ * a master that holds what most of the others do), so those masters are
+ * asked first whether they hold them, which is cheap, and only the rest
+ * are read on every master. */
+static void present_step(list_task *t)
+{
+    check(t, "x", t->req.kind == LIST_ELECTIONS ? ELECTION_SUFFIX : t->req.kind == LIST_SEMAPHORES ? RULES_SEP "limit" : "",
+          scanned_before(t), present_done);
 }
 
 static void scan_done(void *arg, const master_reply *replies)
@@ -181,7 +228,9 @@ static void scan_done(void *arg, const master_reply *replies)
     }
     memcpy(t->blob, r->blob, r->blob_len + 1);
     list_pos next = t->req.pos;
-    t->nnames = list_scan_parse(t->blob, r->blob_len, &next, t->names, t->req.limit - t->count);
+    int want = t->req.limit - t->count;
+    t->nnames = list_scan_parse(t->blob, r->blob_len, &next, t->names,
+                                want < LIST_ROUND_NAMES ? want : LIST_ROUND_NAMES);
     if (t->nnames < 0) {
         t->nnames = 0;
         /* An answer not well formed: as a refusal. */
@@ -198,6 +247,8 @@ static void scan_done(void *arg, const master_reply *replies)
         list_next_master(&t->req.pos, t->n, false);
     if (t->nnames == 0)
         go_on(t);
+    else if (scanned_before(t))
+        present_step(t);
     else
         read_step(t);
 }
@@ -209,7 +260,8 @@ static void scan_step(list_task *t)
         finish(t, RL_INTERNAL);
         return;
     }
-    snprintf(limit, sizeof limit, "%d", t->req.limit - t->count);
+    int want = t->req.limit - t->count;
+    snprintf(limit, sizeof limit, "%d", want < LIST_ROUND_NAMES ? want : LIST_ROUND_NAMES);
     snprintf(count, sizeof count, "%d", t->req.pos.count);
     snprintf(plen, sizeof plen, "%zu", strlen(t->cfg->key_prefix));
     const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";

@@ -42,6 +42,9 @@ enum list_kind { LIST_LOCKS, LIST_ELECTIONS, LIST_SEMAPHORES };
 #define LIST_ROUNDS_MAX 64      /* a page scans again while it has fewer than limit names,
                                    at most this many times ... */
 #define LIST_PAGE_MS 200        /* ... and, after the first, for at most this long */
+#define LIST_ROUND_NAMES 100    /* names a round scans and reads: a master's share of a round
+                                   stays well under a millisecond, so acquires on the same
+                                   connections wait little behind it */
 #define LIST_CURSOR_MAX (16 + LIST_SCAN_CURSOR_MAX + 2 * RULES_NAME_MAX)
                                 /* "<master>.<skipped>.<scan cursor>[.<count>.<after, hex>]" */
 

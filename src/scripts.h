@@ -206,7 +206,8 @@ extern mscript script_marker;
  * page takes its first names in sorted order and ends after the last.
  * Answers {0, "<cursor>\n<after>\n<name>\n<name>..."}: where the next page
  * starts (cursor "0", after "": the scan is over).
- * script_list_check: KEYS marker; ARGV kind, key..., guard. For kind 'l'
+ * script_list_check: KEYS marker; ARGV kind, key..., guard. For kind 'x',
+ * whether each key exists: one "0" or "1" per key, no separator. For kind 'l'
  * or 'e', per key (the lock's): "-2" when absent, else "<pttl> <counter>
  * <value_len> <owner_len> <value><owner>" (as script_inspect's); for 's',
  * per key (the semaphore's, without a suffix): "<limit>" and for each slot
