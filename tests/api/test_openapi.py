@@ -433,7 +433,8 @@ def operational(A):
            what="metadata with dapr-api-token")
     expect(A.req("GET", "/v1.0/metadata", auth=None), 401, "ERR_UNAUTHORIZED", "metadata without a token")
     # Unknown paths, /locks and /locks/ among them.
-    for m, p in [("GET", "/locks"), ("POST", "/locks/"), ("GET", "/nope"),
+    for m, p in [("GET", "/locks/"), ("POST", "/locks/"), ("GET", "/elections/"), ("GET", "/ui/state/"),
+                 ("GET", "/nope"),
                  ("POST", "/v1.0-alpha1/lock/"), ("POST", "/v1.0-alpha1/unlock"),
                  ("GET", "/v1.0/healthz/x"), ("GET", "/v1.0/healthz/outbound/x"), ("DELETE", "/")]:
         expect(A.req(m, p), 404, "not_found", f"{m} {p}")
@@ -995,6 +996,7 @@ def shutting_down(tmp, masters):
                           ("PATCH", "/locks/sd-3", {"Lock-Token": "t"}, b'{"ttl_ms": 1000}'),
                           ("DELETE", "/locks/sd-3", {"Lock-Token": "t"}, b'{}'),
                           ("GET", "/locks/sd-3", {}, b'{}'),
+                          ("GET", "/locks", {}, b'{}'),
                           ("POST", "/elections/sd-f", {}, b'{"candidate":"a"}'),
                           ("POST", "/semaphores/sd-s", {}, b'{"limit":2}'),
                           ("PATCH", "/semaphores/sd-s", {"Lock-Token": "0:t"}, b'{}'),
@@ -1046,7 +1048,9 @@ def shutting_down(tmp, masters):
             c.send(body)
             a = c.read_body(c.read_head(), m)
             conform(m, p, a, what)
-            if p.startswith("/locks/") or p.startswith("/elections/") or p.startswith("/semaphores/"):
+            if p == "/locks":
+                expect(a, 200, what=what)   # a listing waits for no lock
+            elif p.startswith("/locks/") or p.startswith("/elections/") or p.startswith("/semaphores/"):
                 expect(a, 503, "shutting_down", what)
             else:
                 expect(a, 500, "ERR_UNLOCK" if "unlock" in p else "ERR_TRY_LOCK", what)
@@ -1305,6 +1309,175 @@ def heartbeats(A):
         too_large(A, "PUT", path, {"Lock-Token": tok})
 
 
+def walk(A, path, key, what, method="GET"):
+    """Every entry of a listing, following next until it is null (pages may
+    be short, empty even, before the last). None when a page failed."""
+    items, cursor, pages = [], None, 0
+    while True:
+        sep = "&" if "?" in path else "?"
+        a = A.req(method, path + (f"{sep}cursor={cursor}" if cursor else ""), what=f"{what}, page {pages + 1}")
+        pages += 1
+        if not expect(a, 200, what=f"{what}, page {pages}"):
+            return None
+        page = a.json()
+        items += page[key]
+        cursor = page["next"]
+        if cursor is None:
+            return items
+        if pages > 200:
+            fail(f"{what}: next is still not null after {pages} pages")
+            return None
+
+
+def until_status(d, method, path, status, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        a = d.req(method, path, what=what)
+        if a.status == status or time.monotonic() > deadline:
+            return a
+        time.sleep(0.1)
+
+
+def listings(A, masters):
+    """GET /locks, /elections and /semaphores (and HEAD): a walk with limit=1
+    followed to the end lists exactly what is held, each name once; every
+    refusal (bad_request, bad_name, 401, 405); no_quorum with three of five
+    masters paused. GET /ui (no token) and /ui/state: the masters, 300
+    seconds of rates and a waiter of this instance."""
+    names = ["listed-a", "listed-b", "listed-c"]
+    secrets.update(names + ["listed-e", "listed-s"])
+    grants = {}
+    for n, body in zip(names, [{"ttl_ms": 60000, "owner": "lister 1"}, {"ttl_ms": 60000}, {"ttl_ms": 60000}]):
+        g = A.req("POST", f"/locks/{n}", body)
+        if expect(g, 201, what=f"acquire {n} to list it"):
+            grants[n] = g.json()
+            secrets.add(g.json()["token"])
+    permit = A.req("POST", "/semaphores/listed-s", {"limit": 2, "ttl_ms": 60000})
+    if expect(permit, 201, what="a permit to list"):
+        secrets.add(permit.json()["permits"][0]["token"])
+    c = campaign(A, "listed-e", "lister", "listed-e campaign", ttl_ms=5000)
+    elected = c.until(lambda e: True, 5, "listed-e elected") if c else None
+    try:
+        # Pages of one, followed to the end: exactly the locks held, each once.
+        got = walk(A, "/locks?prefix=listed-&limit=1", "locks", "GET /locks?prefix=listed-&limit=1")
+        if got is not None:
+            listed = [e["name"] for e in got]
+            if sorted(listed) != sorted(grants):
+                fail(f"GET /locks?prefix=listed-: {listed}, not each of {sorted(grants)} once")
+            for e in got:
+                g = grants.get(e["name"], {})
+                want_owner = "lister 1" if e["name"] == "listed-a" else None
+                if e["fence"] != g.get("fence") or e.get("owner") != want_owner:
+                    fail(f"GET /locks lists {e}; the grant's fence is {g.get('fence')}, its owner {want_owner}")
+        got = walk(A, "/locks", "locks", "GET /locks")
+        if got is not None:
+            listed = [e["name"] for e in got]
+            if not set(grants) <= set(listed) or {"listed-e", "listed-s"} & set(listed) or \
+                    len(listed) != len(set(listed)):
+                fail(f"GET /locks: {listed}; expected {sorted(grants)} among them, each once, "
+                     "and neither the election nor the semaphore")
+        got = walk(A, "/elections?prefix=listed-&limit=1", "elections", "GET /elections?prefix=listed-")
+        if got is not None and elected:
+            want = [{"name": "listed-e", "leader": "lister", "value": "v1", "term": elected.get("term")}]
+            if [{k: e.get(k) for k in want[0]} for e in got] != want:
+                fail(f"GET /elections?prefix=listed-: {got}, not {want}")
+        got = walk(A, "/semaphores?prefix=listed-&limit=1", "semaphores", "GET /semaphores?prefix=listed-")
+        if got is not None and got != [{"name": "listed-s", "limit": 2, "holders": 1}]:
+            fail(f"GET /semaphores?prefix=listed-: {got}, not listed-s with limit 2 and 1 holder")
+        if A.req("GET", "/locks?prefix=listed-x").json() != {"locks": [], "next": None}:
+            fail("GET /locks?prefix=listed-x: not an empty last page")
+        for p in ["/locks", "/elections", "/semaphores"]:
+            expect(A.req("HEAD", p + "?prefix=listed-"), 200, what=f"HEAD {p}")
+            # Refusals, GET and HEAD alike.
+            for q, err in [("limit=0", "bad_request"), ("limit=abc", "bad_request"), ("cursor=zz", "bad_request"),
+                           ("prefix=%00", "bad_name")]:
+                for m in ["GET", "HEAD"]:
+                    expect(A.req(m, f"{p}?{q}"), 400, err if m == "GET" else None, f"{m} {p}?{q}")
+                    expect(A.req(m, f"{p}?{q}", auth=None), 401, "unauthorized" if m == "GET" else None,
+                           f"{m} {p}?{q} without a token")
+        for m, p in [("POST", "/locks"), ("DELETE", "/elections"), ("PUT", "/semaphores"), ("POST", "/ui"),
+                     ("DELETE", "/ui/state")]:
+            expect(A.req(m, p), 405, "method_not_allowed", f"{m} {p}")
+        # The query's schemas and the service agree on what is refused.
+        for q, refused in [("limit=1", False), ("limit=1000", False), ("limit=1001", True), ("limit=", True),
+                           ("limit=-1", True), ("limit=1.0", True), ("limit=%2B5", True),
+                           ("prefix=", False), ("prefix=" + "p" * 200, False), ("prefix=" + "p" * 201, True),
+                           ("prefix=a%1Fb", True), ("prefix=caf%C3%A9", False), ("prefix=%2A%5B", False),
+                           ("cursor=", False), ("cursor=zz", True)]:
+            path = f"/semaphores?{q}"
+            doc_says = SPEC.request_problems("GET", path)
+            a = A.req("GET", path)
+            if bool(doc_says) != refused or (a.status == 400) != refused:
+                fail(f"GET {path[:60]}: the document {'refuses' if doc_says else 'allows'} it, the service "
+                     f"answered {a.status}; the contract {'refuses' if refused else 'allows'} it")
+        # The dashboard: its page needs no token, its state does.
+        for m in ["GET", "HEAD"]:
+            a = A.req(m, "/ui", auth=None)
+            if expect(a, 200, what=f"{m} /ui without a token") and m == "GET" and \
+                    not a.body.lower().startswith(b"<!doctype html>"):
+                fail(f"GET /ui: not an HTML document: {a.body[:100]!r}")
+            expect(A.req(m, "/ui/state", auth=None), 401, "unauthorized" if m == "GET" else None,
+                   f"{m} /ui/state without a token")
+        expect(A.req("HEAD", "/ui/state"), 200, what="HEAD /ui/state")
+        t, out = in_thread(lambda: A.req("POST", "/locks/listed-b", {"ttl_ms": 5000, "wait_ms": 10000}, timeout=20,
+                                         what="a waiter the dashboard shows"))
+        deadline = time.monotonic() + 5
+        while True:
+            st = A.req("GET", "/ui/state")
+            if not expect(st, 200, what="GET /ui/state"):
+                break
+            state = st.json()
+            if {"kind": "lock", "name": "listed-b", "waiters": 1} in state["waiters"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if st.status == 200:
+            if {"kind": "lock", "name": "listed-b", "waiters": 1} not in state["waiters"]:
+                fail(f"GET /ui/state: no waiter on listed-b: {state['waiters']}")
+            ts = [r["t"] for r in state["rates"]]
+            if ts != list(range(ts[0], ts[0] + 300)) or abs(ts[-1] - time.time()) > 2:
+                fail(f"GET /ui/state: rates are not the last 300 seconds, oldest first: {ts[:3]} ... {ts[-3:]}")
+            if sum(r["grants"] for r in state["rates"][-60:]) < len(grants):
+                fail(f"GET /ui/state: fewer grants in the last minute than the {len(grants)} just made")
+            if [m["up"] for m in state["masters"]] != [True] * len(masters):
+                fail(f"GET /ui/state: masters {state['masters']}, not all {len(masters)} up")
+        if "listed-b" in grants:
+            expect(A.req("DELETE", "/locks/listed-b", headers={"Lock-Token": grants.pop("listed-b")["token"]}), 204,
+                   what="release listed-b to its waiter")
+        t.join(15)
+        w = out.get("value")
+        if w is not None and expect(w, 201, what="the waiter the dashboard showed"):
+            secrets.add(w.json()["token"])
+            A.req("DELETE", "/locks/listed-b", headers={"Lock-Token": w.json()["token"]})
+        elif w is None:
+            fail(f"the waiter the dashboard showed: {out}")
+    finally:
+        if c:
+            c.finish()
+    # No quorum: three of five masters paused.
+    for m in masters[:3]:
+        m.pause()
+    try:
+        for mth in ["GET", "HEAD"]:
+            for p in ["/locks", "/elections", "/semaphores"]:
+                a = until_status(A, mth, p + "?limit=5", 503, f"{mth} {p} with 3 of 5 masters paused")
+                expect(a, 503, "no_quorum" if mth == "GET" else None, f"{mth} {p} with 3 of 5 masters paused")
+        st = until_status(A, "GET", "/ui/state", 200, "GET /ui/state with 3 of 5 masters paused")
+        if expect(st, 200, what="GET /ui/state with 3 of 5 masters paused"):
+            down = [m for m in st.json()["masters"] if not m["up"]]
+            if len(down) < 3 or not all(m["reason"] for m in down):
+                fail(f"GET /ui/state with 3 of 5 masters paused: {st.json()['masters']}")
+    finally:
+        for m in masters[:3]:
+            m.resume()
+    deadline = time.monotonic() + 10
+    while A.req("GET", "/readyz").status != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for n, g in grants.items():
+        A.req("DELETE", f"/locks/{n}", headers={"Lock-Token": g["token"]})
+    if permit.status == 201:
+        A.req("DELETE", "/semaphores/listed-s", headers={"Lock-Token": permit.json()["permits"][0]["token"]})
+
+
 def metrics_text(A):
     a = A.req("GET", "/metrics")
     if a.status != 200:
@@ -1399,7 +1572,20 @@ def negative_controls(doc, oas):
              ("a valid semaphore locked", "POST", "/semaphores/x", 409, J + [("Retry-After", "3")],
               body({"error": "locked", "message": "m", "retry_after_ms": 2500})),
              ("a framing 400 on a Dapr route", "POST", "/v1.0-alpha1/lock/lockstore", 400, J,
-              body({"error": "bad_request", "message": "m"}))]
+              body({"error": "bad_request", "message": "m"})),
+             ("a valid page", "GET", "/locks?limit=1", 200, J,
+              body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3}], "next": "0.0.13"}))]
+    csp = ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+           "connect-src 'self'; img-src data:")
+    good += [("a valid dashboard", "GET", "/ui", 200,
+              [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store"), csp], b"<!doctype html>")]
+    bad += [("a page without next", "GET", "/locks", 200, J, body({"locks": []})),
+            ("a listed lock with its token", "GET", "/locks", 200, J,
+             body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3, "token": "A" * 22}], "next": None})),
+            ("a listing's no_quorum as shutting_down", "GET", "/elections", 503, J,
+             body({"error": "shutting_down", "message": "m"})),
+            ("a dashboard without its Content-Security-Policy", "GET", "/ui", 200,
+             [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], b"<!doctype html>")]
     for what, m, p, st, h, b in good:
         probs = s.check(m, p, st, h, b)
         if probs:
@@ -1479,6 +1665,7 @@ def main():
                          ("elections", lambda: elections(A, B)),
                          ("semaphores", lambda: semaphores(A, B)),
                          ("heartbeats", lambda: heartbeats(A)),
+                         ("listings and the dashboard", lambda: listings(A, masters)),
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("overloaded", lambda: overloaded(tmp, masters)),
                          ("force release", lambda: force_release(tmp, masters, A)),
