@@ -103,30 +103,30 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
 
 /* ---- listings: GET /locks, /elections, /semaphores (listing.h) ---- */
 
-static void list_done(void *arg, enum rl_outcome outcome, char *body)
+static void list_done(void *arg, const rl_result *res, char *body)
 {
     req_ctx *ctx = arg;
     ctx->list_body = body;   /* (freed with ctx, answered or not) */
-    ctx_resume(ctx, &(rl_result){.outcome = outcome}, NULL);
+    ctx_resume(ctx, res, NULL);
     ctx_unref(ctx);
 }
 
+/* A listing's page, or /ui/state: 200 with the body, else the error as
+ * every route answers it (no_quorum with its counts and why). */
 enum MHD_Result list_answer(req_ctx *ctx)
 {
-    switch (ctx->res.outcome) {
-    case RL_OK: {
+    if (ctx->res.outcome == RL_OK) {
         char *body = ctx->list_body;
         ctx->list_body = NULL;
         return send_body(ctx, 200, body, NULL, 0, true);
     }
-    case RL_NO_QUORUM:
-        return send_error(ctx, API_E_NO_QUORUM, "fewer than a majority of masters answered the listing",
-                          NULL);
-    case RL_SHUTTING_DOWN:
-        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
-    default:
+    int status;
+    long long retry_after_s = 0;
+    rl_request req = {.op = RL_INSPECT};
+    char *body = api_result_json(&req, &ctx->res, &status, &retry_after_s);
+    if (!body)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-    }
+    return send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
 enum MHD_Result list_dispatch(req_ctx *ctx)

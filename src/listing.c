@@ -36,8 +36,15 @@ static void scan_step(list_task *t);
 
 static const char *guard_of(const list_task *t) { return t->cfg->quarantine ? "1" : "0"; }
 
-static void finish(list_task *t, enum rl_outcome outcome)
+/* The page's answer: outcome, or RL_NO_QUORUM explained from replies
+ * (ok of them voted). */
+static void finish_why(list_task *t, enum rl_outcome outcome, const master_reply *replies, int ok)
 {
+    rl_result res = {.outcome = outcome};
+    if (outcome == RL_NO_QUORUM) {
+        res.masters_ok = ok;
+        rl_explain_no_quorum(t->pool, t->cfg->quarantine, replies, &res);
+    }
     char *body = NULL;
     if (outcome == RL_OK) {
         char next[LIST_CURSOR_MAX];
@@ -48,13 +55,18 @@ static void finish(list_task *t, enum rl_outcome outcome)
             cJSON_AddNullToObject(t->root, "next");
         body = cJSON_PrintUnformatted(t->root);
         if (!body)
-            outcome = RL_INTERNAL;
+            res.outcome = RL_INTERNAL;
     }
-    t->done(t->arg, outcome, body);
+    t->done(t->arg, &res, body);
     cJSON_Delete(t->root);
     free(t->blob);
     free(t->copies);
     free(t);
+}
+
+static void finish(list_task *t, enum rl_outcome outcome)
+{
+    finish_why(t, outcome, NULL, 0);
 }
 
 static void read_step(list_task *t);
@@ -94,7 +106,7 @@ static void read_done(void *arg, const master_reply *replies)
         end[i] = voted[i] ? replies[i].blob + replies[i].blob_len : NULL;
     }
     if (votes < quorum_of(t->n)) {
-        finish(t, RL_NO_QUORUM);
+        finish_why(t, RL_NO_QUORUM, replies, votes);
         return;
     }
     long long elapsed_us = (long long)(loop_now_us() - t->read_us);
@@ -201,6 +213,19 @@ static void present_step(list_task *t)
           scanned_before(t), present_done);
 }
 
+/* Masters up and out of quarantine now, as the pool sees them: what a walk
+ * that ran out of masters to scan says voted. */
+static int voting_now(list_task *t)
+{
+    int ok = 0;
+    for (int i = 0; i < t->n; i++) {
+        master_status st;
+        mpool_status(t->pool, i, &st);
+        ok += st.up && !st.quarantined && !st.refusing;
+    }
+    return ok;
+}
+
 static void scan_done(void *arg, const master_reply *replies)
 {
     list_task *t = arg;
@@ -215,7 +240,7 @@ static void scan_done(void *arg, const master_reply *replies)
         if (r->kind == MREPLY_FAIL && st.up && !st.quarantined) {
             t->stalled = true;
         } else if (!list_next_master(&t->req.pos, t->n, true)) {
-            finish(t, RL_NO_QUORUM);   /* too few masters left to scan */
+            finish_why(t, RL_NO_QUORUM, replies, voting_now(t));   /* too few left to scan */
             return;
         }
         go_on(t);
@@ -235,7 +260,7 @@ static void scan_done(void *arg, const master_reply *replies)
         t->nnames = 0;
         /* An answer not well formed: as a refusal. */
         if (!list_next_master(&t->req.pos, t->n, true)) {
-            finish(t, RL_NO_QUORUM);
+            finish_why(t, RL_NO_QUORUM, replies, voting_now(t));
             return;
         }
         go_on(t);

@@ -44,6 +44,8 @@ int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
     if (!digits(&p, '.', 2))
         return -1;
     pos->master = atoi(s);
+    if (pos->master >= nmasters)
+        return -1;
     c = ++p;
     if (!digits(&p, '.', 5))
         return -1;
@@ -61,7 +63,7 @@ int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
         return -1;
     snprintf(pos->cursor, sizeof pos->cursor, "%llu", cur);
     if (dot) {
-        /* the batch's COUNT, and after in hex: a whole name */
+        /* the batch's COUNT, and after in hex (a key's bytes past the prefix) */
         p = dot + 1;
         if (!digits(&p, '.', 3) || (pos->count = atoi(dot + 1)) < 1 || pos->count > LIST_LIMIT_MAX)
             return -1;
@@ -75,8 +77,8 @@ int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
             pos->after[i] = (char)v;
         }
         pos->after[n] = '\0';
-        if (!rules_name_valid(pos->after, n))
-            return -1;
+        if (strlen(pos->after) != n)
+            return -1;   /* (any other bytes: a key another client wrote may sort there) */
     }
     return pos->master < nmasters && scanned_below(pos) < list_scanned(nmasters) ? 0 : -1;
 }
@@ -137,10 +139,15 @@ int list_scan_parse(char *blob, size_t len, list_pos *next, char **names, int ma
     strcpy(next->cursor, p);
     p = nl + 1;
     nl = memchr(p, '\n', (size_t)(end - p));
-    if (!nl || (size_t)(nl - p) > RULES_NAME_MAX)
+    if (!nl)
         return -1;
-    memcpy(next->after, p, (size_t)(nl - p));
-    next->after[nl - p] = '\0';
+    /* (a key of another client's may be longer than a name: resuming after
+     * its first bytes at worst reads a few names again) */
+    size_t al = (size_t)(nl - p) < RULES_NAME_MAX ? (size_t)(nl - p) : RULES_NAME_MAX;
+    memcpy(next->after, p, al);
+    next->after[al] = '\0';
+    if (strlen(next->after) != al)
+        return -1;
     p = nl + 1;
     nl = memchr(p, '\n', (size_t)(end - p));
     if (!nl)
@@ -157,7 +164,10 @@ int list_scan_parse(char *blob, size_t len, list_pos *next, char **names, int ma
         if (stop == p || n == max)
             return -1;
         *stop = '\0';
-        names[n++] = p;
+        /* Keys no API can name (another client's, under the same prefix)
+         * are not listed. */
+        if (rules_name_valid(p, (size_t)(stop - p)))
+            names[n++] = p;
         p = stop + 1;
     }
     return n;

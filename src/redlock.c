@@ -143,18 +143,13 @@ void op_answer(rl_task *op)
     op_maybe_free(op);
 }
 
-/* Says in op->res why fewer than a majority voted, from a round's replies:
- * masters that answered with an error, those in quarantine, and whether
- * the masters are not yet set up as a cluster (their markers, as the pool
- * last saw them). */
-void explain_no_quorum(rl_task *op, const master_reply *replies)
+void rl_explain_no_quorum(mpool *pool, bool guard, const master_reply *replies, rl_result *res)
 {
-    rl_engine *e = op->e;
-    rl_result *res = &op->res;
     bool any_marker = false;
+    res->masters_total = mpool_size(pool);
     res->masters_refusing = res->masters_quarantined = res->masters_down = 0;
     res->refusal[0] = res->down_reason[0] = '\0';
-    for (int i = 0; i < e->n; i++) {
+    for (int i = 0; i < res->masters_total; i++) {
         const master_reply *r = &replies[i];
         if (r->kind == MREPLY_ERROR) {
             if (!res->masters_refusing++)
@@ -163,7 +158,7 @@ void explain_no_quorum(rl_task *op, const master_reply *replies)
             res->masters_quarantined++;
         }
         master_status st;
-        mpool_status(e->pool, i, &st);
+        mpool_status(pool, i, &st);
         /* No answer from a master that is down: say why, as /readyz does
          * (a refused connection, AUTH, a certificate), not "in time". */
         if ((r->kind == MREPLY_FAIL || r->kind == MREPLY_NONE) && !st.up && st.reason[0] &&
@@ -171,7 +166,13 @@ void explain_no_quorum(rl_task *op, const master_reply *replies)
             snprintf(res->down_reason, sizeof res->down_reason, "%.60s: %.130s", st.addr, st.reason);
         any_marker |= st.marker == QMARK_PENDING || st.marker == QMARK_READY;
     }
-    res->setup_pending = e->cfg.guard && res->masters_quarantined > 0 && !any_marker;
+    res->setup_pending = guard && res->masters_quarantined > 0 && !any_marker;
+}
+
+/* rl_explain_no_quorum into op->res. */
+void explain_no_quorum(rl_task *op, const master_reply *replies)
+{
+    rl_explain_no_quorum(op->e->pool, op->e->cfg.guard, replies, &op->res);
 }
 
 void op_no_quorum(rl_task *op, int answered, const master_reply *replies)

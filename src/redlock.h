@@ -217,6 +217,16 @@ int rl_engine_post(rl_engine *e, void (*fn)(void *), void *arg);
  * lock name; refcounted. The key a notice carries is the prefixed key
  * (rl_engine_key). No-op without --notify. */
 void rl_engine_notice_want(rl_engine *e, const char *name, bool on);
+/* Loop thread of pool: says in res why fewer than a majority voted, from a
+ * round's replies (one per master of pool): masters_total, masters that
+ * answered with an error (and the first error), those in quarantine,
+ * those down (and the first one's reason, as /readyz gives it), and
+ * whether the masters are not yet set up as a cluster (guard: quarantine
+ * on; their markers as the pool last saw them). masters_ok is the
+ * caller's. */
+struct master_reply;
+void rl_explain_no_quorum(struct mpool *pool, bool guard, const struct master_reply *replies, rl_result *res);
+
 /* Loop thread: fn(arg, name, n) for each name with acquires waiting here
  * (asleep or trying again within their wait_ms): n of them. The name is
  * the engine's (an election's or a semaphore slot's holds RULES_SEP). */
