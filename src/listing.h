@@ -85,8 +85,8 @@ bool list_next_master(list_pos *pos, int nmasters, bool skipped);
  * and the kind's suffix. -1 when it does not fit cap. */
 int list_pattern(enum list_kind kind, const char *key_prefix, const char *prefix, char *out, size_t cap);
 
-/* script_list_scan's answer, in place: sets next's cursor and after (its
- * master unchanged) and names[0..return) to the names, each ended by a
+/* script_list_scan's answer, in place (blob holds len bytes and a NUL after
+ * them): sets next's cursor and after (its master unchanged) and names[0..return) to the names, each ended by a
  * NUL written over blob's newlines. -1 when it is not well formed or
  * holds more than max names. */
 int list_scan_parse(char *blob, size_t len, list_pos *next, char **names, int max);

@@ -65,7 +65,7 @@ int list_cursor_parse(const char *s, int nmasters, list_pos *pos)
     if (dot) {
         /* the batch's COUNT, and after in hex (a key's bytes past the prefix) */
         p = dot + 1;
-        if (!digits(&p, '.', 3) || (pos->count = atoi(dot + 1)) < 1 || pos->count > LIST_LIMIT_MAX)
+        if (!digits(&p, '.', 4) || (pos->count = atoi(dot + 1)) < 1 || pos->count > LIST_LIMIT_MAX)
             return -1;
         const char *hex = p + 1;
         size_t hl = strlen(hex), n = hl / 2;

@@ -16,7 +16,13 @@ Test(route, maps_paths)
     cr_assert_str_eq(name, "orders");
     cr_assert_eq(api_route_of("/locks/a/b", &name), ROUTE_LOCK);
     cr_assert_str_eq(name, "a/b");   /* refused later as bad_name */
-    cr_assert_eq(api_route_of("/locks", &name), ROUTE_NOT_FOUND);
+    cr_assert_eq(api_route_of("/locks", &name), ROUTE_LIST_LOCKS);
+    cr_assert_eq(api_route_of("/elections", &name), ROUTE_LIST_ELECTIONS);
+    cr_assert_eq(api_route_of("/semaphores", &name), ROUTE_LIST_SEMAPHORES);
+    cr_assert_eq(api_route_of("/ui", &name), ROUTE_UI);
+    cr_assert_eq(api_route_of("/ui/", &name), ROUTE_UI);
+    cr_assert_eq(api_route_of("/ui/state", &name), ROUTE_UI_STATE);
+    cr_assert_eq(api_route_of("/ui/other", &name), ROUTE_NOT_FOUND);
     cr_assert_eq(api_route_of("/locks/", &name), ROUTE_NOT_FOUND);
     cr_assert_eq(api_route_of("/lock/x", &name), ROUTE_NOT_FOUND);
     cr_assert_eq(api_route_of("/healthz", &name), ROUTE_HEALTHZ);

@@ -283,3 +283,130 @@ Test(seed, negative_control_clocks_further_apart_than_the_argument_allows)
     cr_assert_gt(seed_sim(offset, keep_us, b, 400000), 0,
                  "keep must exceed the clock difference plus two bounds");
 }
+
+/* quorum_holder: which value a majority holds, as an inspection or a
+ * listing reads the masters' copies. */
+static quorum_copy held(const char *value, long long pttl, long long counter, const char *owner)
+{
+    return (quorum_copy){.value = value, .vlen = value ? strlen(value) : 0, .pttl = pttl,
+                         .counter = counter, .owner = owner, .olen = strlen(owner)};
+}
+
+Test(holder, majority_of_one_value)
+{
+    /* t on 4 of 5: the validity is that of the best majority's least time
+     * left, the 3rd largest (8000, not 3000): 8000 - 5 ms - (80 + 2). */
+    quorum_copy c[5] = {
+        held("t", 10000, 42, ""), held("t", 9000, 40, ""), held(NULL, 0, 0, ""),
+        held("t", 8000, 0, ""), held("t", 3000, 45, ""),
+    };
+    long long validity = -7, fence = -7;
+    cr_assert_eq(quorum_holder(c, 5, 5000, 0.01, &validity, &fence), 0);
+    cr_expect_eq(validity, 7913);
+    cr_expect_eq(fence, 40, "the least counter of the holders, 0 aside");
+}
+
+Test(holder, fence_zero_when_no_counter_parses)
+{
+    quorum_copy c[3] = {held("t", 10000, 0, ""), held("t", 10000, 0, ""), held("t", 10000, 0, "")};
+    long long validity, fence = -7;
+    cr_assert_eq(quorum_holder(c, 3, 0, 0.01, &validity, &fence), 0);
+    cr_expect_eq(fence, 0);
+    cr_expect_eq(validity, 9898);
+}
+
+Test(holder, the_copy_with_an_owner)
+{
+    quorum_copy c[5] = {
+        held("x", 10000, 1, "zed"), held("t", 10000, 5, ""), held("t", 10000, 5, ""),
+        held("t", 10000, 5, "alice"), held("t", 10000, 5, "bob"),
+    };
+    long long validity, fence;
+    cr_expect_eq(quorum_holder(c, 5, 0, 0.01, &validity, &fence), 3,
+                 "the first holder with an owner, not another value's");
+    c[3].owner = "";
+    c[3].olen = 0;
+    c[4].owner = "";
+    c[4].olen = 0;
+    cr_expect_eq(quorum_holder(c, 5, 0, 0.01, &validity, &fence), 1, "no owner: the first holder");
+    cr_expect_eq(fence, 5);
+}
+
+Test(holder, no_majority)
+{
+    long long validity = -7, fence = -7;
+    quorum_copy two[5] = {
+        held("t", 10000, 1, ""), held("t", 10000, 1, ""), held(NULL, 0, 0, ""),
+        held(NULL, 0, 0, ""), held("u", 10000, 2, ""),
+    };
+    cr_expect_eq(quorum_holder(two, 5, 0, 0.01, &validity, &fence), -1, "2 of 5");
+    quorum_copy split[4] = {
+        held("t", 10000, 1, ""), held("u", 10000, 2, ""), held("t", 10000, 1, ""), held("u", 10000, 2, ""),
+    };
+    cr_expect_eq(quorum_holder(split, 4, 0, 0.01, &validity, &fence), -1, "2-2 of 4");
+    quorum_copy three_ways[3] = {held("t", 10000, 1, ""), held("u", 10000, 1, ""), held("v", 10000, 1, "")};
+    cr_expect_eq(quorum_holder(three_ways, 3, 0, 0.01, &validity, &fence), -1);
+    quorum_copy none[3] = {held(NULL, 0, 0, ""), held(NULL, 0, 0, ""), held(NULL, 0, 0, "")};
+    cr_expect_eq(quorum_holder(none, 3, 0, 0.01, &validity, &fence), -1);
+    cr_expect_eq(validity, -7, "untouched when there is no holder");
+    cr_expect_eq(fence, -7);
+}
+
+Test(holder, majority_after_a_minority)
+{
+    quorum_copy c[5] = {
+        held("u", 10000, 9, "eve"), held("u", 10000, 9, "eve"), held("t", 10000, 3, ""),
+        held("t", 9000, 4, ""), held("t", 8000, 5, ""),
+    };
+    long long validity, fence;
+    cr_expect_eq(quorum_holder(c, 5, 0, 0.01, &validity, &fence), 2);
+    cr_expect_eq(fence, 3);
+    cr_expect_eq(validity, 8000 - 82);
+}
+
+Test(holder, values_compare_by_length)
+{
+    quorum_copy c[3] = {held("abc", 10000, 1, ""), held("ab", 10000, 1, ""), held("ab", 10000, 1, "")};
+    long long validity, fence;
+    cr_expect_eq(quorum_holder(c, 3, 0, 0.01, &validity, &fence), 1, "ab and ab, abc apart");
+    /* "ab" read from longer buffers */
+    quorum_copy d[3] = {held("ab", 10000, 1, ""), held("abc", 10000, 1, ""), held("abd", 10000, 1, "")};
+    cr_expect_eq(quorum_holder(d, 3, 0, 0.01, &validity, &fence), -1);
+    d[1].vlen = 2;
+    d[2].vlen = 2;
+    cr_expect_eq(quorum_holder(d, 3, 0, 0.01, &validity, &fence), 0, "the same 2 bytes");
+}
+
+Test(holder, missing_votes_count_against)
+{
+    quorum_copy c[5] = {
+        held("t", 10000, 1, ""), held("t", 10000, 1, ""), held(NULL, 0, 0, ""),
+        held(NULL, 0, 0, ""), held(NULL, 0, 0, ""),
+    };
+    long long validity, fence;
+    cr_expect_eq(quorum_holder(c, 5, 0, 0.01, &validity, &fence), -1, "a majority of 5, not of those that answered");
+    c[4] = held("t", 10000, 1, "");
+    cr_expect_eq(quorum_holder(c, 5, 0, 0.01, &validity, &fence), 0);
+    quorum_copy one[1] = {held("t", 500, 3, "")};
+    cr_expect_eq(quorum_holder(one, 1, 0, 0.0, &validity, &fence), 0);
+    cr_expect_eq(validity, 498);
+    cr_expect_eq(fence, 3);
+}
+
+Test(holder, no_time_left)
+{
+    /* The best majority of 3 (the 2nd largest): 50 ms left, read 49 ms
+     * ago: 50 - 49 - 2.5 */
+    quorum_copy c[3] = {held("t", 10000, 1, ""), held("t", 50, 1, ""), held("t", 50, 1, "")};
+    long long validity = -7, fence = -7;
+    cr_expect_eq(quorum_holder(c, 3, 49000, 0.01, &validity, &fence), -1);
+    cr_expect_eq(validity, -7);
+    cr_expect_eq(quorum_holder(c, 3, 40000, 0.01, &validity, &fence), 0);
+    cr_expect_eq(validity, 7, "50 - 40 - 2.5, rounded down");
+    /* Exactly nothing left is no holder: 2 ms, less the 2 ms of drift. */
+    quorum_copy one[1] = {held("t", 2, 1, "")};
+    cr_expect_eq(quorum_holder(one, 1, 0, 0.0, &validity, &fence), -1);
+    one[0].pttl = 3;
+    cr_expect_eq(quorum_holder(one, 1, 0, 0.0, &validity, &fence), 0);
+    cr_expect_eq(validity, 1);
+}
