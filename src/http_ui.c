@@ -4,8 +4,9 @@
  * the listings every second, with the token pasted into it. /ui/state is
  * what the listings do not say: the masters as /readyz sees them (with
  * their reply counters, from which the page draws latency), the last
- * minutes of grants, 409s and 503s per second, and the acquires waiting
- * on this instance per name. */
+ * minutes of grants, 409s and 503s per second, and the acquires and
+ * campaigns waiting on this instance per name (a semaphore's waiting
+ * acquires retry on their own and are not among them). */
 #include "http_int.h"
 
 #include "ui_assets.h"
@@ -36,7 +37,7 @@ typedef struct ui_gather {
     req_ctx *ctx;
     pthread_mutex_t lock;
     int left;                   /* loops still to count */
-    cJSON *waiters;             /* [{"kind","name","waiters"}] */
+    cJSON *waiters;             /* [{"kind" (lock, election),"name","waiters"}] */
 } ui_gather;
 
 typedef struct ui_job {
@@ -51,12 +52,9 @@ static void add_waiters(void *arg, const char *name, int n)
     size_t len = strlen(name);
     if (sep) {
         const char *tail = sep + strlen(RULES_SEP);
-        if (!strcmp(tail, "election"))
-            kind = "election";
-        else if (isdigit((unsigned char)*tail) && strspn(tail, "0123456789") == strlen(tail))
-            kind = "semaphore";
-        else
-            return;
+        if (strcmp(tail, "election"))
+            return;   /* (a semaphore's slots are tried without waiting in the engine) */
+        kind = "election";
         len = (size_t)(sep - name);
     }
     cJSON *o = cJSON_CreateObject();
