@@ -372,7 +372,7 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     if (i >= argc) {
         if (a->help || a->version)
             return 0;
-        snprintf(err, errlen, "a command is needed (run, elect, acquire, extend, release, status, ready)");
+        snprintf(err, errlen, "a command is needed (run, elect, acquire, extend, release, status, list, ready)");
         return -1;
     }
     if (!strcmp(argv[i], "help")) {
@@ -385,7 +385,7 @@ int cli_parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen)
     if (a->cmd == CLI_NONE) {
         if (a->help || a->version)
             return 0;
-        snprintf(err, errlen, "unknown command %s (run, elect, acquire, extend, release, status, ready)",
+        snprintf(err, errlen, "unknown command %s (run, elect, acquire, extend, release, status, list, ready)",
                  argv[i]);
         return -1;
     }

@@ -53,7 +53,7 @@ for n in missing(readme, server):
     failures.append(f"README: redlockd's {n} is not in the flags table")
 
 client = options(helptext(REDLOCK, "--help"))
-for cmd in ["run", "elect", "acquire", "extend", "release", "status", "ready"]:
+for cmd in ["run", "elect", "acquire", "extend", "release", "status", "list", "ready"]:
     client |= options(helptext(REDLOCK, cmd, "--help"))
 client -= {"--"}
 if not {"--url", "--ttl", "--wait", "--grace", "REDLOCK_URL"} <= client:
