@@ -24,7 +24,7 @@ TestSuite(protocol, .init = setup, .fini = teardown, .timeout = 60);
 Test(protocol, paths_methods_and_bodies)
 {
     h_daemon_start(C, "--max-body-bytes", "1024", NULL);
-    const char *notfound[] = {"/locks", "/locks/", "/nope", "/healthz/x", "/"};
+    const char *notfound[] = {"/locks/", "/elections/", "/ui/x", "/nope", "/healthz/x", "/"};
     for (size_t i = 0; i < sizeof notfound / sizeof notfound[0]; i++) {
         h_resp r = h_http(C, "GET", notfound[i], NULL, NULL);
         cr_assert_eq(r.status, 404, "%s -> %ld", notfound[i], r.status);
