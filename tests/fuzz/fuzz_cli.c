@@ -101,7 +101,7 @@ static bool in_argv(const char *p, char **argv, int argc)
 static void check_args(const cli_args *a, char **argv, int argc)
 {
     const char *ptrs[] = {a->url, a->auth_token_file, a->owner, a->name, a->token, a->candidate,
-                          a->value};
+                          a->value, a->prefix, a->admin_token_file};
     for (size_t k = 0; k < sizeof ptrs / sizeof ptrs[0]; k++)
         FUZZ_CHECK(!ptrs[k] || in_argv(ptrs[k], argv, argc), "cli_args points into argv");
     if (a->help || a->version)
@@ -109,7 +109,8 @@ static void check_args(const cli_args *a, char **argv, int argc)
     enum cli_cmd c = a->cmd;
     FUZZ_CHECK(c != CLI_NONE, "a command");
     bool run_like = c == CLI_RUN || (c == CLI_ELECT && !a->observe);
-    FUZZ_CHECK((c == CLI_READY) == (a->name == NULL), "every command but ready has a NAME");
+    FUZZ_CHECK((c == CLI_READY || c == CLI_LIST) == (a->name == NULL),
+               "every command but ready and list has a NAME");
     if (a->name)
         FUZZ_CHECK(rules_name_valid(a->name, strlen(a->name)), "NAME obeys the name rules");
     FUZZ_CHECK((c == CLI_EXTEND || c == CLI_RELEASE) == (a->token != NULL),
@@ -144,11 +145,15 @@ static void check_args(const cli_args *a, char **argv, int argc)
     FUZZ_CHECK(!a->owner || c == CLI_RUN || c == CLI_ACQUIRE, "--owner only on run, acquire");
     FUZZ_CHECK(a->grace_ms == CLI_DEFAULT_GRACE_MS || c == CLI_RUN || c == CLI_ELECT,
                "--grace only on run, elect");
-    FUZZ_CHECK(!a->json || c == CLI_ACQUIRE || c == CLI_EXTEND || c == CLI_STATUS || c == CLI_READY,
-               "--json only on acquire, extend, status, ready");
+    FUZZ_CHECK(!a->json || c == CLI_ACQUIRE || c == CLI_EXTEND || c == CLI_STATUS || c == CLI_READY ||
+                   c == CLI_LIST,
+               "--json only on acquire, extend, status, ready, list");
     FUZZ_CHECK((!a->candidate && !a->value && !a->observe) || c == CLI_ELECT,
                "--candidate, --value, --observe only on elect");
     FUZZ_CHECK(a->limit == 0 || c == CLI_RUN, "--limit only on run");
+    FUZZ_CHECK(!a->prefix || c == CLI_LIST, "--prefix only on list");
+    if (a->prefix && *a->prefix)
+        FUZZ_CHECK(rules_name_valid(a->prefix, strlen(a->prefix)), "--prefix obeys the name rules");
 }
 
 static void fuzz_args(fuzz_in *in, size_t errlen)

@@ -98,6 +98,18 @@ static void acquire(const char *path, const char *body, char *token, size_t cap)
     h_resp_free(&r);
 }
 
+/* Takes the locks PREFIX-0000.. (digits wide) for 120 s, into tokens; with
+ * owners, two in three with the owner "worker 7". */
+static void take_numbered(const char *prefix, int digits, int n, char (*tokens)[64], bool owners)
+{
+    for (int i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/locks/%s-%0*d", prefix, digits, i);
+        acquire(path, owners && i % 3 ? "{\"ttl_ms\":120000,\"owner\":\"worker 7\"}" : "{\"ttl_ms\":120000}",
+                tokens[i], sizeof tokens[i]);
+    }
+}
+
 /* 2,400 locks (and four names with slashes, spaces and UTF-8), 200 of them
  * released again: every page size lists each held one exactly once and
  * none of the released, and a prefix lists exactly its names. */
@@ -106,12 +118,7 @@ Test(listing, every_held_lock_once_across_pages)
     C = h_cluster_start(5, NULL);
     h_daemon_start(C, NULL);
     static char tokens[2400][64];
-    for (int i = 0; i < 2400; i++) {
-        char path[64];
-        snprintf(path, sizeof path, "/locks/job-%04d", i);
-        acquire(path, i % 3 ? "{\"ttl_ms\":120000,\"owner\":\"worker 7\"}" : "{\"ttl_ms\":120000}", tokens[i],
-                sizeof tokens[i]);
-    }
+    take_numbered("job", 4, 2400, tokens, true);
     const char *odd[] = {"reports%2F2026%2F11", "nightly%20backup", "caf%C3%A9", "orders%2342"};
     for (int i = 0; i < 4; i++) {
         char path[64];
@@ -244,11 +251,7 @@ Test(listing, stopped_masters_hide_nothing_until_no_majority)
     C = h_cluster_start(5, NULL);
     h_daemon_start(C, NULL);
     static char tokens[300][64];
-    for (int i = 0; i < 300; i++) {
-        char path[64];
-        snprintf(path, sizeof path, "/locks/svc-%03d", i);
-        acquire(path, "{\"ttl_ms\":120000}", tokens[i], sizeof tokens[i]);
-    }
+    take_numbered("svc", 3, 300, tokens, false);
     /* A busy machine grants some without a master that was late: taken
      * again until all five hold them (a few tries), so that most locks
      * stay provable with masters stopped. */
