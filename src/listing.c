@@ -1,6 +1,8 @@
-/* listing.c - a page of a listing on a pool's loop (listing.h): a scan of
- * one master, then a read of its names on every master, until the page
- * holds limit names, the walk is over, or LIST_ROUNDS_MAX scans were made. */
+/* listing.c - a page of a listing on a pool's loop (listing.h), in rounds:
+ * a scan of one master, an EXISTS of its names on the masters scanned
+ * before (from the second master on), then a read of the rest on every
+ * master; until the page holds limit names, the walk is over, a master
+ * scanned was late, or LIST_ROUNDS_MAX rounds or LIST_PAGE_MS passed. */
 #include "listing_run.h"
 
 #include <cjson/cJSON.h>
@@ -24,9 +26,9 @@ typedef struct list_task {
     int nnames;
     int scanned;                /* the master those names came from */
     uint64_t read_us;           /* when their read was sent */
-    bool read_any;
+    bool read_any;              /* a read went to every master this page */
     bool stalled;               /* the master scanned is up but was late: the page ends */
-    uint64_t start_us;              /* a read reached every master this page: a majority answered */
+    uint64_t start_us;          /* when the page began (LIST_PAGE_MS) */
     list_copy *copies;          /* one per master */
     list_done_fn done;
     void *arg;
@@ -268,8 +270,13 @@ static void scan_done(void *arg, const master_reply *replies)
     }
     t->scanned = t->req.pos.master;
     t->req.pos = next;
-    if (!strcmp(next.cursor, "0") && !next.after[0])
-        list_next_master(&t->req.pos, t->n, false);
+    if (!strcmp(next.cursor, "0") && !next.after[0] && !list_next_master(&t->req.pos, t->n, false)) {
+        /* The last master scanned to its end, fewer than list_scanned of
+         * them in all (the rest passed as down): nothing says the walk met
+         * every name a majority holds. */
+        finish_why(t, RL_NO_QUORUM, replies, voting_now(t));
+        return;
+    }
     if (t->nnames == 0)
         go_on(t);
     else if (scanned_before(t))
