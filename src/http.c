@@ -41,6 +41,14 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
     }
     if (status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    static const char no_quorum[] = "{\"error\":\"no_quorum\"";
+    if (status == 503 && body && !strncmp(body, no_quorum, sizeof no_quorum - 1))
+        metrics_count(ctx->s->m, METRICS_NO_QUORUM);   /* answered, not retried inside */
+    return send_response(ctx, status, r);
+}
+
+enum MHD_Result send_response(req_ctx *ctx, int status, struct MHD_Response *r)
+{
     /* Stopping: serve what arrives on open connections, then close them so
      * clients move on to another instance instead of meeting a 503. */
     if (atomic_load(&ctx->s->quiescing) || ctx->close)
@@ -48,9 +56,6 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
     enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
-    static const char no_quorum[] = "{\"error\":\"no_quorum\"";
-    if (status == 503 && body && !strncmp(body, no_quorum, sizeof no_quorum - 1))
-        metrics_count(ctx->s->m, METRICS_NO_QUORUM);   /* answered, not retried inside */
     metrics_request(ctx->s->m, ctx->mroute, status, loop_now_us() - ctx->start_us);
     return rc;
 }

@@ -209,6 +209,9 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
                           long long retry_after_s, bool json);
 enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
                            const char *allow);
+/* Queues r (the caller's headers set) as ctx's answer, closing the
+ * connection while the server stops, and counts it; destroys r. */
+enum MHD_Result send_response(req_ctx *ctx, int status, struct MHD_Response *r);
 void suspend_for_engine(req_ctx *ctx);
 void ctx_unref(req_ctx *ctx);
 bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res);

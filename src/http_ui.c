@@ -24,11 +24,7 @@ enum MHD_Result ui_page(req_ctx *ctx)
     MHD_add_response_header(r, "Content-Security-Policy",
                             "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                             "connect-src 'self'; img-src data:");
-    enum MHD_Result rc = MHD_queue_response(ctx->conn, 200, r);
-    MHD_destroy_response(r);
-    ctx->answered = true;
-    metrics_request(ctx->s->m, ctx->mroute, 200, loop_now_us() - ctx->start_us);
-    return rc;
+    return send_response(ctx, 200, r);
 }
 
 /* Gathers every loop's waiters (each engine's index is its loop's own),
@@ -93,9 +89,7 @@ static char *state_json(http_server *s, cJSON *waiters)
         jsonio_add_int(m, "replies", (long long)st.replies);
         jsonio_add_int(m, "reply_us_sum", (long long)st.reply_us_sum);
     }
-    static metrics_rate rates[METRICS_RATE_SECONDS];   /* (under the gather's end: one at a time) */
-    static pthread_mutex_t rates_lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&rates_lock);
+    metrics_rate rates[METRICS_RATE_SECONDS];
     metrics_rates(s->m, (long long)time(NULL), rates);
     cJSON *arr = cJSON_AddArrayToObject(o, "rates");
     for (int i = 0; arr && i < METRICS_RATE_SECONDS; i++) {
@@ -109,7 +103,6 @@ static char *state_json(http_server *s, cJSON *waiters)
         jsonio_add_int(r, "conflicts", rates[i].conflicts);
         jsonio_add_int(r, "unavailable", rates[i].unavailable);
     }
-    pthread_mutex_unlock(&rates_lock);
     cJSON_AddItemToObject(o, "waiters", waiters);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

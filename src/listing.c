@@ -38,6 +38,12 @@ static void scan_step(list_task *t);
 
 static const char *guard_of(const list_task *t) { return t->cfg->quarantine ? "1" : "0"; }
 
+/* The scripts' kind argument (scripts.h: list_scan, list_check). */
+static const char *kind_arg(const list_task *t)
+{
+    return t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
+}
+
 /* The page's answer: outcome, or RL_NO_QUORUM explained from replies
  * (ok of them voted). */
 static void finish_why(list_task *t, enum rl_outcome outcome, const master_reply *replies, int ok)
@@ -170,8 +176,7 @@ static void read_step(list_task *t)
 {
     t->read_any = true;
     t->read_us = loop_now_us();
-    check(t, t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s",
-          t->req.kind == LIST_ELECTIONS ? ELECTION_SUFFIX : "", (1u << t->n) - 1, read_done);
+    check(t, kind_arg(t), t->req.kind == LIST_ELECTIONS ? ELECTION_SUFFIX : "", (1u << t->n) - 1, read_done);
 }
 
 /* The masters the walk scanned before the one it scans now: a name one of
@@ -296,9 +301,8 @@ static void scan_step(list_task *t)
     snprintf(limit, sizeof limit, "%d", want < LIST_ROUND_NAMES ? want : LIST_ROUND_NAMES);
     snprintf(count, sizeof count, "%d", t->req.pos.count);
     snprintf(plen, sizeof plen, "%zu", strlen(t->cfg->key_prefix));
-    const char *kind = t->req.kind == LIST_LOCKS ? "l" : t->req.kind == LIST_ELECTIONS ? "e" : "s";
-    const char *args[] = {SCRIPT_MARKER_KEY, t->req.pos.cursor, t->req.pos.after, count, pattern, limit, kind,
-                          plen, guard_of(t)};
+    const char *args[] = {SCRIPT_MARKER_KEY, t->req.pos.cursor, t->req.pos.after, count, pattern, limit,
+                          kind_arg(t), plen, guard_of(t)};
     size_t lens[9];
     for (int i = 0; i < 9; i++)
         lens[i] = strlen(args[i]);

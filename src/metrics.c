@@ -1,13 +1,12 @@
 /* metrics.c - see metrics.h. */
 #include "metrics.h"
 
-#include <time.h>
-
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const int statuses[] = {200, 201, 204, 400, 401, 403, 404, 405, 409, 413, 429, 500, 503};
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
