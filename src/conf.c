@@ -40,8 +40,11 @@ static const struct opt opts[] = {
      "(default 1; one per CPU where the masters run elsewhere)"},
     {"max-body-bytes", OPT_INT, 64, CONF_MAX_BODY_LIMIT, 0, 0,
      "largest request body, at most 1 MiB (default 16384)"},
+    {"connection-buffer-bytes", OPT_INT, 1536, 65536, 0, 0,
+     "each HTTP connection's buffer, kept while it is open: a request head up to about 512 "
+     "bytes less is read, longer is answered 431 (default 3072)"},
     {"max-connections", OPT_INT, 16, 1000000, 0, 0,
-     "HTTP connections at once; about 10 KB of memory each while open (default 1024)"},
+     "HTTP connections at once; about 4 KiB of memory each while open (default 1024)"},
     {"max-connections-per-ip", OPT_INT, 1, 1000000, 0, 0,
      "HTTP connections at once from one client address (default 512)"},
     {"request-timeout-ms", OPT_INT, 100, 3600000, 0, 0,
@@ -324,6 +327,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         else if (!strcmp(o->name, "retry-delay-ms")) c->retry_delay_ms = v;
         else if (!strcmp(o->name, "threads")) c->threads = (int)v;
         else if (!strcmp(o->name, "max-body-bytes")) c->max_body_bytes = v;
+        else if (!strcmp(o->name, "connection-buffer-bytes")) c->connection_buffer_bytes = (int)v;
         else if (!strcmp(o->name, "fence-keep-ms")) c->fence_keep_ms = v;
         else if (!strcmp(o->name, "max-connections")) c->max_connections = (int)v;
         else if (!strcmp(o->name, "max-connections-per-ip")) c->max_connections_per_ip = (int)v;
@@ -501,6 +505,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
      * should set one per CPU. */
     c->threads = 1;
     c->max_body_bytes = CONF_DEFAULT_MAX_BODY_BYTES;
+    c->connection_buffer_bytes = CONF_DEFAULT_CONNECTION_BUFFER_BYTES;
     c->quarantine = true;
     c->notify = true;
     strcpy(c->dapr_stores, CONF_DEFAULT_DAPR_STORES);

@@ -35,6 +35,7 @@ void free_if_done(hold *h)
     s->last_free_us = loop_now_us();
     hold_listen(h, false);
     free(h->record);
+    free(h->out);
     free(h);
 }
 
@@ -246,12 +247,20 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
     return h;
 }
 
-/* A hold, with its role part after it when with_role. */
-static hold *hold_new(bool with_role)
+/* A hold of name, with its role part after it when with_role, then its
+ * name and room for a token of token_cap bytes: a lease keeps no more than
+ * its own strings (10,000 of them are in the sidecar's memory limit). */
+static hold *hold_new(bool with_role, const char *name, size_t token_cap)
 {
-    hold *h = calloc(1, sizeof *h + (with_role ? sizeof(struct hold_role) : 0));
-    if (h && with_role)
+    size_t role = with_role ? sizeof(struct hold_role) : 0, nlen = strlen(name) + 1;
+    hold *h = calloc(1, sizeof *h + role + nlen + token_cap);
+    if (!h)
+        return NULL;
+    if (with_role)
         h->role = (struct hold_role *)(h + 1);
+    h->name = (char *)(h + 1) + role;
+    memcpy(h->name, name, nlen);
+    h->token = h->name + nlen;
     return h;
 }
 
@@ -259,13 +268,13 @@ static hold *hold_new(bool with_role)
 static hold *grant_hold(hold_set *s, rl_engine *e, const rl_request *req, const rl_result *res,
                         uint64_t sent_us, bool with_role)
 {
-    hold *h = hold_new(with_role);
+    size_t tlen = strlen(res->token) + 1;
+    hold *h = hold_new(with_role, req->name, tlen);
     if (!h)
         return NULL;
     h->s = s;
     h->e = e;
-    snprintf(h->name, sizeof h->name, "%s", req->name);
-    snprintf(h->token, sizeof h->token, "%s", res->token);
+    memcpy(h->token, res->token, tlen);
     h->ttl_ms = res->ttl_ms;
     h->fence = res->fence;
     h->heartbeat_us = (uint64_t)req->heartbeat_ms * 1000ULL;
@@ -302,7 +311,7 @@ hold *hold_permit(hold_set *s, rl_engine *e, const rl_request *req, const rl_res
 hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char *label,
                     const char *candidate, int fd, hold_wake_fn wake, void *arg)
 {
-    hold *h = hold_new(true);
+    hold *h = hold_new(true, req->name, HOLD_TOKEN_CAP);
     if (!h)
         return NULL;
     h->s = s;
@@ -317,7 +326,6 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
     h->role->acq_req.keep_ticket = true;
     if (token_new(h->role->acq_req.ticket) < 0)
         h->role->acq_req.ticket[0] = '\0';   /* (it campaigns without a place) */
-    snprintf(h->name, sizeof h->name, "%s", req->name);
     snprintf(h->role->label, sizeof h->role->label, "%s", label);
     snprintf(h->role->candidate, sizeof h->role->candidate, "%s", candidate);
     h->ttl_ms = req->ttl_ms;
@@ -327,10 +335,10 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
     return hold_link(s, h, req->ttl_ms, fd, wake, arg, true);
 }
 
-/* Formats the next event into h->out; false when none is pending. The
- * validity is counted now, as the event leaves, to the end announced. s->mu
- * held. */
-static bool format_next(hold *h)
+/* Formats the next event into out (HOLD_EVENT_MAX bytes) and returns its
+ * length; 0 when none is pending. The validity is counted now, as the event
+ * leaves, to the end announced. s->mu held. */
+static size_t format_next(hold *h, char *out)
 {
     uint64_t now = loop_now_us(), until = announced_until(h);
     long long left = until > now ? (long long)((until - now) / 1000) : 0;
@@ -344,19 +352,19 @@ static bool format_next(hold *h)
     }
     if (h->pend_campaigning && h->end == END_NONE) {
         h->pend_campaigning = false;
-        n = snprintf(h->out, sizeof h->out,
+        n = snprintf(out, HOLD_EVENT_MAX,
                      "{\"event\":\"campaigning\",\"name\":\"%s\",\"candidate\":\"%s\"}\n", name, cand);
     } else if (h->pend_acquired && h->election) {
         h->pend_acquired = false;
         h->pend_renewed = false;
-        n = snprintf(h->out, sizeof h->out,
+        n = snprintf(out, HOLD_EVENT_MAX,
                      "{\"event\":\"elected\",\"name\":\"%s\",\"candidate\":\"%s\",\"term\":%lld,"
                      "\"token\":\"%s\",\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
                      name, cand, h->fence, h->token, left, h->ttl_ms);
     } else if (h->pend_acquired && h->permit) {
         h->pend_acquired = false;
         h->pend_renewed = false;
-        n = snprintf(h->out, sizeof h->out,
+        n = snprintf(out, HOLD_EVENT_MAX,
                      "{\"event\":\"acquired\",\"name\":\"%s\",\"limit\":%d,\"slot\":%d,"
                      "\"token\":\"%d:%s\",\"fence\":%lld,\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
                      name, h->role->of.limit, h->role->of.slot, h->role->of.slot,
@@ -364,46 +372,67 @@ static bool format_next(hold *h)
     } else if (h->pend_acquired) {
         h->pend_acquired = false;
         h->pend_renewed = false;   /* the acquired event carries the newest validity */
-        n = snprintf(h->out, sizeof h->out,
+        n = snprintf(out, HOLD_EVENT_MAX,
                      "{\"event\":\"acquired\",\"name\":\"%s\",\"token\":\"%s\",\"fence\":%lld,"
                      "\"validity_ms\":%lld,\"ttl_ms\":%lld}\n",
                      name, h->token, h->fence, left, h->ttl_ms);
     } else if (h->pend_renewed && h->end == END_NONE && left > 0) {
         h->pend_renewed = false;
-        n = snprintf(h->out, sizeof h->out, "{\"event\":\"renewed\",\"validity_ms\":%lld}\n", left);
+        n = snprintf(out, HOLD_EVENT_MAX, "{\"event\":\"renewed\",\"validity_ms\":%lld}\n", left);
     } else if (h->pend_probe && h->end == END_NONE) {
         h->pend_probe = false;
-        n = snprintf(h->out, sizeof h->out, " ");
+        n = snprintf(out, HOLD_EVENT_MAX, " ");
     } else if (h->end != END_NONE && !h->end_formatted) {
         h->end_formatted = true;
         const char *what = h->end == END_LOST ? "lost" : h->election ? "resigned" : "released";
         if (h->end_reason)
-            n = snprintf(h->out, sizeof h->out, "{\"event\":\"%s\",\"reason\":\"%s\"}\n", what,
+            n = snprintf(out, HOLD_EVENT_MAX, "{\"event\":\"%s\",\"reason\":\"%s\"}\n", what,
                          h->end_reason);
         else
-            n = snprintf(h->out, sizeof h->out, "{\"event\":\"%s\"}\n", what);
+            n = snprintf(out, HOLD_EVENT_MAX, "{\"event\":\"%s\"}\n", what);
     } else {
-        return false;
+        return 0;
     }
-    h->out_len = n > 0 && (size_t)n < sizeof h->out ? (size_t)n : 0;
-    h->out_off = 0;
     h->out_at_us = now;
-    return h->out_len > 0;
+    return n > 0 && n < HOLD_EVENT_MAX ? (size_t)n : 0;
 }
 
 long hold_read(hold *h, char *buf, size_t cap)
 {
     hold_set *s = h->s;
     pthread_mutex_lock(&s->mu);
+    char line[HOLD_EVENT_MAX];
+    const char *from = line;
+    size_t len;
+    if (h->out) {   /* the rest of the last event first */
+        from = h->out + h->out_off;
+        len = h->out_len - h->out_off;
+    } else {
+        len = format_next(h, line);
+    }
     long n;
-    if (h->out_off < h->out_len || format_next(h)) {
-        size_t k = h->out_len - h->out_off;
-        if (k > cap)
-            k = cap;
-        memcpy(buf, h->out + h->out_off, k);
-        h->out_off += k;
+    if (len > 0) {
+        size_t k = len < cap ? len : cap;
+        memcpy(buf, from, k);
         n = (long)k;
-        if (h->end_formatted && h->out_off == h->out_len && h->release_when_read) {
+        if (h->out) {
+            h->out_off += k;
+            if (h->out_off == h->out_len) {
+                free(h->out);
+                h->out = NULL;
+            }
+        } else if (k < len) {
+            /* Kept until the next read; out of memory, the stream ends
+             * rather than hand out half an event. */
+            if ((h->out = malloc(len - k))) {
+                memcpy(h->out, line + k, len - k);
+                h->out_len = len - k;
+                h->out_off = 0;
+            } else {
+                n = -1;
+            }
+        }
+        if (h->end_formatted && !h->out && n > 0 && h->release_when_read) {
             h->release_when_read = false;
             release_lock(h);
             pthread_cond_broadcast(&s->settled);

@@ -25,6 +25,9 @@
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
 #define HOLD_RENEW_EARLY_MS 50  /* an extension goes up to this much early to leave with others */
+#define HOLD_TOKEN_CAP (TOKEN_MAX_LEN + 1) /* a campaign's token: not known until elected */
+#define HOLD_EXTEND_INFLIGHT_MAX 256 /* extensions in flight at once: an engine task each (5 KiB);
+                                       10,000 leases' renewals fired together took 38 MiB */
 #define HOLD_TRIM_AFTER 256     /* holds freed before the renewer gives free memory back (malloc_trim) */
 #define HOLD_TRIM_QUIET_MS 500  /* ... once no hold was freed for this long (their connections too) */
 #define HOLD_TRIM_AGAIN_MS 3000 /* ... and again this much later */
@@ -43,8 +46,9 @@ struct hold {
     hold_set *s;
     rl_engine *e;                   /* the engine of the loop that granted it */
     struct hold *prev, *next;       /* in s->list */
-    char name[RL_INTERNAL_NAME_MAX + 1];
-    char token[TOKEN_MAX_LEN + 1];
+    char *name;                     /* (in the same allocation, after the role: hold_new) */
+    char *token;                    /* (there too, as long as the grant's; a campaign's has
+                                       room for any token, HOLD_TOKEN_CAP) */
     long long ttl_ms;
     long long fence;
     uint64_t valid_until_us;        /* end of the validity last obtained; the client is
@@ -93,7 +97,8 @@ struct hold {
     enum hold_end end;
     const char *end_reason;         /* NULL: the event carries no reason */
     bool end_formatted;
-    char out[HOLD_EVENT_MAX];       /* the event being handed out */
+    char *out;                      /* the rest of an event that did not fit where
+                                       hold_read put it (NULL: none; most never need it) */
     size_t out_len, out_off;
     bool want_wake;                 /* hold_read answered 0 since the last wake */
     hold_wake_fn wake;
@@ -109,6 +114,7 @@ struct hold_set {
     int used;                       /* holds open plus reservations */
     int open;
     int releases_pending;
+    int extensions;                 /* extensions in flight (at most HOLD_EXTEND_INFLIGHT_MAX) */
     int freed_since_trim;           /* holds freed since the renewer last gave memory back */
     uint64_t last_free_us;          /* when the last hold was freed */
     uint64_t trim_again_us;         /* the second trim after many frees (0: none due) */

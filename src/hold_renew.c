@@ -123,6 +123,7 @@ static void extend_done(void *arg, const rl_result *res)
     hold_set *s = h->s;
     pthread_mutex_lock(&s->mu);
     h->extending = false;
+    s->extensions--;
     h->engine_refs--;
     uint64_t now = loop_now_us();
     if (h->end == END_NONE && !h->closed) {
@@ -198,7 +199,7 @@ static void campaign_done(void *arg, const rl_result *res)
          * counts from the deciding attempt's start (after a wait, later
          * than the acquire was sent). */
         uint64_t from = res->attempt_us ? res->attempt_us : now;
-        snprintf(h->token, sizeof h->token, "%s", res->token);
+        snprintf(h->token, HOLD_TOKEN_CAP, "%s", res->token);   /* (a campaign's room) */
         h->fence = res->fence;
         h->repair = res->masters_missing > 0;
         h->record = election_record(h, from);
@@ -341,13 +342,18 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
             end_lost(h, "expired");
             continue;
         }
-        if (!h->extending && due_now) {
+        /* At most HOLD_EXTEND_INFLIGHT_MAX at once: the rest go as those
+         * answer (extend_done wakes the renewer), well within their ttl. */
+        bool room = s->extensions < HOLD_EXTEND_INFLIGHT_MAX;
+        if (!h->extending && due_now && room) {
             rl_request req = request_of(h, RL_EXTEND);
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
+            s->extensions++;
             h->engine_refs++;
             if (rl_submit(h->e, &req, extend_done, h, NULL) < 0) {
                 h->extending = false;
+                s->extensions--;
                 h->engine_refs--;
                 h->next_try_us = now + HOLD_RETRY_MIN_MS * 1000ULL;
             } else if (h->permit) {
@@ -355,7 +361,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
             }
         }
         uint64_t due = lost_at(h);
-        if (!h->extending && h->next_try_us < due)
+        if (!h->extending && h->next_try_us < due && (room || !due_now))
             due = h->next_try_us;
         if (due < next)
             next = due;

@@ -130,6 +130,7 @@ void ctx_unref(req_ctx *ctx)
         free(ctx->sem_res);
         free(ctx->list_body);
         free(ctx->body);
+        free(ctx->w);
         free(ctx);
     }
 }
@@ -145,7 +146,7 @@ bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res)
     pthread_mutex_lock(&s->reg_lock);
     bool was = ctx->susp;
     if (was) {
-        ctx->res = *res;
+        ctx->w->res = *res;
         if (sem_res)
             *ctx->sem_res = *sem_res;
         atomic_store(&ctx->result_ready, true);
@@ -211,7 +212,7 @@ static int framing_error(struct MHD_Connection *conn, const char *version, char 
     return api_framing_verdict(&f, version && !strcmp(version, MHD_HTTP_VERSION_1_1), msg, msglen);
 }
 
-/* The name in ctx's path, decoded once into ctx->name (the url is as the
+/* The name in ctx's path, decoded once into ctx->w->name (the url is as the
  * client sent it: unescape leaves it alone, so that "%2F" is part of a
  * name and not a path separator). A name that does not decode, or is
  * longer than any name, becomes "", which every name rule refuses. */
@@ -225,9 +226,9 @@ static void decode_route_name(req_ctx *ctx, const char *url)
         ctx->beat_kind = api_heartbeat_of(url, &raw, &len);
     else if (ctx->route == ROUTE_ELECTION_VALUE)
         len -= strlen("/value");
-    if (rules_percent_decode(raw, len, ctx->name, sizeof ctx->name) < 0)
-        ctx->name[0] = '\0';
-    ctx->route_name = ctx->name;
+    if (rules_percent_decode(raw, len, ctx->w->name, sizeof ctx->w->name) < 0)
+        ctx->w->name[0] = '\0';
+    ctx->route_name = ctx->w->name;
 }
 
 enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -241,6 +242,10 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
 
     if (!ctx) {
         ctx = calloc(1, sizeof *ctx);
+        if (ctx && !(ctx->w = calloc(1, sizeof *ctx->w))) {
+            free(ctx);
+            ctx = NULL;
+        }
         if (!ctx)
             return MHD_NO;
         ctx->s = s;
@@ -455,7 +460,7 @@ int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen)
     const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
     char buf[HTTP_QUERY_ARG_MAX];
     const char *query = http_query_arg(ctx, "token", buf, sizeof buf);
-    return api_pick_token(hdr, query, token_in_body, &ctx->req, msg, msglen);
+    return api_pick_token(hdr, query, token_in_body, &ctx->w->req, msg, msglen);
 }
 
 /* libmicrohttpd's messages are mostly caused by clients (a connection

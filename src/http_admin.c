@@ -32,13 +32,13 @@ static void log_force(req_ctx *ctx, const char *what, long long fence, const cha
     client_of(ctx, client, sizeof client);
     snprintf(f, sizeof f, "%lld", fence);
     snprintf(n, sizeof n, "%d", permits);
-    log_event(LOG_LEVEL_WARN, "force_release", "kind", what, "name", ctx->label, "held", permits ? "yes" : "no",
+    log_event(LOG_LEVEL_WARN, "force_release", "kind", what, "name", ctx->w->label, "held", permits ? "yes" : "no",
               "fence", f, "owner", owner, "permits", n, "client", client, NULL);
 }
 
 void forced_lock(req_ctx *ctx, const rl_result *res)
 {
-    hold_forced(ctx->s->holds, ctx->req.name);   /* (a notice tells the other instances) */
+    hold_forced(ctx->s->holds, ctx->w->req.name);   /* (a notice tells the other instances) */
     log_force(ctx, ctx->route == ROUTE_ELECTION ? "election" : "lock", res->held ? res->fence : 0,
               res->held ? res->owner : "", res->held);
 }
@@ -82,7 +82,7 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
     if (!rules_name_valid(name, strlen(name)))
         return send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
     ctx->force = true;
-    snprintf(ctx->label, sizeof ctx->label, "%s", name);
+    snprintf(ctx->w->label, sizeof ctx->w->label, "%s", name);
     if (ctx->route == ROUTE_SEMAPHORE) {
         ctx->sem = calloc(1, sizeof *ctx->sem);
         ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
@@ -92,12 +92,12 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
         snprintf(ctx->sem->name, sizeof ctx->sem->name, "%s", name);
         return sem_start(ctx);
     }
-    memset(&ctx->req, 0, sizeof ctx->req);
-    ctx->req.op = RL_FORCE;
+    memset(&ctx->w->req, 0, sizeof ctx->w->req);
+    ctx->w->req.op = RL_FORCE;
     if (ctx->route == ROUTE_ELECTION)
-        election_lock_name(name, ctx->req.name, sizeof ctx->req.name);
+        election_lock_name(name, ctx->w->req.name, sizeof ctx->w->req.name);
     else
-        snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
+        snprintf(ctx->w->req.name, sizeof ctx->w->req.name, "%s", name);
     return submit(ctx);
 }
 
@@ -115,7 +115,7 @@ static void list_done(void *arg, const rl_result *res, char *body)
  * every route answers it (no_quorum with its counts and why). */
 enum MHD_Result list_answer(req_ctx *ctx)
 {
-    if (ctx->res.outcome == RL_OK) {
+    if (ctx->w->res.outcome == RL_OK) {
         char *body = ctx->list_body;
         ctx->list_body = NULL;
         return send_body(ctx, 200, body, NULL, 0, true);
@@ -123,7 +123,7 @@ enum MHD_Result list_answer(req_ctx *ctx)
     int status;
     long long retry_after_s = 0;
     rl_request req = {.op = RL_INSPECT};
-    char *body = api_result_json(&req, &ctx->res, &status, &retry_after_s);
+    char *body = api_result_json(&req, &ctx->w->res, &status, &retry_after_s);
     if (!body)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     return send_body(ctx, status, body, NULL, retry_after_s, true);

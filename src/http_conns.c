@@ -12,7 +12,7 @@ bool check_delivery(req_ctx *ctx)
     c->fd = ctx->confirm_fd;
     c->eng = ctx->eng;
     c->h = ctx->h;
-    long long validity_ms = ctx->sem ? ctx->sem_res->validity_ms : ctx->res.validity_ms;
+    long long validity_ms = ctx->sem ? ctx->sem_res->validity_ms : ctx->w->res.validity_ms;
     c->until_us = ctx->start_us + (uint64_t)(validity_ms > 0 ? validity_ms : 0) * 1000ULL;
     c->sem = ctx->sem;   /* the check owns them now */
     c->sem_res = ctx->sem_res;

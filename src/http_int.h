@@ -59,12 +59,7 @@
 #include "semaphore_api.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
-/* libmicrohttpd's memory pool per connection: a request's head (up to
- * about 7.8 KiB; more is answered 431 by the library) and its read buffer.
- * A held stream keeps its pool as long as it is open: 16 KiB made a lease
- * cost 24 KiB of RSS, 8 KiB makes it 10 KiB (3,000 held streams: 80 MiB,
- * now 37 MiB). */
-#define HTTP_CONNECTION_MEMORY 8192
+#define HTTP_STREAM_BLOCK 16         /* a stream response's own block (stream_answer) */
 #define HTTP_WATCH_INTERVAL_MS 100   /* how often gone clients and slow requests are looked for */
 #define HTTP_PROBE_INTERVAL_MS 25    /* how often a half-closed held stream is probed */
 #define HTTP_RECHECK_MS 2            /* a stream that was writing when its client spoke */
@@ -156,6 +151,18 @@ struct http_server {
     atomic_bool stop_watch;
 };
 
+/* What a request's exchange with the engine needs, and a stream that it
+ * became does not: 2.6 KiB, which stream_answer frees so that 10,000
+ * leases do not keep it. */
+typedef struct req_work {
+    char name[RULES_NAME_MAX + 2]; /* the path's name ("" when it did not decode or is longer
+                                      than any name) */
+    char label[RL_NAME_MAX + 1];   /* the election's name (req.name is its lock's); a force's name */
+    char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
+    rl_request req;
+    rl_result res;
+} req_work;
+
 typedef struct req_ctx {
     http_server *s;
     http_shard *sh;           /* the loop serving it */
@@ -170,8 +177,7 @@ typedef struct req_ctx {
     bool close;               /* answer with Connection: close */
     uint64_t start_us;
     enum api_route route;
-    const char *route_name;   /* the name in the path, percent-decoded once (name, below) */
-    char name[RULES_NAME_MAX + 2]; /* ("" when it did not decode or is longer than any name) */
+    const char *route_name;   /* the name in the path, percent-decoded once (w->name) */
     char beat_kind;           /* ROUTE_HEARTBEAT: 'l', 'e' or 's' (api_heartbeat_of) */
     enum metrics_route mroute;
     char *body;
@@ -190,17 +196,14 @@ typedef struct req_ctx {
     hold *hold;               /* the held stream this request became, until on_completed */
     election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
     bool election;            /* an election route: answered by election_answer */
-    char label[RL_NAME_MAX + 1]; /* the election's name (req.name is its lock's); a force's name */
     bool force;               /* an operator's force release (http_admin.c) */
     bool list;                /* a listing's page (http_admin.c): its body once done */
     char *list_body;
-    char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
     sem_result *sem_res;
     sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
     atomic_bool result_ready;
-    rl_request req;
-    rl_result res;
+    req_work *w;              /* NULL once its stream started (stream_answer) */
 } req_ctx;
 
 /* http.c */

@@ -6,9 +6,9 @@
 static void lock_done(void *arg, const rl_result *res)
 {
     req_ctx *ctx = arg;
-    if (ctx->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
-        hold_released(ctx->s->holds, ctx->req.name, ctx->req.token);
-    if (ctx->req.op == RL_FORCE && res->outcome == RL_OK)
+    if (ctx->w->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
+        hold_released(ctx->s->holds, ctx->w->req.name, ctx->w->req.token);
+    if (ctx->w->req.op == RL_FORCE && res->outcome == RL_OK)
         forced_lock(ctx, res);
     ctx_resume(ctx, res, NULL);   /* when a shutdown answered first, rl_finish releases a grant */
     ctx_unref(ctx);
@@ -80,7 +80,7 @@ enum MHD_Result stream_refused(req_ctx *ctx)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->req, &ctx->res, ctx->start_us,
+    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->w->req, &ctx->w->res, ctx->start_us,
                            ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
@@ -103,9 +103,12 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
 /* An NDJSON answer read from ctx's hold or watch (hold_reader). */
 enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
 {
-    /* Events are at most HOLD_EVENT_MAX bytes: a block of that size is all
-     * a stream needs (libmicrohttpd allocates it with the response). */
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HOLD_EVENT_MAX,
+    /* Chunked (HTTP/1.1), libmicrohttpd has hold_reader write into the
+     * connection's own buffer and never uses the response's block, which
+     * it allocates (and zeroes) with the response: a small one saves 1 KiB
+     * a lease. An HTTP/1.0 client reads the stream through it, an event in
+     * a few calls (hold_read keeps the rest). */
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK,
                                                                hold_reader, ctx, NULL);
     if (!r)
         return MHD_NO;   /* on_completed closes the hold, which releases */
@@ -121,6 +124,11 @@ enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
     ctx->answered = true;
     watch_stream(ctx);   /* its client's FIN or reset is seen at once */
     metrics_request(ctx->s->m, ctx->mroute, (int)status, loop_now_us() - ctx->start_us);
+    /* The request is over: what the stream says comes from its hold or
+     * watch (a shutdown that ends it sets ->gone, not a result). */
+    free(ctx->w);
+    ctx->w = NULL;
+    ctx->route_name = NULL;
     return rc;
 }
 
@@ -129,8 +137,8 @@ enum MHD_Result lock_answer(req_ctx *ctx)
     int status;
     long long retry_after_s = 0;
     /* A grant nobody will read is not sent: on_completed releases it. */
-    if (ctx->res.outcome == RL_CANCELLED ||
-        (ctx->res.outcome == RL_OK && ctx->req.op == RL_ACQUIRE && ctx->ci && client_gone(ctx->ci->fd))) {
+    if (ctx->w->res.outcome == RL_CANCELLED ||
+        (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci && client_gone(ctx->ci->fd))) {
         ctx->gone = true;
         return MHD_NO;
     }
@@ -140,20 +148,20 @@ enum MHD_Result lock_answer(req_ctx *ctx)
         return election_answer(ctx);
     if (ctx->sem)
         return sem_answer(ctx);
-    if (ctx->req.hold && ctx->res.outcome == RL_OK)
+    if (ctx->w->req.hold && ctx->w->res.outcome == RL_OK)
         return hold_answer(ctx);
     /* A grant to a client that sent its FIN is answered, and the watcher
      * learns whether it arrived (delivery_check). */
-    if (ctx->res.outcome == RL_OK && ctx->req.op == RL_ACQUIRE && ctx->ci &&
+    if (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci &&
         client_done_sending(ctx->ci->fd))
         ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
     if (ctx->dapr) {
-        char *body = api_dapr_result_json(ctx->req.op == RL_RELEASE, &ctx->res, &status);
+        char *body = api_dapr_result_json(ctx->w->req.op == RL_RELEASE, &ctx->w->res, &status);
         if (!body)
             return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
         return send_body(ctx, status, body, NULL, 0, true);
     }
-    char *body = api_result_json(&ctx->req, &ctx->res, &status, &retry_after_s);
+    char *body = api_result_json(&ctx->w->req, &ctx->w->res, &status, &retry_after_s);
     if (!body && status != 204)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     return send_body(ctx, status, body, NULL, retry_after_s, true);
@@ -187,12 +195,12 @@ rl_engine *engine_of_name(void *arg, const char *name)
 
 rl_engine *engine_for(const req_ctx *ctx)
 {
-    if (ctx->s->nshards == 1 || ctx->req.op == RL_INSPECT)
+    if (ctx->s->nshards == 1 || ctx->w->req.op == RL_INSPECT)
         return ctx->sh->engine;
-    return engine_of_name(ctx->s, ctx->req.name);
+    return engine_of_name(ctx->s, ctx->w->req.name);
 }
 
-/* Hands ctx->req to the engine; lock_done resumes the connection. */
+/* Hands ctx->w->req to the engine; lock_done resumes the connection. */
 enum MHD_Result submit(req_ctx *ctx)
 {
     http_server *s = ctx->s;
@@ -200,7 +208,7 @@ enum MHD_Result submit(req_ctx *ctx)
     atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
     rl_handle *h = NULL;
     ctx->eng = engine_for(ctx);
-    if (rl_submit(ctx->eng, &ctx->req, lock_done, ctx, &h) < 0) {
+    if (rl_submit(ctx->eng, &ctx->w->req, lock_done, ctx, &h) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
         ctx_resume(ctx, &down, NULL);
@@ -222,12 +230,12 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
     enum api_err err;
     char msg[160];
     bool token_in_body;
-    memset(&ctx->req, 0, sizeof ctx->req);
-    if (api_parse_body(op, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+    memset(&ctx->w->req, 0, sizeof ctx->w->req);
+    if (api_parse_body(op, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->w->req,
                        &token_in_body, &err, msg, sizeof msg) < 0)
         return send_error(ctx, err, msg, NULL);
-    snprintf(ctx->req.name, sizeof ctx->req.name, "%s", name);
-    ctx->req.queued = true;
+    snprintf(ctx->w->req.name, sizeof ctx->w->req.name, "%s", name);
+    ctx->w->req.queued = true;
     if (op == RL_EXTEND || op == RL_RELEASE) {
         if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
             return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
@@ -236,7 +244,7 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
                   : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
                   : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
                                      : METRICS_ROUTE_INSPECT;
-    if (ctx->req.hold && !reserve_hold(ctx))
+    if (ctx->w->req.hold && !reserve_hold(ctx))
         return too_many_holds(ctx);
     return submit(ctx);
 }
@@ -250,8 +258,8 @@ enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
     char msg[400];
     ctx->dapr = true;
     if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
-                       &s->limits, &ctx->req, &code, msg, sizeof msg) < 0)
+                       &s->limits, &ctx->w->req, &code, msg, sizeof msg) < 0)
         return send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
-    ctx->req.queued = true;
+    ctx->w->req.queued = true;
     return submit(ctx);
 }

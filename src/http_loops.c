@@ -188,7 +188,7 @@ static struct MHD_Daemon *shard_daemon(http_shard *sh, const conf *cfg, const st
         MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_buffer_bytes,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, sh,
@@ -318,8 +318,10 @@ int http_drain(http_server *s, long long timeout_ms)
         ctx->ci->suspended = NULL;
         ctx->forced = true;
         ctx->gone = ctx->hold || ctx->watch;   /* a stream whose end never came: closed */
-        memset(&ctx->res, 0, sizeof ctx->res);
-        ctx->res.outcome = RL_SHUTTING_DOWN;
+        if (ctx->w) {   /* (a stream has none: gone ends it) */
+            memset(&ctx->w->res, 0, sizeof ctx->w->res);
+            ctx->w->res.outcome = RL_SHUTTING_DOWN;
+        }
         atomic_store(&ctx->result_ready, true);
         forced++;
         pthread_mutex_unlock(&s->reg_lock);

@@ -6,19 +6,19 @@
 /* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
 enum MHD_Result election_answer(req_ctx *ctx)
 {
-    if (ctx->req.op == RL_INSPECT && ctx->res.outcome == RL_OK) {
+    if (ctx->w->req.op == RL_INSPECT && ctx->w->res.outcome == RL_OK) {
         election_state st;
-        election_state_of(&ctx->res, &st);
-        char *body = election_state_json(ctx->label, &st, ctx->candidate_q[0] ? ctx->candidate_q : NULL);
+        election_state_of(&ctx->w->res, &st);
+        char *body = election_state_json(ctx->w->label, &st, ctx->w->candidate_q[0] ? ctx->w->candidate_q : NULL);
         if (!body)
             return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
         return send_body(ctx, 200, body, NULL, 0, true);
     }
-    rl_request shown = ctx->req;   /* errors name the election, not its lock */
-    snprintf(shown.name, sizeof shown.name, "%s", ctx->label);
+    rl_request shown = ctx->w->req;   /* errors name the election, not its lock */
+    snprintf(shown.name, sizeof shown.name, "%s", ctx->w->label);
     int status;
     long long retry_after_s = 0;
-    char *body = api_result_json(&shown, &ctx->res, &status, &retry_after_s);
+    char *body = api_result_json(&shown, &ctx->w->res, &status, &retry_after_s);
     if (!body && status != 204)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     return send_body(ctx, status, body, NULL, retry_after_s, true);
@@ -30,13 +30,13 @@ static enum MHD_Result election_campaign(req_ctx *ctx)
     http_server *s = ctx->s;
     char candidate[ELECTION_CANDIDATE_MAX + 1], value[ELECTION_VALUE_MAX + 1], msg[200];
     if (election_parse_campaign(ctx->body ? ctx->body : "", ctx->body_len, s->limits.default_ttl_ms,
-                                s->limits.max_ttl_ms, &ctx->req, candidate, value, msg, sizeof msg) < 0)
+                                s->limits.max_ttl_ms, &ctx->w->req, candidate, value, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
-    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
-    election_owner(candidate, value, ctx->req.owner, sizeof ctx->req.owner);
+    election_lock_name(ctx->w->label, ctx->w->req.name, sizeof ctx->w->req.name);
+    election_owner(candidate, value, ctx->w->req.owner, sizeof ctx->w->req.owner);
     if (!hold_reserve(s->holds))
         return too_many_holds(ctx);
-    ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->req, ctx->label, candidate,
+    ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->w->req, ctx->w->label, candidate,
                               ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
     if (!ctx->hold) {
         hold_unreserve(s->holds);
@@ -52,12 +52,12 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
     if (!rules_name_valid(name, len))
         return send_error(ctx, API_E_BAD_NAME,
                           "the election name must be " API_NAME_RULE, NULL);
-    memcpy(ctx->label, name, len + 1);
+    memcpy(ctx->w->label, name, len + 1);
     ctx->election = true;
-    memset(&ctx->req, 0, sizeof ctx->req);
+    memset(&ctx->w->req, 0, sizeof ctx->w->req);
     if (!strcmp(method, "POST"))
         return election_campaign(ctx);
-    election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+    election_lock_name(ctx->w->label, ctx->w->req.name, sizeof ctx->w->req.name);
     char msg[200];
     if (!strcmp(method, "GET")) {
         char watch_buf[HTTP_QUERY_ARG_MAX];
@@ -67,32 +67,32 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
         if (cand && !election_candidate_valid(cand))
             return send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
         if (cand)
-            snprintf(ctx->candidate_q, sizeof ctx->candidate_q, "%s", cand);
+            snprintf(ctx->w->candidate_q, sizeof ctx->w->candidate_q, "%s", cand);
         if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
             return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
         if (watch && !strcmp(watch, "true")) {
-            ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->req.name,
-                                              ctx->label, hold_wake, ctx);
+            ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->w->req.name,
+                                              ctx->w->label, hold_wake, ctx);
             if (!ctx->watch)
                 return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
             return stream_answer(ctx, 200);
         }
-        ctx->req.op = RL_INSPECT;
+        ctx->w->req.op = RL_INSPECT;
         return submit(ctx);
     }
     bool token_in_body = false;
     if (!strcmp(method, "PUT")) {
-        ctx->req.op = RL_PROCLAIM;
-        if (election_parse_value(ctx->body ? ctx->body : "", ctx->body_len, ctx->req.owner,
-                                 ctx->req.token, msg, sizeof msg) < 0)
+        ctx->w->req.op = RL_PROCLAIM;
+        if (election_parse_value(ctx->body ? ctx->body : "", ctx->body_len, ctx->w->req.owner,
+                                 ctx->w->req.token, msg, sizeof msg) < 0)
             return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
-        token_in_body = ctx->req.token[0] != '\0';
+        token_in_body = ctx->w->req.token[0] != '\0';
     } else {   /* DELETE: resign */
         enum api_err err;
-        if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req,
+        if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->w->req,
                            &token_in_body, &err, msg, sizeof msg) < 0)
             return send_error(ctx, err, msg, NULL);
-        election_lock_name(ctx->label, ctx->req.name, sizeof ctx->req.name);
+        election_lock_name(ctx->w->label, ctx->w->req.name, sizeof ctx->w->req.name);
     }
     if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
@@ -273,19 +273,19 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name)
     bool token_in_body;
     enum api_err err;
     rl_request pub = {.op = RL_PUBLISH};
-    if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->req, &token_in_body,
+    if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->w->req, &token_in_body,
                        &err, msg, sizeof msg) < 0)
         return send_error(ctx, err, msg, NULL);
     if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
-    snprintf(token, sizeof token, "%s", ctx->req.token);
+    snprintf(token, sizeof token, "%s", ctx->w->req.token);
     if (kind == 'l') {
         snprintf(pub.name, sizeof pub.name, "%s", label);
     } else if (kind == 'e') {
         election_lock_name(label, pub.name, sizeof pub.name);
     } else {
         int slot;
-        if (!sem_token_split(ctx->req.token, SEM_LIMIT_MAX, &slot, token, sizeof token))
+        if (!sem_token_split(ctx->w->req.token, SEM_LIMIT_MAX, &slot, token, sizeof token))
             return send_error(ctx, API_E_BAD_REQUEST, "the token must be a permit's (\"<slot>:<token>\")", NULL);
         sem_slot_name(label, slot, pub.name, sizeof pub.name);
         sem_limit_name(label, pub.notice_name, sizeof pub.notice_name);   /* a permit's channel */

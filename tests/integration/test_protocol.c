@@ -406,3 +406,35 @@ Test(protocol, bad_flags_exit_2_with_one_line)
     cr_assert_eq(run_cmd("--version", out, sizeof out), 0);
     cr_assert(strstr(out, "redlockd "));
 }
+
+/* A request's head is read into the connection's buffer
+ * (--connection-buffer-bytes, 3,072 by default, which a held stream keeps
+ * while it is open): one that fits is served, one that does not is
+ * answered 431 by the HTTP library and reaches nothing. */
+Test(protocol, request_heads_fit_the_connection_buffer)
+{
+    h_daemon_start(C, NULL);
+    static char hdr[8192];
+    /* about 2.2 KiB of head: served, a held stream too */
+    int n = snprintf(hdr, sizeof hdr, "X-Filler: ");
+    memset(hdr + n, 'a', 2000);
+    hdr[n + 2000] = '\0';
+    h_resp r = h_http(C, "POST", "/locks/head-fits", "{\"ttl_ms\":5000}", hdr, NULL);
+    cr_assert_eq(r.status, 201, "a 2 KiB header: %ld %s", r.status, r.body);
+    h_resp_free(&r);
+    /* about 3.2 KiB: over the default buffer */
+    memset(hdr + n, 'b', 3000);
+    hdr[n + 3000] = '\0';
+    r = h_http(C, "POST", "/locks/head-too-long", "{\"ttl_ms\":5000}", hdr, NULL);
+    cr_assert_eq(r.status, 431, "a 3 KiB header: %ld", r.status);
+    h_resp_free(&r);
+    redisReply *k = h_redis(C, 0, "KEYS lock:head-too-long*");
+    cr_assert_eq(k->elements, 0, "a refused head wrote nothing");
+    freeReplyObject(k);
+    h_daemon_stop(C);
+    /* a larger buffer reads it */
+    h_daemon_start(C, "--connection-buffer-bytes", "8192", NULL);
+    r = h_http(C, "POST", "/locks/head-too-long", "{\"ttl_ms\":5000}", hdr, NULL);
+    cr_assert_eq(r.status, 201, "a 3 KiB header with an 8 KiB buffer: %ld %s", r.status, r.body);
+    h_resp_free(&r);
+}

@@ -100,6 +100,8 @@ Test(conf, bad_values_are_one_line_naming_the_flag)
         {"--log-format", "xml"},
         {"--auth-token-file", "/nonexistent/token"},
         {"--max-body-bytes", "12x"},
+        {"--connection-buffer-bytes", "1535"},
+        {"--connection-buffer-bytes", "65537"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         conf c;
@@ -177,7 +179,7 @@ Test(conf, usage_lists_every_flag_and_variable)
     fclose(f);
     const char *flags[] = {"--listen", "--masters", "--key-prefix", "--default-ttl-ms",
                            "--max-ttl-ms", "--max-wait-ms", "--master-timeout-ms",
-                           "--drift-factor", "--retry-delay-ms", "--threads", "--max-body-bytes",
+                           "--drift-factor", "--retry-delay-ms", "--threads", "--max-body-bytes", "--connection-buffer-bytes",
                            "--auth-token-file", "--redis-password", "--redis-username", "--redis-tls",
                            "--redis-tls-ca-file", "--redis-tls-cert-file", "--redis-tls-key-file",
                            "--redis-tls-server-name", "REDLOCKD_REDIS_TLS_SERVER_NAME", "--log-level", "--log-format",
@@ -363,10 +365,13 @@ Test(conf, connection_and_waiter_bounds)
     cr_assert_eq(c.max_connections_per_ip, CONF_DEFAULT_MAX_CONNECTIONS_PER_IP);
     cr_assert_eq(c.request_timeout_ms, CONF_DEFAULT_REQUEST_TIMEOUT_MS);
     cr_assert_eq(c.max_waiters, CONF_DEFAULT_MAX_WAITERS);
+    cr_assert_eq(c.connection_buffer_bytes, 3072);
     conf_free(&c);
     char *set[] = {"redlockd", "--max-connections=64", "--max-connections-per-ip=8",
-                   "--request-timeout-ms=500", "--max-waiters=3", "--max-body-bytes=1048576"};
-    cr_assert_eq(run(&c, err, 6, set), CONF_OK, "%s", err);
+                   "--request-timeout-ms=500", "--max-waiters=3", "--max-body-bytes=1048576",
+                   "--connection-buffer-bytes=8192"};
+    cr_assert_eq(run(&c, err, 7, set), CONF_OK, "%s", err);
+    cr_assert_eq(c.connection_buffer_bytes, 8192);
     cr_assert_eq(c.max_connections, 64);
     cr_assert_eq(c.max_connections_per_ip, 8);
     cr_assert_eq(c.request_timeout_ms, 500);
