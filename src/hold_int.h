@@ -115,6 +115,7 @@ struct hold_set {
     int open;
     int releases_pending;
     int extensions;                 /* extensions in flight (at most HOLD_EXTEND_INFLIGHT_MAX) */
+    bool held_back;                 /* a pass left due extensions for want of room */
     int freed_since_trim;           /* holds freed since the renewer last gave memory back */
     uint64_t last_free_us;          /* when the last hold was freed */
     uint64_t trim_again_us;         /* the second trim after many frees (0: none due) */
