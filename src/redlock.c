@@ -299,27 +299,27 @@ static void op_start(void *arg)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
-    int n = snprintf(op->key, sizeof op->key, "%s%s", e->key_prefix, op->req.name);
-    snprintf(op->fence_key, sizeof op->fence_key, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
-    snprintf(op->owner_key, sizeof op->owner_key, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
+    int n = snprintf(op->key, op->key_cap, "%s%s", e->key_prefix, op->req.name);
+    snprintf(op->fence_key, op->key_cap, "%.*s%s", n, op->key, SCRIPT_FENCE_SUFFIX);
+    snprintf(op->owner_key, op->key_cap, "%.*s%s", n, op->key, SCRIPT_OWNER_SUFFIX);
     if (op->req.op == RL_ACQUIRE || op->req.op == RL_DEQUEUE) {   /* the waiters' queue (fair order) */
         if (op->req.queue_name[0]) {
-            snprintf(op->queue_key, sizeof op->queue_key, "%s%s%s", e->key_prefix, op->req.queue_name,
+            snprintf(op->queue_key, op->key_cap, "%s%s%s", e->key_prefix, op->req.queue_name,
                      SCRIPT_QUEUE_SUFFIX);
-            snprintf(op->qdl_key, sizeof op->qdl_key, "%s%s%s", e->key_prefix, op->req.queue_name,
+            snprintf(op->qdl_key, op->key_cap, "%s%s%s", e->key_prefix, op->req.queue_name,
                      SCRIPT_QDL_SUFFIX);
         } else {
-            snprintf(op->queue_key, sizeof op->queue_key, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
-            snprintf(op->qdl_key, sizeof op->qdl_key, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
+            snprintf(op->queue_key, op->key_cap, "%.*s%s", n, op->key, SCRIPT_QUEUE_SUFFIX);
+            snprintf(op->qdl_key, op->key_cap, "%.*s%s", n, op->key, SCRIPT_QDL_SUFFIX);
         }
     }
     snprintf(op->ttl_str, sizeof op->ttl_str, "%lld", op->req.ttl_ms);
     snprintf(op->px_str, sizeof op->px_str, "%lld", op->req.ttl_ms + e->cfg.fence_keep_ms);
     if (e->cfg.notify && op->req.notice_name[0])   /* a semaphore's slots share one channel */
-        snprintf(op->channel, sizeof op->channel, "%s%s%s", SCRIPT_NOTICE_PREFIX, e->key_prefix,
+        snprintf(op->channel, op->key_cap, "%s%s%s", SCRIPT_NOTICE_PREFIX, e->key_prefix,
                  op->req.notice_name);
     else if (e->cfg.notify)
-        snprintf(op->channel, sizeof op->channel, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
+        snprintf(op->channel, op->key_cap, "%s%s", SCRIPT_NOTICE_PREFIX, op->key);
     DLIST_PUSH(e->all, op, aprev, anext);
     op->arrival_us = loop_now_us();
     if (op->req.op == RL_ACQUIRE)
@@ -488,11 +488,33 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     return e;
 }
 
+/* Room for the longest of a task's keys and channel (op_start): the
+ * prefixes and a suffix around the longest name it names. */
+static size_t key_cap_of(const rl_engine *e, const rl_request *req)
+{
+    size_t n = strlen(req->name), q = strlen(req->queue_name), c = strlen(req->notice_name);
+    if (q > n)
+        n = q;
+    if (c > n)
+        n = c;
+    _Static_assert(sizeof SCRIPT_FENCE_SUFFIX <= 16 && sizeof SCRIPT_OWNER_SUFFIX <= 16 &&
+                       sizeof SCRIPT_QUEUE_SUFFIX <= 16 && sizeof SCRIPT_QDL_SUFFIX <= 16,
+                   "a key's suffix fits the room key_cap_of leaves");
+    size_t cap = sizeof SCRIPT_NOTICE_PREFIX + strlen(e->key_prefix) + n + 16;
+    return cap < RL_CHANNEL_MAX ? cap : RL_CHANNEL_MAX;
+}
+
 int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, rl_handle **handle)
 {
-    rl_task *op = calloc(1, sizeof *op);
+    size_t cap = key_cap_of(e, req);
+    rl_task *op = calloc(1, sizeof *op + 6 * cap);
     if (!op)
         return -1;
+    op->key_cap = cap;
+    char *tail = (char *)(op + 1);
+    char **keys[] = {&op->key, &op->fence_key, &op->owner_key, &op->queue_key, &op->qdl_key, &op->channel};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        *keys[i] = tail + i * cap;
     op->e = e;
     op->req = *req;
     op->done = done;

@@ -138,18 +138,23 @@ typedef struct rl_task {
     struct rl_task *wprev, *wnext; /* in wn's sleeping list */
     struct rl_task *aprev, *anext; /* in e->all */
 
-    char key[RL_KEY_MAX];
-    char fence_key[RL_KEY_MAX];
-    char owner_key[RL_KEY_MAX];
-    char queue_key[RL_KEY_MAX];  /* acquire: the name's waiters' tickets (fair order) */
-    char qdl_key[RL_KEY_MAX];
+    /* The keys and the channel, key_cap bytes each, in the task's own
+     * allocation after it (rl_submit): as long as its names need, not
+     * RL_KEY_MAX each (a task was 5 KiB, and 10,000 acquires arriving at
+     * once are as many tasks). */
+    size_t key_cap;
+    char *key;
+    char *fence_key;
+    char *owner_key;
+    char *queue_key;             /* acquire: the name's waiters' tickets (fair order) */
+    char *qdl_key;
     char ticket[TOKEN_TEXT_LEN + 1]; /* acquire: this waiter's ticket ("" none) */
     char arrival_str[24];        /* ... and its place: Unix us of its arrival */
     bool ticket_sent;            /* an attempt carried the ticket: it may be queued */
     char value[MREPLY_STR_MAX + 1]; /* acquire: what SET stores, unique to this grant */
     char ttl_str[24];
     char px_str[24];             /* the counter's life: ttl_ms + fence_keep_ms */
-    char channel[RL_CHANNEL_MAX]; /* release notices of this name; "" without notices */
+    char *channel;               /* release notices of this name; "" without notices */
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
     bool active;                 /* counted in e->active */
