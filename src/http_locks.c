@@ -91,7 +91,7 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
     ctx->hold_reserved = false;   /* the reservation is the hold now */
     /* The grant is the hold's now (on_completed would finish it as
      * delivered): the engine's task is let go at once rather than kept as
-     * long as the stream (3.5 KiB a lease). */
+     * long as the stream (about 3 KiB a lease). */
     pthread_mutex_lock(&s->reg_lock);
     rl_handle *h = ctx->h;
     ctx->h = NULL;
