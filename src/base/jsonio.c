@@ -202,3 +202,12 @@ const char *jsonio_escape(const char *s, char *out, size_t cap)
         out[w] = '\0';
     return out;
 }
+
+char *jsonio_print_free(cJSON *o)
+{
+    if (!o)
+        return NULL;
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

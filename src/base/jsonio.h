@@ -57,4 +57,8 @@ void jsonio_add_int(cJSON *o, const char *field, long long v);
  * lines built without cJSON. Returns out ("" when it does not fit). */
 const char *jsonio_escape(const char *s, char *out, size_t cap);
 
+/* o printed compactly, then deleted: a malloc'd string, or NULL when o is
+ * NULL or printing runs out of memory. */
+char *jsonio_print_free(cJSON *o);
+
 #endif
