@@ -1,8 +1,10 @@
 /* redlock_int.h - what the files of the engine share (redlock.h is its
  * face to the rest): the engine, its tasks and waiters, and the functions
  * one file calls in another. Which file holds what:
- *   redlock.c        a task's life: votes counted and decided, answers,
- *                    submit, cancel, finish, drain
+ *   redlock.c        a task's life: started, votes counted and decided,
+ *                    answers
+ *   redlock_engine.c the engine's life and its entry points: new, submit,
+ *                    cancel, finish, sync, drain, close, free
  *   redlock_steps.c  each operation's steps once the masters answered:
  *                    acquire (grant, refusal, settle), extend, release,
  *                    inspect, proclaim, a semaphore's limit
@@ -183,6 +185,7 @@ const char *guard_arg(const rl_engine *e);
 void release_unwatched(rl_task *op, uint32_t mask, const char *value);
 void release_values_seen(rl_task *op, const master_reply *replies, uint32_t from,
                          uint32_t mask);
+void op_start(void *arg);
 void op_run(rl_task *op);
 
 /* redlock_steps.c */
