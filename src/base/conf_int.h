@@ -1,0 +1,26 @@
+/* conf_int.h - what conf.c (the flags, their table and their sources) and
+ * conf_values.c (the values that are more than a number or a string) share.
+ * Each returns 0 or true when the value is good; on the main thread, at start.
+ */
+#ifndef RL_CONF_INT_H
+#define RL_CONF_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "conf.h"
+
+/* HOST:PORT or [V6]:PORT into a. Returns 0, or -1. */
+int parse_addr(const char *s, conf_addr *a);
+
+/* --masters: comma-separated HOST:PORT into c. Returns 0, or -1. */
+int parse_masters(const char *s, conf *c);
+
+/* The token in the file at path (flag names it in err): malloc'd, or NULL
+ * with err set. */
+char *read_token_file(const char *flag, const char *path, char *err, size_t errlen);
+
+/* Is val a good --dapr-stores (NAME[=KEYPREFIX],...)? */
+bool stores_valid(const char *val);
+
+#endif
