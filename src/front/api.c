@@ -178,7 +178,7 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
         const char *owner;
         if (jsonio_int(root, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0 ||
             jsonio_bool(root, "hold", &req->hold, msg, msglen) < 0 ||
-            jsonio_int(root, "heartbeat_ms", API_HEARTBEAT_MIN_MS, lim->max_ttl_ms, &req->heartbeat_ms, msg,
+            jsonio_int(root, "heartbeat_ms", HOLD_HEARTBEAT_MIN_MS, lim->max_ttl_ms, &req->heartbeat_ms, msg,
                        msglen) < 0 ||
             jsonio_string(root, "owner", &owner, msg, msglen) < 0)
             goto out;
@@ -186,9 +186,9 @@ int api_parse_body(enum rl_op op, const char *body, size_t len, const api_limits
             snprintf(msg, msglen, "heartbeat_ms is for held streams: it needs \"hold\": true");
             goto out;
         }
-        if (req->hold && req->ttl_ms < API_HOLD_MIN_TTL_MS) {
+        if (req->hold && req->ttl_ms < HOLD_MIN_TTL_MS) {
             snprintf(msg, msglen, "ttl_ms must be at least %d with hold (it is renewed every third)",
-                     API_HOLD_MIN_TTL_MS);
+                     HOLD_MIN_TTL_MS);
             goto out;
         }
         if (owner && !rules_owner_valid(owner, strlen(owner))) {

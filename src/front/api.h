@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "conf.h"
+#include "hold.h"
 #include "redlock.h"
 
 enum api_route {
@@ -69,12 +70,8 @@ typedef struct api_limits {
     const char *dapr_app_id;   /* --dapr-app-id, or NULL: the keyPrefix "appid" (api_dapr_request) */
 } api_limits;
 
-/* The shortest ttl a held stream may ask for: it is renewed every third of
- * it, and must outlast a few master round trips. */
-#define API_HOLD_MIN_TTL_MS 1000
 /* What a name may be (rules.h), as the errors say it. */
 #define API_NAME_RULE "1 to 200 bytes of UTF-8 without control characters (percent-encoded in the path, once)"
-#define API_HEARTBEAT_MIN_MS 100   /* the least "heartbeat_ms" of a held stream */
 
 /* Splits a decoded URL path. For ROUTE_LOCK sets *name to what follows
  * "/locks/", for the Dapr lock routes to the store name, for the election

@@ -31,7 +31,7 @@ int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_r
         jsonio_int(o, "ttl_ms", 1, lim->max_ttl_ms, &req->ttl_ms, msg, msglen) < 0 ||
         jsonio_int(o, "wait_ms", 0, lim->max_wait_ms, &req->wait_ms, msg, msglen) < 0 ||
         jsonio_bool(o, "hold", &req->hold, msg, msglen) < 0 ||
-        jsonio_int(o, "heartbeat_ms", API_HEARTBEAT_MIN_MS, lim->max_ttl_ms, &req->heartbeat_ms, msg, msglen) < 0 ||
+        jsonio_int(o, "heartbeat_ms", HOLD_HEARTBEAT_MIN_MS, lim->max_ttl_ms, &req->heartbeat_ms, msg, msglen) < 0 ||
         jsonio_string(o, "owner", &owner, msg, msglen) < 0)
         goto out;
     if (req->heartbeat_ms && !req->hold) {
@@ -42,9 +42,9 @@ int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_r
         snprintf(msg, msglen, "a held stream keeps one permit: permits must be 1 with hold");
         goto out;
     }
-    if (req->hold && req->ttl_ms < API_HOLD_MIN_TTL_MS) {
+    if (req->hold && req->ttl_ms < HOLD_MIN_TTL_MS) {
         snprintf(msg, msglen, "ttl_ms must be at least %d with hold (it is renewed every third)",
-                 API_HOLD_MIN_TTL_MS);
+                 HOLD_MIN_TTL_MS);
         goto out;
     }
     if (owner && !rules_owner_valid(owner, strlen(owner))) {

@@ -13,7 +13,7 @@
 #include "semaphore.h"
 
 /* POST /semaphores/{name}: {"limit" (required), "permits", "ttl_ms",
- * "wait_ms", "hold" (one permit, ttl_ms at least API_HOLD_MIN_TTL_MS),
+ * "wait_ms", "hold" (one permit, ttl_ms at least HOLD_MIN_TTL_MS),
  * "owner"} into req (name not touched). Returns 0, or -1 with
  * msg naming the field. */
 int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_request *req,

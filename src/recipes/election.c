@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "hold.h"
 #include "jsonio.h"
 #include "rules.h"
 
@@ -66,15 +66,15 @@ int election_parse_campaign(const char *body, size_t len, long long default_ttl_
     }
     memcpy(candidate, c, strlen(c) + 1);
     if (value_field(root, false, value, msg, msglen) < 0 ||
-        jsonio_int(root, "ttl_ms", API_HOLD_MIN_TTL_MS, max_ttl_ms, &req->ttl_ms, msg, msglen) < 0 ||
-        jsonio_int(root, "heartbeat_ms", API_HEARTBEAT_MIN_MS, max_ttl_ms, &req->heartbeat_ms, msg, msglen) < 0)
+        jsonio_int(root, "ttl_ms", HOLD_MIN_TTL_MS, max_ttl_ms, &req->ttl_ms, msg, msglen) < 0 ||
+        jsonio_int(root, "heartbeat_ms", HOLD_HEARTBEAT_MIN_MS, max_ttl_ms, &req->heartbeat_ms, msg, msglen) < 0)
         goto out;
-    if (req->ttl_ms < API_HOLD_MIN_TTL_MS)
-        req->ttl_ms = API_HOLD_MIN_TTL_MS;
+    if (req->ttl_ms < HOLD_MIN_TTL_MS)
+        req->ttl_ms = HOLD_MIN_TTL_MS;
     if (req->ttl_ms > max_ttl_ms) {
         /* --max-ttl-ms below a held stream's least ttl: refused, as the
          * held locks and permits are (found by tests/fuzz) */
-        snprintf(msg, msglen, "ttl_ms must be from %d to %lld (--max-ttl-ms)", API_HOLD_MIN_TTL_MS,
+        snprintf(msg, msglen, "ttl_ms must be from %d to %lld (--max-ttl-ms)", HOLD_MIN_TTL_MS,
                  max_ttl_ms);
         goto out;
     }

@@ -43,6 +43,11 @@
 
 #include "redlock.h"
 
+/* The shortest ttl a held stream may ask for: it is renewed every third of
+ * it, and must outlast a few master round trips. */
+#define HOLD_MIN_TTL_MS 1000
+#define HOLD_HEARTBEAT_MIN_MS 100   /* the least "heartbeat_ms" of a held stream */
+
 #define HOLD_LOST_MARGIN_MS 100   /* "lost" leaves this long before the validity announced ends */
 #define HOLD_TRANSIT_MARGIN_MS 500 /* events announce this much less validity than obtained
                                       (at most a fifth of the ttl): the time an event may

@@ -193,7 +193,7 @@ static void fuzz_body(enum rl_op op, const char *body, size_t len, const api_lim
         FUZZ_CHECK(req.ttl_ms == lim->default_ttl_ms, "ttl_ms is the default");
     if (op == RL_ACQUIRE) {
         FUZZ_CHECK(req.wait_ms >= 0 && req.wait_ms <= lim->max_wait_ms, "wait_ms within 0..max_wait_ms");
-        FUZZ_CHECK(!req.hold || req.ttl_ms >= API_HOLD_MIN_TTL_MS, "a held stream's ttl_ms >= 1000");
+        FUZZ_CHECK(!req.hold || req.ttl_ms >= HOLD_MIN_TTL_MS, "a held stream's ttl_ms >= 1000");
     } else {
         FUZZ_CHECK(req.wait_ms == 0 && !req.hold && req.owner[0] == '\0',
                    "wait_ms, hold and owner only on acquire");
@@ -304,7 +304,7 @@ static void fuzz_campaign(const char *body, size_t len, const api_limits *lim, s
                    "the value is a valid one");
         FUZZ_CHECK(req.op == RL_ACQUIRE && req.hold && req.wait_ms == ELECTION_WAIT_ROUND_MS,
                    "a campaign is a held acquire waiting in rounds");
-        FUZZ_CHECK(req.ttl_ms >= API_HOLD_MIN_TTL_MS, "a campaign's ttl_ms is at least 1000");
+        FUZZ_CHECK(req.ttl_ms >= HOLD_MIN_TTL_MS, "a campaign's ttl_ms is at least 1000");
         FUZZ_CHECK(req.ttl_ms <= lim->max_ttl_ms, "a campaign's ttl_ms is at most max_ttl_ms");
     }
     free(cand);
@@ -369,7 +369,7 @@ static void fuzz_sem_acquire(const char *body, size_t len, const api_limits *lim
         FUZZ_CHECK(req->permits >= 1 && req->permits <= req->limit, "permits within 1..limit");
         FUZZ_CHECK(req->ttl_ms >= 1 && req->ttl_ms <= lim->max_ttl_ms, "ttl_ms within 1..max_ttl_ms");
         FUZZ_CHECK(req->wait_ms >= 0 && req->wait_ms <= lim->max_wait_ms, "wait_ms within 0..max_wait_ms");
-        FUZZ_CHECK(!req->hold || (req->permits == 1 && req->ttl_ms >= API_HOLD_MIN_TTL_MS),
+        FUZZ_CHECK(!req->hold || (req->permits == 1 && req->ttl_ms >= HOLD_MIN_TTL_MS),
                    "a held stream keeps one permit, ttl_ms >= 1000");
     }
     free(req);
