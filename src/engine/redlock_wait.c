@@ -197,7 +197,7 @@ static void acquire_sleep(rl_task *op)
     uint64_t now = loop_now_us();
     uint64_t left_us = op->wait_deadline_us > now ? op->wait_deadline_us - now : 0;
     uint64_t delay_us;
-    if (e->cfg.notify && op->res.retry_after_ms > 0 && mpool_notices_up(e->pool))
+    if (op->res.retry_after_ms > 0 && rl_engine_notices_up(e))
         delay_us = (uint64_t)op->res.retry_after_ms * 1000ULL + RL_WAKE_MARGIN_US;
     else
         delay_us = (uint64_t)quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e),
@@ -314,7 +314,7 @@ void rl_engine_remove_notice_hook(rl_engine *e, rl_notice_hook hook, void *arg)
 
 bool rl_engine_notices_up(rl_engine *e)
 {
-    return e->cfg.notify && mpool_notices_up(e->pool);
+    return e->cfg.notify && mpool_notice_links(e->pool) >= quorum_of(e->n);
 }
 
 int rl_engine_post(rl_engine *e, void (*fn)(void *), void *arg)

@@ -266,8 +266,9 @@ void mpool_set_notice(mpool *p, const char *channel, mpool_notice_fn fn, void *a
  * called once with the channel's suffix, as if a notice came: whatever was
  * released before it is not missed. */
 void mpool_notice_want(mpool *p, const char *channel, bool on);
-/* True while a majority of masters' subscription connections work. */
-bool mpool_notices_up(mpool *p);
+/* How many masters' subscription connections work now (0 without
+ * mpool_set_notice). The engine wants a majority of them (quorum_of). */
+int mpool_notice_links(mpool *p);
 
 /* Restart quarantine's markers (marker.h). Call before mpool_start. fn(arg,
  * i) runs on the loop thread, from a timer, when master i answered without a

@@ -8,7 +8,7 @@
  *  - the atomics of struct master: written on the loop (marker and
  *    quarantine_until_us also by mpool_note_marker, which marker.h's shared
  *    check calls from another pool's loop), read by mpool_status and
- *    mpool_notices_up on any thread; each is read alone, so no lock;
+ *    mpool_notice_links on any thread; each is read alone, so no lock;
  *  - error_log, a log_limit with its own mutex;
  *  - reason (why the master is not up), under reason_mu: written on the
  *    loop, read by mpool_status;

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "master_int.h"
-#include "quorum.h"
 
 /* A notice channel some waiter wants, subscribed on every master. */
 struct chan {
@@ -181,12 +180,12 @@ void mpool_notice_want(mpool *p, const char *channel, bool on)
         free(c);
 }
 
-bool mpool_notices_up(mpool *p)
+int mpool_notice_links(mpool *p)
 {
     int up = 0;
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; p->notice_channel && i < p->n; i++)
         up += atomic_load(&p->masters[i].subscribed);
-    return p->notice_channel && up >= quorum_of(p->n);
+    return up;
 }
 
 void master_sub_read(mpool *p, struct master *m, uint64_t now)
