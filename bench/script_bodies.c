@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "scripts.h"
+#include "masters/masters.h"
 
 int main(void)
 {

@@ -9,17 +9,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "conf.h"
-#include "grpc.h"
-#include "healthcheck.h"
-#include "http.h"
-#include "log.h"
-#include "marker.h"
-#include "master.h"
-#include "metrics.h"
-#include "quarantine.h"
-#include "quorum.h"
-#include "redlock.h"
+#include "base/base.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
+#include "front/front.h"
 
 #define SHUTDOWN_DRAIN_MS 10000
 #define SHUTDOWN_SEND_MS 3000      /* answers to reach their connections */

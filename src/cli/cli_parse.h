@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "rules.h"   /* the service's name, token and owner rules */
+#include "base/base.h"   /* the service's name, token and owner rules */
 
 /* Exit codes. The failures in which CMD never ran (or no call succeeded)
  * use the BSD sysexits numbers, so that they stay apart from the small

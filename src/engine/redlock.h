@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "token.h"
+#include "base/base.h"
 
 #define RL_NAME_MAX RULES_NAME_MAX
 #define RL_OWNER_MAX RULES_OWNER_MAX   /* bytes of an acquire's "owner" */

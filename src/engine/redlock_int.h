@@ -25,14 +25,9 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "deadline.h"
-#include "dlist.h"
-#include "log.h"
-#include "master.h"
-#include "metrics.h"
-#include "quarantine.h"
+#include "base/base.h"
+#include "masters/masters.h"
 #include "quorum.h"
-#include "scripts.h"
 
 #define RL_KEY_MAX (CONF_MAX_KEY_PREFIX + RL_INTERNAL_NAME_MAX + sizeof SCRIPT_FENCE_SUFFIX)
 _Static_assert(sizeof SCRIPT_OWNER_SUFFIX <= sizeof SCRIPT_FENCE_SUFFIX, "owner key fits RL_KEY_MAX");

@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "jsonio.h"
-#include "rules.h"
+#include "base/base.h"
 
 /* The one table from error kinds to HTTP status and JSON error code. */
 const struct api_err_entry api_errors[API_E_COUNT] = {

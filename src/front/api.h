@@ -12,9 +12,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "conf.h"
-#include "hold.h"
-#include "redlock.h"
+#include "base/base.h"
+#include "engine/engine.h"
+#include "recipes/recipes.h"
 
 enum api_route {
     ROUTE_NOT_FOUND, ROUTE_LOCK, ROUTE_HEALTHZ, ROUTE_READYZ, ROUTE_METRICS,

@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "jsonio.h"
-#include "rules.h"
+#include "base/base.h"
 
 const char *api_dapr_store_next(const char *p, char *name, char *prefix)
 {

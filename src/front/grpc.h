@@ -29,7 +29,7 @@
 
 #include <stddef.h>
 
-#include "conf.h"
+#include "base/base.h"
 #include "http.h"
 
 typedef struct grpc_server grpc_server;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "api.h"
-#include "redlock.h"
+#include "engine/engine.h"
 
 enum grpc_method {
     GRPC_M_UNKNOWN,

@@ -29,12 +29,10 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "dlist.h"
+#include "base/base.h"
 #include "grpc_api.h"
-#include "listener.h"
-#include "log.h"
-#include "master.h"
-#include "redlock.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
 
 #define GRPC_READ_CHUNK 16384
 #define GRPC_SWEEP_MS 1000      /* how often slow calls and idle connections are looked for */

@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "conf.h"
+#include "base/base.h"
 
 /* The whole probe, from connect to the status line. */
 #define HEALTHCHECK_TIMEOUT_MS 2000

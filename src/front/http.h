@@ -33,10 +33,9 @@
 
 #include <stddef.h>
 
-#include "conf.h"
-#include "master.h"
-#include "metrics.h"
-#include "redlock.h"
+#include "base/base.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
 
 typedef struct http_server http_server;
 

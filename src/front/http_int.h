@@ -43,19 +43,10 @@
 #include <linux/sockios.h>
 
 #include "api.h"
-#include "deadline.h"
-#include "dlist.h"
-#include "election.h"
-#include "election_watch.h"
-#include "hold.h"
-#include "jsonio.h"
-#include "listener.h"
-#include "listing_run.h"
-#include "log.h"
-#include "quarantine.h"
-#include "quorum.h"
-#include "rules.h"
-#include "semaphore.h"
+#include "base/base.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
+#include "recipes/recipes.h"
 #include "semaphore_api.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60

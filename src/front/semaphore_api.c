@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonio.h"
-#include "rules.h"
+#include "base/base.h"
 
 int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_request *req,
                       char *msg, size_t msglen)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #include "api.h"
-#include "semaphore.h"
+#include "recipes/recipes.h"
 
 /* POST /semaphores/{name}: {"limit" (required), "permits", "ttl_ms",
  * "wait_ms", "hold" (one permit, ttl_ms at least HOLD_MIN_TTL_MS),

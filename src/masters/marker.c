@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/base.h"
 #include "master.h"
 #include "quarantine.h"
 #include "scripts.h"

@@ -54,9 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conf.h"
-#include "loop.h"
-#include "token.h"
+#include "base/base.h"
 
 #define MASTER_MAX CONF_MAX_MASTERS
 #define MREPLY_MAX_INTS 4

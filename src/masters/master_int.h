@@ -55,7 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "log.h"
+#include "base/base.h"
 #include "master.h"
 #include "quarantine.h"
 

@@ -58,7 +58,7 @@
 #define RL_SCRIPTS_H
 
 #include "master.h"
-#include "rules.h"
+#include "base/base.h"
 
 #define SCRIPT_VALUE_SEP "\x1f"          /* a caller's token and a grant's suffix */
 #define SCRIPT_VALUE_SEP_LUA "'\\31'"   /* the same, as a Lua string literal */

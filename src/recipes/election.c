@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "hold.h"
-#include "jsonio.h"
-#include "rules.h"
+#include "base/base.h"
 
 void election_lock_name(const char *name, char *out, size_t outlen)
 {

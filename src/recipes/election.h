@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "redlock.h"
+#include "engine/engine.h"
 
 #define ELECTION_SUFFIX RULES_SEP "election"
 #define ELECTION_CANDIDATE_MAX 48   /* bytes of a candidate: text (rules.h) */

@@ -19,8 +19,8 @@
 
 #include <stddef.h>
 
-#include "master.h"
-#include "redlock.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
 
 typedef struct election_watch election_watch;
 

@@ -1,7 +1,7 @@
 /* hold.c - see hold.h; this file holds the set, a hold's start and close,
  * and its events, hold_renew.c the renewer (hold_int.h). */
 #include "hold_int.h"
-#include "jsonio.h"
+#include "base/base.h"
 
 /* ---- events (s->mu held) ---- */
 

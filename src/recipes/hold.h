@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "redlock.h"
+#include "engine/engine.h"
 
 /* The shortest ttl a held stream may ask for: it is renewed every third of
  * it, and must outlast a few master round trips. */

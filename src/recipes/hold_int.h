@@ -19,9 +19,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "deadline.h"
-#include "dlist.h"
-#include "master.h"   /* loop_now_us (loop.h): the clock the engine counts validity on */
+#include "base/base.h"
+#include "masters/masters.h"   /* loop_now_us (loop.h): the clock the engine counts validity on */
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
 #define HOLD_RENEW_EARLY_MS 50  /* an extension goes up to this much early to leave with others */

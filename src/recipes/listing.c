@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "election.h"
-#include "scripts.h"
+#include "masters/masters.h"
 
 typedef struct list_task {
     mpool *pool;

@@ -30,8 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "quorum.h"
-#include "rules.h"
+#include "base/base.h"
+#include "engine/engine.h"
 
 enum list_kind { LIST_LOCKS, LIST_ELECTIONS, LIST_SEMAPHORES };
 

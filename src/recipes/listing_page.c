@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "election.h"
-#include "jsonio.h"
-#include "scripts.h"
+#include "base/base.h"
+#include "masters/masters.h"
 
 int list_scanned(int nmasters)
 {

@@ -3,10 +3,10 @@
 #ifndef RL_LISTING_RUN_H
 #define RL_LISTING_RUN_H
 
-#include "conf.h"
+#include "base/base.h"
 #include "listing.h"
-#include "master.h"
-#include "redlock.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
 
 /* On the pool's loop thread, once: res->outcome RL_OK with the page's
  * JSON body (malloc'd, the callee's); RL_NO_QUORUM when fewer than a

@@ -9,8 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "dlist.h"
-#include "rules.h"
+#include "base/base.h"
 
 #define SEM_TICKET_MARGIN_MS 500    /* a waiter's ticket outlives its wait by this much */
 

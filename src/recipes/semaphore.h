@@ -24,8 +24,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "master.h"
-#include "redlock.h"
+#include "masters/masters.h"
+#include "engine/engine.h"
 
 #define SEM_LIMIT_MAX 64          /* permits of one semaphore */
 #define SEM_TOKEN_MAX (TOKEN_MAX_LEN + 4)   /* "<slot>:<token>" */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rules.h"
+#include "base/base.h"
 
 void sem_slot_name(const char *name, int slot, char *out, size_t outlen)
 {

@@ -32,9 +32,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api.h"
+#include "front/api.h"
 #include "cli_parse.h"
-#include "rules.h"
+#include "base/base.h"
 
 #include "fuzz_util.h"
 

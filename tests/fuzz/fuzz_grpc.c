@@ -26,11 +26,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "conf.h"   /* CONF_MAX_DAPR_STORES */
+#include "base/base.h"   /* CONF_MAX_DAPR_STORES */
 #include "dapr_lock.pb-c.h"
-#include "grpc.h"   /* GRPC_MAX_MESSAGE_BYTES: constants only */
-#include "grpc_api.h"
-#include "rules.h"
+#include "front/front.h"   /* GRPC_MAX_MESSAGE_BYTES: constants only */
+#include "front/grpc_api.h"
 
 #include "fuzz_util.h"
 

@@ -34,10 +34,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api.h"
-#include "election.h"
-#include "rules.h"
-#include "semaphore_api.h"
+#include "base/base.h"
+#include "recipes/recipes.h"
+#include "front/api.h"
+#include "front/semaphore_api.h"
 
 #include "fuzz_util.h"
 

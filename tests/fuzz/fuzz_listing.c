@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "listing.h"
-#include "master.h"
+#include "masters/masters.h"
+#include "recipes/recipes.h"
 
 #include "fuzz_util.h"
 

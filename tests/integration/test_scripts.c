@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "scripts.h"
+#include "masters/masters.h"
 
 static h_cluster *C;
 static redisContext *R;

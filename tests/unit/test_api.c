@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api.h"
+#include "front/api.h"
 
 static const api_limits lim = {30000, 3600000, 60000, NULL};
 

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "conf.h"
+#include "base/base.h"
 
 static const char *env_keys[8];
 static const char *env_vals[8];

@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rules.h"
-#include "election.h"
-#include "token.h"
+#include "base/base.h"
+#include "recipes/recipes.h"
 
 static int campaign(const char *body, rl_request *req, char *cand, char *value, char *msg)
 {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "dapr_lock.pb-c.h"
-#include "grpc_api.h"
+#include "front/grpc_api.h"
 
 static const api_limits lim = {30000, 3600000, 60000, NULL};
 static const char stores[] = "lockstore,orders";

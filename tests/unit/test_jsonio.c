@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
-#include "election.h"
-#include "jsonio.h"
-#include "semaphore_api.h"
+#include "base/base.h"
+#include "recipes/recipes.h"
+#include "front/api.h"
+#include "front/semaphore_api.h"
 
 static const api_limits lim = {30000, 3600000, 60000, NULL};
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conf.h"
-#include "listing.h"
+#include "base/base.h"
+#include "recipes/recipes.h"
 
 #define NO_EXPIRY_MS 86400000LL   /* what a key without expiry counts as (the --max-ttl) */
 #define DRIFT 0.01

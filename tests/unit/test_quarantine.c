@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "quarantine.h"
+#include "masters/masters.h"
 
 #define M QMARK_MISSING
 #define P QMARK_PENDING

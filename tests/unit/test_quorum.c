@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "quorum.h"
+#include "engine/engine.h"
 
 Test(quorum, majorities)
 {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rules.h"
+#include "base/base.h"
 
 static bool name_ok(const char *s)
 {

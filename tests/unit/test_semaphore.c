@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rules.h"
-#include "semaphore_api.h"
+#include "base/base.h"
+#include "front/semaphore_api.h"
 
 static const api_limits lim = {30000, 3600000, 60000, NULL};
 

@@ -2,8 +2,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "sha1.h"
-#include "token.h"
+#include "base/base.h"
+#include "masters/sha1.h"
 
 Test(token, base64url_vectors)
 {

@@ -1,0 +1,38 @@
+/* base/base.h - the ground floor: what every other floor stands on, and
+ * nothing of Redis, Redlock or HTTP. The only header of base/ that another
+ * folder includes (docs/design.md, "The floors"); base/ uses no other folder.
+ *
+ * What it offers, one part each:
+ *   loop.h      the event loop: one thread polling descriptors, running
+ *               posted jobs and timers, and the clock they count on
+ *   log.h       one line per event on stderr, from any thread
+ *   conf.h      flags and REDLOCKD_* variables: parsed once on the main
+ *               thread, read-only after
+ *   rules.h     what a name, a token and an owner may be (the redlock
+ *               client links this part too)
+ *   token.h     tokens: 128 random bits as URL-safe text
+ *   jsonio.h    the strict JSON reader of every body, the integer writer
+ *   metrics.h   counters and histograms, lock-free, from any thread
+ *   listener.h  stopping a listener without resetting its queue
+ *   deadline.h  an absolute time for pthread_cond_timedwait
+ *   dlist.h     intrusive doubly linked lists, guarded by their owner
+ *
+ * Who owns what: a loop is owned by its one client (a master pool) and its
+ * thread; everything else here is either pure or safe from any thread, as
+ * each part says. conf_int.h is private to this folder.
+ */
+#ifndef RL_BASE_H
+#define RL_BASE_H
+
+#include "conf.h"
+#include "deadline.h"
+#include "dlist.h"
+#include "jsonio.h"
+#include "listener.h"
+#include "log.h"
+#include "loop.h"
+#include "metrics.h"
+#include "rules.h"
+#include "token.h"
+
+#endif
