@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""The floors of src/ (docs/design.md, "The floors"): uses run one way, from a
+higher floor to a lower one, and never round in a circle.
+
+  base < masters < engine < recipes < front < main.c;  cli uses base only
+
+Checked twice, so that neither a stray #include nor a stray extern slips by:
+  - includes: every quoted #include in src/ is resolved to the folder it
+    names. A file includes its own folder's headers by name, and another
+    folder's one public header by path (engine/engine.h), never that
+    folder's other headers. The graph of folders those includes draw has no
+    circle, and no edge runs from a lower floor to a higher one;
+  - symbols: in the built objects (nm), no floor uses a function or a
+    variable that a higher floor defines.
+And no file in src/ is longer than 600 lines, and every floor has its
+public header.
+
+Before the real tree, each check is fed a small tree or pair of objects
+broken on purpose (a negative control) and must catch it.
+
+usage: check_layers.py SOURCE_ROOT BUILD_ROOT
+"""
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+FLOORS = ["base", "masters", "engine", "recipes", "front"]
+# What each folder may use: the floors below it. main.c (top) wires them all.
+MAY_USE = {f: set(FLOORS[:i]) for i, f in enumerate(FLOORS)}
+MAY_USE["top"] = set(FLOORS)
+MAY_USE["cli"] = {"base"}
+MAX_LINES = 600
+# Headers generated at build time, and the folder whose code includes them.
+GENERATED = {"dapr_lock.pb-c.h": "front", "ui_assets.h": "front"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def folder_of(rel):
+    """src/engine/redlock.c -> engine; src/main.c -> top."""
+    parts = rel.split("/")
+    if len(parts) == 2:
+        return "top"
+    return parts[1]
+
+
+def sources(root):
+    out = []
+    for dirpath, _, names in os.walk(os.path.join(root, "src")):
+        for n in names:
+            if n.endswith((".c", ".h")):
+                out.append(os.path.relpath(os.path.join(dirpath, n), root))
+    return sorted(out)
+
+
+def check_includes(root):
+    """Returns (problems, edges): edges maps (from, to) folder to the files."""
+    problems, edges = [], {}
+    for rel in sources(root):
+        me = folder_of(rel)
+        text = open(os.path.join(root, rel), encoding="utf-8").read()
+        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        if lines > MAX_LINES:
+            problems.append(f"{rel}: {lines} lines, over {MAX_LINES}")
+        for inc in INCLUDE.findall(text):
+            if "/" not in inc:
+                here = os.path.join(root, os.path.dirname(rel), inc)
+                if not os.path.exists(here) and GENERATED.get(inc) != me:
+                    problems.append(f"{rel}: includes \"{inc}\", which is not in its own folder; "
+                                    f"another folder's header is named by path (engine/engine.h)")
+                continue
+            to = inc.split("/")[0]
+            if to not in FLOORS and to != "cli":
+                problems.append(f"{rel}: includes \"{inc}\", which names no folder of src/")
+                continue
+            if to == me:
+                problems.append(f"{rel}: includes its own folder's \"{inc}\" by path; by name is the rule")
+                continue
+            if inc != f"{to}/{to}.h":
+                problems.append(f"{rel}: includes \"{inc}\", which is private to {to}/; "
+                                f"only {to}/{to}.h is public")
+            edges.setdefault((me, to), []).append(rel)
+    for (a, b), files in sorted(edges.items()):
+        if b not in MAY_USE.get(a, set()):
+            problems.append(f"{a}/ uses {b}/, a floor above it or beside it (in {', '.join(files[:3])})")
+    cycle = find_cycle({a for a, _ in edges} | {b for _, b in edges}, edges)
+    if cycle:
+        problems.append("include circle between folders: " + " -> ".join(cycle))
+    for f in FLOORS:
+        if not os.path.exists(os.path.join(root, "src", f, f + ".h")):
+            problems.append(f"src/{f}/ has no public header {f}/{f}.h")
+    return problems, edges
+
+
+def find_cycle(nodes, edges):
+    """A circle in the directed graph, as a list that ends where it starts, or None."""
+    succ = {n: sorted(b for (a, b) in edges if a == n) for n in nodes}
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in succ[n]:
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(nodes):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def object_floor(path):
+    """The floor of one of meson's object files: src/redlockd.p/engine_redlock.c.o -> engine."""
+    base = os.path.basename(path)
+    if "/src/cli/" in path.replace(os.sep, "/"):
+        return "cli"
+    if base.startswith("meson-generated_"):
+        return "front"
+    if base == "main.c.o":
+        return "top"
+    first = base.split("_")[0]
+    return first if first in FLOORS else None
+
+
+def check_symbols(objects):
+    """Returns (problems, checked): uses of a symbol defined on a higher floor."""
+    defined, used = {}, []
+    for o in objects:
+        floor = object_floor(o)
+        if floor is None:
+            continue
+        out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            p = line.split()
+            if len(p) == 3 and p[1] in "TDBRC":
+                defined.setdefault(p[2], set()).add(floor)
+            elif len(p) == 2 and p[0] == "U":
+                used.append((floor, p[1], o))
+    problems, checked = [], 0
+    for floor, sym, o in used:
+        for owner in defined.get(sym, ()):
+            if owner == floor:
+                continue
+            checked += 1
+            if owner not in MAY_USE[floor]:
+                problems.append(f"{os.path.basename(o)} ({floor}/) uses {sym}, defined on {owner}/")
+    return problems, checked
+
+
+def write(root, rel, text):
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def good_tree(root):
+    for i, f in enumerate(FLOORS):
+        below = "".join(f'#include "{g}/{g}.h"\n' for g in FLOORS[:i])
+        write(root, f"src/{f}/{f}.h", below + f'#include "part.h"\n')
+        write(root, f"src/{f}/part.h", "")
+        write(root, f"src/{f}/part.c", f'#include "{f}.h"\n#include "part_int.h"\n')
+        write(root, f"src/{f}/part_int.h", "")
+    write(root, "src/main.c", "".join(f'#include "{g}/{g}.h"\n' for g in FLOORS))
+
+
+def negative_controls(failures):
+    """Each broken tree must be caught; the unbroken one must pass."""
+    # what: (how to break the good tree, what the report must say)
+    controls = {
+        "a circle: base includes masters": (lambda r: write(
+            r, "src/base/part.c", '#include "base.h"\n#include "masters/masters.h"\n'),
+            "include circle between folders: base -> masters -> base"),
+        "an upward use without a circle": (lambda r: write(
+            r, "src/masters/part.c", '#include "masters.h"\n#include "front/front.h"\n'),
+            "masters/ uses front/, a floor above it"),
+        "another folder's private header": (lambda r: write(
+            r, "src/recipes/part.c", '#include "recipes.h"\n#include "engine/part_int.h"\n'),
+            "private to engine/"),
+        "a bare include of another folder's header": (lambda r: write(
+            r, "src/front/part.c", '#include "front.h"\n#include "redlock.h"\n'),
+            "is not in its own folder"),
+        "the client using the engine": (lambda r: write(
+            r, "src/cli/cli.c", '#include "engine/engine.h"\n'),
+            "cli/ uses engine/"),
+        "a file over 600 lines": (lambda r: write(r, "src/engine/part.c", "int x;\n" * 601),
+                                  "601 lines, over 600"),
+        "a floor without its public header": (lambda r: (
+            os.remove(os.path.join(r, "src/masters/masters.h")),
+            write(r, "src/masters/part.c", '#include "part_int.h"\n')),
+            "src/masters/ has no public header"),
+    }
+    with tempfile.TemporaryDirectory() as r:
+        good_tree(r)
+        problems, edges = check_includes(r)
+        if problems or not edges:
+            failures.append(f"the unbroken tree was refused or drew no edge: {problems}")
+    for what, (breakit, expect) in controls.items():
+        with tempfile.TemporaryDirectory() as r:
+            good_tree(r)
+            breakit(r)
+            problems, _ = check_includes(r)
+            hit = [p for p in problems if expect in p]
+            if not hit:
+                failures.append(f"negative control not caught: {what} (wanted \"{expect}\", got {problems})")
+            else:
+                print(f"negative control caught ({what}): {hit[0]}")
+    # Symbols: base calling a function the engine defines, built for real.
+    with tempfile.TemporaryDirectory() as r:
+        os.makedirs(os.path.join(r, "src", "x.p"))
+        write(r, "lo.c", "int engine_fn(void);\nint base_fn(void) { return engine_fn(); }\n")
+        write(r, "hi.c", "int base_fn(void);\nint engine_fn(void) { return 1; }\nint other(void) { return base_fn(); }\n")
+        lo = os.path.join(r, "src", "x.p", "base_lo.c.o")
+        hi = os.path.join(r, "src", "x.p", "engine_hi.c.o")
+        for src, obj in (("lo.c", lo), ("hi.c", hi)):
+            subprocess.run(["cc", "-c", os.path.join(r, src), "-o", obj], check=True)
+        problems, checked = check_symbols([lo, hi])
+        if len(problems) != 1 or "engine_fn" not in problems[0] or checked != 2:
+            failures.append(f"negative control of the symbol check: expected one upward use of "
+                            f"engine_fn in 2 checked, got {problems} in {checked}")
+        else:
+            print(f"negative control caught (a symbol used upward): {problems[0]}")
+
+
+def main():
+    root, build = sys.argv[1], sys.argv[2]
+    failures = []
+    negative_controls(failures)
+
+    problems, edges = check_includes(root)
+    failures += problems
+    print("floors used, by #include (from -> to: files):")
+    for (a, b), files in sorted(edges.items(), key=lambda e: (e[0][0], e[0][1])):
+        print(f"  {a:8} -> {b:8} {len(files)}")
+
+    objects = [o for o in glob.glob(os.path.join(build, "src", "**", "*.o"), recursive=True)]
+    if len(objects) < 40:
+        failures.append(f"only {len(objects)} objects under {build}/src: build redlockd and redlock first")
+    problems, checked = check_symbols(objects)
+    failures += problems
+    print(f"uses of a symbol across floors in {len(objects)} objects: {checked}, "
+          f"upward: {len(problems)}")
+
+    longest = max(sources(root), key=lambda rel: open(os.path.join(root, rel)).read().count("\n"))
+    print(f"longest file: {longest}, "
+          f"{open(os.path.join(root, longest)).read().count(chr(10))} lines (at most {MAX_LINES})")
+    if failures:
+        print("layer checks failed:")
+        for f in failures:
+            print("  " + f)
+        sys.exit(1)
+    print("layer checks passed")
+
+
+if __name__ == "__main__":
+    main()
