@@ -1,5 +1,5 @@
 /* script_bodies.c - prints the Lua scripts redlockd sends, as the daemon
- * builds them (src/scripts.c, src/master_script.c), one JSON object:
+ * builds them (src/masters/scripts.c, src/masters/master_script.c), one JSON object:
  * {"acquire": body, "release": body, "group": body, "group_fn": {name: n}}.
  * bench/group_cost.py reads it, so what it measures is what runs. */
 #include <cjson/cJSON.h>

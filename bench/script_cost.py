@@ -5,7 +5,7 @@ microseconds of the master's own time (INFO commandstats).
     python3 bench/script_cost.py [--redis-server redis-server] [--n 20000] [--rounds 7]
 
 Starts one redis-server on a free loopback port (no persistence), takes the
-acquire and release scripts out of src/scripts.c as redlockd sends them, and
+acquire and release scripts out of src/masters/scripts.c as redlockd sends them, and
 runs each variant N times inside one EVAL (a Lua loop around the script's
 body, so the network and the command parsing, the same for every variant,
 stay out), in interleaved rounds; prints the median and the best round in

@@ -12,7 +12,7 @@
 # TLS tests' certificates; libnghttp2-dev, libprotobuf-c-dev and
 # protobuf-c-compiler build Dapr's gRPC API, python3-grpcio and
 # python3-grpc-tools test it; libjansson-dev reads request bodies strictly
-# (src/jsonio.c); clang and libclang-rt-14-dev build the libFuzzer targets
+# (src/base/jsonio.c); clang and libclang-rt-14-dev build the libFuzzer targets
 # (tests/fuzz); chromium, chromium-driver and python3-selenium load the
 # dashboard (GET /ui) in a headless browser (tests/ui). The containers suite installs podman,
 # podman-compose, runc, debootstrap, netavark, aardvark-dns, iptables and git

@@ -4,7 +4,7 @@
  * both redlockd and the `redlock` client so that the client refuses
  * exactly what the service would.
  *
- * Pure (no I/O, no allocation); unit-tested in tests/unit/test_rules.c.
+ * Pure (no I/O, no allocation); unit-tested in tests/unit/base/test_rules.c.
  */
 #ifndef RL_RULES_H
 #define RL_RULES_H

@@ -3,7 +3,7 @@
  * stream, the service's error answers and the exit code each maps to.
  *
  * Nothing here touches a socket, a process or the environment, so it is
- * unit-tested as it is (tests/unit/test_cli.c); redlock.c does the I/O.
+ * unit-tested as it is (tests/unit/cli/test_cli.c); redlock.c does the I/O.
  * cli_args points into the argv it was parsed from and owns nothing;
  * cli_lines owns its buffer (cli_lines_free).
  */

@@ -1,5 +1,5 @@
-/* redlock_int.h - what the files of the engine share (redlock.h is its
- * face to the rest): the engine, its tasks and waiters, and the functions
+/* redlock_int.h - what the files of the engine share (redlock.h, in
+ * engine/engine.h, is its face to the rest): the engine, its tasks and waiters, and the functions
  * one file calls in another. Which file holds what:
  *   redlock.c        a task's life: started, votes counted and decided,
  *                    answers

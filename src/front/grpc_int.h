@@ -1,5 +1,5 @@
-/* grpc_int.h - what the two files of the gRPC server share (grpc.h is its
- * face to the rest): the server, its connections, streams and calls.
+/* grpc_int.h - what the two files of the gRPC server share (grpc.h, in
+ * front/front.h, is its face to the rest): the server, its connections, streams and calls.
  *   grpc.c        the calls: nghttp2's callbacks, each stream's message,
  *                 the engine's request and its answer
  *   grpc_conns.c  the connections and the server's thread: accept, read,

@@ -1,5 +1,5 @@
-/* http_int.h - what the files of the HTTP layer share (http.h is the
- * layer's face to the rest): the server, its loops' shards, the registry
+/* http_int.h - what the files of the HTTP layer share (http.h, in
+ * front/front.h, is the layer's face to the rest): the server, its loops' shards, the registry
  * of connections, the request context, and the functions one file calls
  * in another. Which file holds what:
  *   http.c          a request's life: routing (on_request), answers, the

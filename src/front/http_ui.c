@@ -1,5 +1,5 @@
 /* http_ui.c - the dashboard (docs/ops.md): GET /ui serves one page, its
- * script and style inside it (src/ui/dashboard.html, built into the
+ * script and style inside it (src/front/ui/dashboard.html, built into the
  * binary: no other asset, works offline); the page polls GET /ui/state and
  * the listings every second, with the token pasted into it. /ui/state is
  * what the listings do not say: the masters as /readyz sees them (with

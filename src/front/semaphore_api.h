@@ -1,6 +1,6 @@
 /* semaphore_api.h - the HTTP contract of counting semaphores without the
  * HTTP server (docs/semaphores.md): request bodies and tokens, and the JSON
- * of answers. Pure (cJSON only): unit-tested in tests/unit/test_semaphore.c.
+ * of answers. Pure (cJSON only): unit-tested in tests/unit/front/test_semaphore.c.
  * Strings returned as char * are malloc'd; the caller frees.
  */
 #ifndef RL_SEMAPHORE_API_H

@@ -44,7 +44,7 @@
  * master_reply (integers and at most one string; a long_reply script's
  * string whole, in blob) before any callback sees them.
  *
- * The layer is src/master_*.c, a file per concern; master_int.h, their private
+ * The layer is src/masters/master_*.c, a file per concern; master_int.h, their private
  * header, says which file owns what.
  */
 #ifndef RL_MASTER_H

@@ -1,6 +1,6 @@
 /* master_int.h - the master layer's private header: the pool and master
  * structs its files share, and the functions they call across files. Only
- * src/master_*.c include it; every other module includes master.h alone.
+ * src/masters/master_*.c include it; every other folder includes masters/masters.h.
  *
  * Who owns what. A pool (struct mpool) and its masters belong to the pool's
  * loop thread (the job queue is the loop's, loop.h): nothing below is

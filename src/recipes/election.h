@@ -11,7 +11,7 @@
  * starts with), the leader, and what it proclaims. A term is the grant's
  * fence.
  *
- * Pure (cJSON only, no sockets): unit-tested in tests/unit/test_election.c.
+ * Pure (cJSON only, no sockets): unit-tested in tests/unit/recipes/test_election.c.
  * Strings returned as char * are malloc'd; the caller frees.
  */
 #ifndef RL_ELECTION_H

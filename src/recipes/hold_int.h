@@ -1,5 +1,5 @@
-/* hold_int.h - what the two files of held streams share (hold.h is their
- * face to the rest): a hold, the set, and its events.
+/* hold_int.h - what the two files of held streams share (hold.h, in
+ * recipes/recipes.h, is their face to the rest): a hold, the set, and its events.
  *   hold.c        the set, a hold's start and close, and its events
  *   hold_renew.c  the renewer thread: extensions, losses, releases,
  *                 campaigns, and the engine's answers to them

@@ -21,7 +21,7 @@
  * before the next page, a name after that page's last may then be missed.)
  *
  * This file's functions are pure (the cursor, the scripts' answers, the
- * JSON), unit-tested in tests/unit/test_listing.c; list_run (listing.c)
+ * JSON), unit-tested in tests/unit/recipes/test_listing.c; list_run (listing.c)
  * runs a page on a pool's loop.
  */
 #ifndef RL_LISTING_H

@@ -1,5 +1,5 @@
 /* Unit tests of the rules both redlockd and the redlock client apply to
- * lock names, tokens and owners (src/rules.c), and of how a name is written
+ * lock names, tokens and owners (src/base/rules.c), and of how a name is written
  * into a URL path. */
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Unit tests of the pure parts of counting semaphores (src/semaphore_api.c):
+/* Unit tests of the pure parts of counting semaphores (src/front/semaphore_api.c):
  * bodies, permit tokens and the JSON of answers. */
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Unit tests of the pure parts of leader election (src/election.c): the
+/* Unit tests of the pure parts of leader election (src/recipes/election.c): the
  * campaign's body, the owner that carries since, candidate and value, the
  * state's JSON, and which change a watch reports. */
 #include <criterion/criterion.h>

@@ -1,4 +1,4 @@
-/* Unit tests of the pure parts of a listing (src/listing_page.c): the page
+/* Unit tests of the pure parts of a listing (src/recipes/listing_page.c): the page
  * cursor, the walk from master to master, the SCAN pattern, the two
  * scripts' answers (script_list_scan, script_list_check) and which names a
  * page lists, with what JSON. */
