@@ -12,8 +12,8 @@ Checked twice, so that neither a stray #include nor a stray extern slips by:
     circle, and no edge runs from a lower floor to a higher one;
   - symbols: in the built objects (nm), no floor uses a function or a
     variable that a higher floor defines.
-And no file in src/ is longer than 600 lines, and every floor has its
-public header.
+And no file of code in src/, tests/, bench/ or scripts/ is longer than 600
+lines, and every floor has its public header.
 
 Before the real tree, each check is fed a small tree or pair of objects
 broken on purpose (a negative control) and must catch it.
@@ -61,9 +61,6 @@ def check_includes(root):
     for rel in sources(root):
         me = folder_of(rel)
         text = open(os.path.join(root, rel), encoding="utf-8").read()
-        lines = text.count("\n") + (0 if text.endswith("\n") else 1)
-        if lines > MAX_LINES:
-            problems.append(f"{rel}: {lines} lines, over {MAX_LINES}")
         for inc in INCLUDE.findall(text):
             if "/" not in inc:
                 here = os.path.join(root, os.path.dirname(rel), inc)
@@ -88,10 +85,29 @@ def check_includes(root):
     cycle = find_cycle({a for a, _ in edges} | {b for _, b in edges}, edges)
     if cycle:
         problems.append("include circle between folders: " + " -> ".join(cycle))
+    for rel, lines in long_files(root):
+        problems.append(f"{rel}: {lines} lines, over {MAX_LINES}")
     for f in FLOORS:
         if not os.path.exists(os.path.join(root, "src", f, f + ".h")):
             problems.append(f"src/{f}/ has no public header {f}/{f}.h")
     return problems, edges
+
+
+def long_files(root):
+    """(path, lines) of each file of code in src/, tests/, bench/ and scripts/
+    over MAX_LINES (fuzz corpora, installed packages and caches aside)."""
+    out = []
+    for top in ("src", "tests", "bench", "scripts"):
+        for dirpath, dirs, names in os.walk(os.path.join(root, top)):
+            dirs[:] = [d for d in dirs if d not in ("corpus", "node_modules", "__pycache__")]
+            for n in names:
+                if n.endswith((".c", ".h", ".py", ".js", ".sh", ".html")):
+                    path = os.path.join(dirpath, n)
+                    with open(path, encoding="utf-8", errors="replace") as f:
+                        lines = sum(1 for _ in f)
+                    if lines > MAX_LINES:
+                        out.append((os.path.relpath(path, root), lines))
+    return sorted(out)
 
 
 def find_cycle(nodes, edges):
@@ -197,6 +213,8 @@ def negative_controls(failures):
             "cli/ uses engine/"),
         "a file over 600 lines": (lambda r: write(r, "src/engine/part.c", "int x;\n" * 601),
                                   "601 lines, over 600"),
+        "a test over 600 lines": (lambda r: write(r, "tests/api/test_x.py", "x = 1\n" * 601),
+                                  "tests/api/test_x.py: 601 lines, over 600"),
         "a floor without its public header": (lambda r: (
             os.remove(os.path.join(r, "src/masters/masters.h")),
             write(r, "src/masters/part.c", '#include "part_int.h"\n')),
@@ -254,8 +272,10 @@ def main():
           f"upward: {len(problems)}")
 
     longest = max(sources(root), key=lambda rel: open(os.path.join(root, rel)).read().count("\n"))
-    print(f"longest file: {longest}, "
-          f"{open(os.path.join(root, longest)).read().count(chr(10))} lines (at most {MAX_LINES})")
+    print(f"longest file in src/: {longest}, "
+          f"{open(os.path.join(root, longest)).read().count(chr(10))} lines; "
+          f"files of code over {MAX_LINES} lines in src/, tests/, bench/, scripts/: "
+          f"{len(long_files(root))}")
     if failures:
         print("layer checks failed:")
         for f in failures:
