@@ -17,9 +17,12 @@
  *   deadline.h  an absolute time for pthread_cond_timedwait
  *   dlist.h     intrusive doubly linked lists, guarded by their owner
  *
- * Who owns what: a loop is owned by its one client (a master pool) and its
- * thread; everything else here is either pure or safe from any thread, as
- * each part says. conf_int.h is private to this folder.
+ * Who owns what: a loop belongs to its thread and its one client (a master
+ * pool); posting to it and reading its clock work from any thread. The conf
+ * is written once on the main thread, at start, and only read after. The
+ * log, the metrics and new tokens may be used from any thread; rules,
+ * jsonio and deadline are pure; a dlist is guarded by whoever owns it.
+ * conf_int.h is private to this folder.
  */
 #ifndef RL_BASE_H
 #define RL_BASE_H

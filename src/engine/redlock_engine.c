@@ -1,6 +1,7 @@
-/* redlock_engine.c - the engine's life and its entry points from other
- * threads (redlock.h): new, submit, cancel, finish, sync, drain, close and
- * free. Each hands its work to the pool's loop thread; redlock.c runs it. */
+/* redlock_engine.c - the engine's life (new, drain, close, free) and its
+ * entry points from any thread (submit, cancel, finish, sync; redlock.h).
+ * The entry points post their work to the pool's loop thread, where
+ * redlock.c runs it. */
 #include "redlock_int.h"
 
 rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
