@@ -36,7 +36,7 @@ def c_strings(block):
 
 
 def scripts():
-    src = open(os.path.join(ROOT, 'src', 'scripts.c')).read()
+    src = open(os.path.join(ROOT, 'src', 'masters', 'scripts.c')).read()
     guard = c_strings(src[src.index('#define GUARD'):src.index('/* n is a counter')])
     bad = lambda n: '(not %s or %s < 0 or %s >= 9007199254740991 or %s ~= math.floor(%s))' % ((n,) * 5)
     a = src[src.index('mscript script_acquire'):src.index('mscript script_dequeue')]
