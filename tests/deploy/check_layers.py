@@ -35,7 +35,10 @@ MAY_USE["cli"] = {"base"}
 MAX_LINES = 600
 # Headers generated at build time, and the folder whose code includes them.
 GENERATED = {"dapr_lock.pb-c.h": "front", "ui_assets.h": "front"}
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Quoted includes, and bracketed ones that name a folder of src/ (which -I
+# src/ would find too); system headers are not ours to check.
+INCLUDE = re.compile(r'^\s*#\s*include\s+(?:"([^"]+)"|<((?:%s)/[^>]+)>)' % "|".join(FLOORS + ["cli"]),
+                     re.M)
 
 
 def folder_of(rel):
@@ -61,7 +64,8 @@ def check_includes(root):
     for rel in sources(root):
         me = folder_of(rel)
         text = open(os.path.join(root, rel), encoding="utf-8").read()
-        for inc in INCLUDE.findall(text):
+        for quoted, bracketed in INCLUDE.findall(text):
+            inc = quoted or bracketed
             if "/" not in inc:
                 here = os.path.join(root, os.path.dirname(rel), inc)
                 if not os.path.exists(here) and GENERATED.get(inc) != me:
@@ -151,11 +155,14 @@ def object_floor(path):
 
 
 def check_symbols(objects):
-    """Returns (problems, checked): uses of a symbol defined on a higher floor."""
-    defined, used = {}, []
+    """Returns (problems, checked): uses of a symbol defined on a higher floor,
+    and how many uses across floors were checked. An object no floor can be
+    told of is a problem too: it would go unchecked."""
+    defined, used, problems = {}, [], []
     for o in objects:
         floor = object_floor(o)
         if floor is None:
+            problems.append(f"{o}: no floor of src/ by its name; the symbol check cannot place it")
             continue
         out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
@@ -164,7 +171,7 @@ def check_symbols(objects):
                 defined.setdefault(p[2], set()).add(floor)
             elif len(p) == 2 and p[0] == "U":
                 used.append((floor, p[1], o))
-    problems, checked = [], 0
+    checked = 0
     for floor, sym, o in used:
         for owner in defined.get(sym, ()):
             if owner == floor:
@@ -204,6 +211,9 @@ def negative_controls(failures):
             "masters/ uses front/, a floor above it"),
         "another folder's private header": (lambda r: write(
             r, "src/recipes/part.c", '#include "recipes.h"\n#include "engine/part_int.h"\n'),
+            "private to engine/"),
+        "a bracketed include of another folder's private header": (lambda r: write(
+            r, "src/front/part.c", '#include "front.h"\n#include <engine/part_int.h>\n'),
             "private to engine/"),
         "a bare include of another folder's header": (lambda r: write(
             r, "src/front/part.c", '#include "front.h"\n#include "redlock.h"\n'),
@@ -268,6 +278,12 @@ def main():
         failures.append(f"only {len(objects)} objects under {build}/src: build redlockd and redlock first")
     problems, checked = check_symbols(objects)
     failures += problems
+    placed = {object_floor(o) for o in objects}
+    for f in FLOORS + ["cli", "top"]:
+        if f not in placed:
+            failures.append(f"no object of {f}/ under {build}/src: the symbol check would not see it")
+    if checked == 0:
+        failures.append("the symbol check found no use across floors to check")
     print(f"uses of a symbol across floors in {len(objects)} objects: {checked}, "
           f"upward: {len(problems)}")
 
