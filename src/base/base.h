@@ -20,8 +20,8 @@
  * Who owns what: a loop belongs to its thread and its one client (a master
  * pool); posting to it and reading its clock work from any thread. The conf
  * is written once on the main thread, at start, and only read after. The
- * log, the metrics and new tokens may be used from any thread; rules,
- * jsonio and deadline are pure; a dlist is guarded by whoever owns it.
+ * log, the metrics, new tokens and deadlines may be used from any thread;
+ * rules and jsonio are pure; a dlist is guarded by whoever owns it.
  * conf_int.h is private to this folder.
  */
 #ifndef RL_BASE_H

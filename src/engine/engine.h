@@ -11,8 +11,9 @@
  *              retry timing
  *
  * Who owns what: an engine and its tasks belong to its pool's loop thread;
- * rl_submit, rl_cancel and rl_finish may be called from any thread and post
- * to it. redlock_int.h is private to this folder.
+ * rl_submit, rl_cancel, rl_finish, rl_engine_sync and rl_engine_drain may
+ * be called from any thread and post to it. redlock_int.h is private to
+ * this folder.
  */
 #ifndef RL_ENGINE_H
 #define RL_ENGINE_H

@@ -1,7 +1,8 @@
 /* redlock_engine.c - the engine's life (new, drain, close, free) and its
- * entry points from any thread (submit, cancel, finish, sync; redlock.h).
- * The entry points post their work to the pool's loop thread, where
- * redlock.c runs it. */
+ * entry points (redlock.h). rl_submit, rl_cancel, rl_finish,
+ * rl_engine_sync and rl_engine_drain post their work to the pool's loop
+ * thread: a task's start to redlock.c (op_start), the rest to the jobs
+ * here. */
 #include "redlock_int.h"
 
 rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)

@@ -1,8 +1,8 @@
 /* front/front.h - the top floor: the service's faces. HTTP (the native
  * routes, Dapr's lock API over HTTP, /healthz, /readyz, /metrics and the
  * dashboard), Dapr's lock API over gRPC, and the --health-check probe. The
- * only header of front/ that another file includes (main.c); front/ uses
- * every lower floor.
+ * only header of front/ that another file of src/ includes (main.c);
+ * front/ uses every lower floor.
  *
  * What it offers, one part each:
  *   http.h         the HTTP layer, served by the loops of the master pools

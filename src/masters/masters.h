@@ -13,10 +13,12 @@
  *
  * Who owns what: a pool and everything it holds belong to its loop's
  * thread; work reaches it through loop_post, and mpool_status and
- * mpool_notice_links may be read from any thread. The engine's callbacks
- * into the pool's users (notices, markers) are function pointers it is
- * given (mpool_set_notice, mpool_set_marker_fn): the pool never includes a
- * higher floor. master_int.h and sha1.h are private to this folder.
+ * mpool_notice_links may be read from any thread. What the pool tells the
+ * floors above it goes through function pointers they hand down: a
+ * batch's done callback (mpool_done_fn, given with each mpool_eval) and
+ * the notice hook (mpool_set_notice, the engine's); the pool never
+ * includes a higher floor. master_int.h and sha1.h are private to this
+ * folder.
  */
 #ifndef RL_MASTERS_H
 #define RL_MASTERS_H

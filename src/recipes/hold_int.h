@@ -19,8 +19,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "base/base.h"
-#include "masters/masters.h"   /* loop_now_us (loop.h): the clock the engine counts validity on */
+#include "base/base.h"   /* loop_now_us (loop.h): the clock the engine counts validity on */
 
 #define HOLD_RETRY_MIN_MS 100   /* a failed extension is tried again this soon, at the earliest */
 #define HOLD_RENEW_EARLY_MS 50  /* an extension goes up to this much early to leave with others */

@@ -16,10 +16,11 @@
  * Who owns what: a hold set owns its holds under one mutex, and its own
  * thread (the renewer) starts their extensions; the engine's loop answers
  * them. A watch owns its pending events under its own mutex. A semaphore's
- * acquire runs on its engine's loop. The connection stays the front's: a
- * hold or a watch tells it that something is ready through the wake
- * function it was handed (hold_wake_fn), never by calling up. hold_int.h
- * is private to this folder.
+ * acquire runs each step on the engine that owns that slot's name, and
+ * its retries on the pool it was given. The connection stays the front's:
+ * a hold or a watch tells it that something is ready through the wake
+ * function it was handed (hold_wake_fn, or a watch's wake), never by
+ * calling up. hold_int.h is private to this folder.
  */
 #ifndef RL_RECIPES_H
 #define RL_RECIPES_H
