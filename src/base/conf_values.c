@@ -112,7 +112,7 @@ char *read_token_file(const char *flag, const char *path, char *err, size_t errl
     return tok;
 }
 
-/* --dapr-stores: NAME[=KEYPREFIX],... (api.h): names of A-Z a-z 0-9 . _ -,
+/* --dapr-stores: NAME[=KEYPREFIX],... (front/api.h): names of A-Z a-z 0-9 . _ -,
  * prefixes of those and : @ / (so never "||"), each 1 to CONF_DAPR_NAME_MAX
  * bytes. */
 bool stores_valid(const char *val)

@@ -193,7 +193,7 @@ Test(limits, ambiguous_framing_is_refused_and_closed)
     cr_assert_eq(h_keys_left(C, "sm2"), 0);
     /* A malformed length is refused and the connection closed, by
      * libmicrohttpd itself before redlockd sees the request (0.9.75 writes
-     * its 400 header block twice; see docs/operations.md). */
+     * its 400 header block twice). */
     int fd = h_raw_connect(C, NULL);
     h_raw_send(fd, "POST /locks/sm3 HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n"
                  "POST /locks/smuggled3 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
