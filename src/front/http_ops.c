@@ -111,8 +111,7 @@ enum MHD_Result serve_readyz(req_ctx *ctx)
     jsonio_add_int(o, "masters_refusing", refusing);
     jsonio_add_int(o, "masters_total", n);
     jsonio_add_int(o, "quorum", quorum_of(n));
-    char *body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *body = jsonio_print_free(o);
     return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
 }
 

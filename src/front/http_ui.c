@@ -104,9 +104,7 @@ static char *state_json(http_server *s, cJSON *waiters)
         jsonio_add_int(r, "unavailable", rates[i].unavailable);
     }
     cJSON_AddItemToObject(o, "waiters", waiters);
-    char *body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return body;
+    return jsonio_print_free(o);
 }
 
 static void gather_done(ui_gather *g)

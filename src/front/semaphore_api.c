@@ -218,7 +218,5 @@ char *sem_result_json(const sem_request *req, const sem_result *res, int *status
         r.outcome = res->outcome;
         return api_result_json(&shown, &r, status, retry_after_s);
     }
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return jsonio_print_free(o);
 }

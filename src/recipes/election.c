@@ -173,9 +173,7 @@ char *election_state_json(const char *name, const election_state *st, const char
     election_state_add(o, name, st);
     if (candidate)
         cJSON_AddBoolToObject(o, "is_leader", st->held && !strcmp(st->leader, candidate));
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    return jsonio_print_free(o);
 }
 
 char *election_event_line(const char *event, const char *name, const election_state *st)
@@ -185,8 +183,7 @@ char *election_event_line(const char *event, const char *name, const election_st
         return NULL;
     cJSON_AddStringToObject(o, "event", event);
     election_state_add(o, name, st);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *s = jsonio_print_free(o);
     if (!s)
         return NULL;
     size_t n = strlen(s);
