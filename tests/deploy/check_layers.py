@@ -59,7 +59,8 @@ def sources(root):
 
 
 def check_includes(root):
-    """Returns (problems, edges): edges maps (from, to) folder to the files."""
+    """Returns (problems, edges, lengths): edges maps (from, to) folder to the
+    files; lengths is code_lengths(root)."""
     problems, edges = [], {}
     for rel in sources(root):
         me = folder_of(rel)
@@ -89,18 +90,20 @@ def check_includes(root):
     cycle = find_cycle({a for a, _ in edges} | {b for _, b in edges}, edges)
     if cycle:
         problems.append("include circle between folders: " + " -> ".join(cycle))
-    for rel, lines in long_files(root):
-        problems.append(f"{rel}: {lines} lines, over {MAX_LINES}")
+    lengths = code_lengths(root)
+    for rel, lines in sorted(lengths.items()):
+        if lines > MAX_LINES:
+            problems.append(f"{rel}: {lines} lines, over {MAX_LINES}")
     for f in FLOORS:
         if not os.path.exists(os.path.join(root, "src", f, f + ".h")):
             problems.append(f"src/{f}/ has no public header {f}/{f}.h")
-    return problems, edges
+    return problems, edges, lengths
 
 
-def long_files(root):
-    """(path, lines) of each file of code in src/, tests/, bench/ and scripts/
-    over MAX_LINES (fuzz corpora, installed packages and caches aside)."""
-    out = []
+def code_lengths(root):
+    """{path: lines} of each file of code in src/, tests/, bench/ and scripts/
+    (fuzz corpora, installed packages and caches aside)."""
+    out = {}
     for top in ("src", "tests", "bench", "scripts"):
         for dirpath, dirs, names in os.walk(os.path.join(root, top)):
             dirs[:] = [d for d in dirs if d not in ("corpus", "node_modules", "__pycache__")]
@@ -108,10 +111,8 @@ def long_files(root):
                 if n.endswith((".c", ".h", ".py", ".js", ".sh", ".html")):
                     path = os.path.join(dirpath, n)
                     with open(path, encoding="utf-8", errors="replace") as f:
-                        lines = sum(1 for _ in f)
-                    if lines > MAX_LINES:
-                        out.append((os.path.relpath(path, root), lines))
-    return sorted(out)
+                        out[os.path.relpath(path, root)] = sum(1 for _ in f)
+    return out
 
 
 def find_cycle(nodes, edges):
@@ -155,15 +156,17 @@ def object_floor(path):
 
 
 def check_symbols(objects):
-    """Returns (problems, checked): uses of a symbol defined on a higher floor,
-    and how many uses across floors were checked. An object no floor can be
-    told of is a problem too: it would go unchecked."""
-    defined, used, problems = {}, [], []
+    """Returns (problems, checked, placed): uses of a symbol defined on a
+    higher floor, how many uses across floors were checked, and the floors
+    whose objects were seen. An object no floor can be told of is a problem
+    too: it would go unchecked."""
+    defined, used, problems, placed = {}, [], [], set()
     for o in objects:
         floor = object_floor(o)
         if floor is None:
             problems.append(f"{o}: no floor of src/ by its name; the symbol check cannot place it")
             continue
+        placed.add(floor)
         out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
             p = line.split()
@@ -179,7 +182,7 @@ def check_symbols(objects):
             checked += 1
             if owner not in MAY_USE[floor]:
                 problems.append(f"{os.path.basename(o)} ({floor}/) uses {sym}, defined on {owner}/")
-    return problems, checked
+    return problems, checked, placed
 
 
 def write(root, rel, text):
@@ -232,14 +235,14 @@ def negative_controls(failures):
     }
     with tempfile.TemporaryDirectory() as r:
         good_tree(r)
-        problems, edges = check_includes(r)
+        problems, edges, _ = check_includes(r)
         if problems or not edges:
             failures.append(f"the unbroken tree was refused or drew no edge: {problems}")
     for what, (breakit, expect) in controls.items():
         with tempfile.TemporaryDirectory() as r:
             good_tree(r)
             breakit(r)
-            problems, _ = check_includes(r)
+            problems, _, _ = check_includes(r)
             hit = [p for p in problems if expect in p]
             if not hit:
                 failures.append(f"negative control not caught: {what} (wanted \"{expect}\", got {problems})")
@@ -254,7 +257,7 @@ def negative_controls(failures):
         hi = os.path.join(r, "src", "x.p", "engine_hi.c.o")
         for src, obj in (("lo.c", lo), ("hi.c", hi)):
             subprocess.run(["cc", "-c", os.path.join(r, src), "-o", obj], check=True)
-        problems, checked = check_symbols([lo, hi])
+        problems, checked, _ = check_symbols([lo, hi])
         if len(problems) != 1 or "engine_fn" not in problems[0] or checked != 2:
             failures.append(f"negative control of the symbol check: expected one upward use of "
                             f"engine_fn in 2 checked, got {problems} in {checked}")
@@ -267,7 +270,7 @@ def main():
     failures = []
     negative_controls(failures)
 
-    problems, edges = check_includes(root)
+    problems, edges, lengths = check_includes(root)
     failures += problems
     print("floors used, by #include (from -> to: files):")
     for (a, b), files in sorted(edges.items(), key=lambda e: (e[0][0], e[0][1])):
@@ -276,9 +279,8 @@ def main():
     objects = [o for o in glob.glob(os.path.join(build, "src", "**", "*.o"), recursive=True)]
     if len(objects) < 40:
         failures.append(f"only {len(objects)} objects under {build}/src: build redlockd and redlock first")
-    problems, checked = check_symbols(objects)
+    problems, checked, placed = check_symbols(objects)
     failures += problems
-    placed = {object_floor(o) for o in objects}
     for f in FLOORS + ["cli", "top"]:
         if f not in placed:
             failures.append(f"no object of {f}/ under {build}/src: the symbol check would not see it")
@@ -287,11 +289,10 @@ def main():
     print(f"uses of a symbol across floors in {len(objects)} objects: {checked}, "
           f"upward: {len(problems)}")
 
-    longest = max(sources(root), key=lambda rel: open(os.path.join(root, rel)).read().count("\n"))
-    print(f"longest file in src/: {longest}, "
-          f"{open(os.path.join(root, longest)).read().count(chr(10))} lines; "
+    longest = max((rel for rel in lengths if rel.startswith("src" + os.sep)), key=lengths.get)
+    print(f"longest file in src/: {longest}, {lengths[longest]} lines; "
           f"files of code over {MAX_LINES} lines in src/, tests/, bench/, scripts/: "
-          f"{len(long_files(root))}")
+          f"{sum(1 for n in lengths.values() if n > MAX_LINES)}")
     if failures:
         print("layer checks failed:")
         for f in failures:
