@@ -19,7 +19,7 @@ import traceback
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import httpraw  # noqa: E402
-from testproc import children, free_port, spawn, wait_serving  # noqa: E402
+from testproc import children, free_port, in_thread, spawn, wait_serving  # noqa: E402
 
 BIN = os.environ.get("REDLOCKD_BIN", "redlockd")
 BODY_LIMIT = 4096          # --max-body-bytes of the daemon under test

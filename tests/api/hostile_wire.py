@@ -206,19 +206,6 @@ def section_causes(tmp):
 
 # ---- 5: waiters at SIGTERM ----
 
-def in_thread(fn):
-    out = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except Exception as e:  # noqa: BLE001
-            out["error"] = e
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
-
-
 def section_shutdown(tmp, D, masters):
     S = Daemon(tmp, "S", [m.port for m in masters])
     stopped = False

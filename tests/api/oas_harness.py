@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import traceback
 
@@ -85,7 +84,7 @@ def oas_schemas():
 
 # ---- processes ----
 
-from testproc import children, free_port, spawn, wait_serving  # noqa: E402
+from testproc import children, free_port, in_thread, spawn, wait_serving  # noqa: E402
 
 
 def redis(port, *args, timeout=2.0):
@@ -392,15 +391,3 @@ def hold(d, name, body, what, retry_s=5.0):
         return None
     return h
 
-
-def in_thread(fn):
-    out = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except Exception as e:  # noqa: BLE001
-            out["error"] = e
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out

@@ -1,6 +1,6 @@
 """Processes for the Python test suites: loopback ports reserved as the C
-harness reserves them (tests/integration/harness.c), and children that die
-with the test and are listed for its cleanup."""
+harness reserves them (tests/integration/harness.c), children that die
+with the test and are listed for its cleanup, and calls run on a thread."""
 import ctypes
 import fcntl
 import os
@@ -8,6 +8,7 @@ import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 PORT_DIR = "/tmp/redlockd-test-ports"   # shared with tests/integration/harness.c
@@ -78,3 +79,18 @@ def wait_serving(proc, port, log_path, what, timeout=10):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not start: {open(log_path).read()[-2000:]}")
         time.sleep(0.02)
+
+
+def in_thread(fn):
+    """Runs fn on a daemon thread: (the thread, a dict that gets "value" or
+    "error")."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # noqa: BLE001
+            out["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
