@@ -24,6 +24,8 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     scripts_init();
     snprintf(e->seed_bound, sizeof e->seed_bound, "%lld", quorum_seed_bound_us(cfg->fence_keep_ms));
     e->unfair = getenv("REDLOCKD_TEST_UNFAIR") != NULL;
+    e->stale_fence = testhook_breaks(TESTHOOK_STALE_FENCE);
+    e->no_wake = testhook_breaks(TESTHOOK_NO_WAKE);
     const char *skew = getenv("REDLOCKD_TEST_SEED_SKEW_US");
     if (skew && !strcmp(skew, "off"))
         e->seed_off = true;

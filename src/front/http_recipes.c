@@ -192,6 +192,26 @@ enum MHD_Result sem_answer(req_ctx *ctx)
     }
     if (granted && ctx->ci && client_done_sending(ctx->ci->fd))
         ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
+    if (ctx->sem->op == SEM_ACQUIRE && !ctx->sem->hold && ctx->sem_res->outcome == RL_LOCKED &&
+        !ctx->sem_res->limit_mismatch &&
+        testhook_breaks(TESTHOOK_OVER_LIMIT)) {
+        /* Test hook: permits that are none, past the limit (REDLOCKD_TEST_BREAK). */
+        sem_result *res = ctx->sem_res;
+        res->outcome = RL_OK;
+        res->npermits = ctx->sem->permits;
+        res->ttl_ms = ctx->sem->ttl_ms;
+        res->validity_ms = ctx->sem->ttl_ms - 1;
+        for (int i = 0; i < res->npermits; i++) {
+            sem_permit *p = &res->permits[i];
+            char t[TOKEN_TEXT_LEN + 1];
+            if (token_new(t) < 0)
+                snprintf(t, sizeof t, "over-limit");
+            p->slot = ctx->sem->limit + i;
+            snprintf(p->token, sizeof p->token, "%d:%s", p->slot, t);
+            p->fence = loop_unix_us();
+            p->validity_ms = res->validity_ms;
+        }
+    }
     int status;
     long long retry_after_s = 0;
     char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);

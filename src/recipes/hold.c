@@ -397,6 +397,8 @@ static size_t format_next(hold *h, char *out)
         n = snprintf(out, HOLD_EVENT_MAX, " ");
     } else if (h->end != END_NONE && !h->end_formatted) {
         h->end_formatted = true;
+        if (h->end == END_LOST && testhook_breaks(TESTHOOK_SILENT_LOSS))
+            return 0;   /* test hook (REDLOCKD_TEST_BREAK): the stream ends unsaid */
         const char *what = h->end == END_LOST ? "lost" : h->election ? "resigned" : "released";
         if (h->end_reason)
             n = snprintf(out, HOLD_EVENT_MAX, "{\"event\":\"%s\",\"reason\":\"%s\"}\n", what,
