@@ -270,8 +270,8 @@ void master_log_error(struct master *m, const char *script, const char *error, u
 void master_undo_keep(struct master *m, struct undo *u, uint64_t now);
 /* m could not take batch b: remembers it if its script is redo_when_back. */
 void master_undo_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
-/* m answered NOSCRIPT to b after b was complete: sends a redo_when_back
- * script again, with its body. */
+/* m answered NOSCRIPT to b, which cannot go again in its place: sends a
+ * redo_when_back script again at once, with its body, as its replay. */
 void master_undo_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
 /* Writes m's remembered releases on its new connection, before anything else. */
 void master_undo_flush(struct master *m, uint64_t now);
