@@ -138,6 +138,8 @@ static void finish_job(void *arg)
     if (!op->answered)
         op->cancelled = true;
     op->caller_ref = false;
+    if (op->req.op == RL_TURN)
+        set_active(op, false);   /* the caller's work is done: its place goes to the next */
     free(f);
     op_maybe_free(op);
 }

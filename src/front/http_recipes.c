@@ -71,6 +71,10 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
         if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
             return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
         if (watch && !strcmp(watch, "true")) {
+            /* A watch is a stream: it takes a place among --max-holds, kept
+             * until the connection ends (on_completed gives it back). */
+            if (!reserve_hold(ctx))
+                return too_many_holds(ctx);
             ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->w->req.name,
                                               ctx->w->label, hold_wake, ctx);
             if (!ctx->watch)
@@ -78,6 +82,7 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
             return stream_answer(ctx, 200);
         }
         ctx->w->req.op = RL_INSPECT;
+        ctx->w->req.queued = true;   /* a place among --max-inflight, as a lock's GET */
         return submit(ctx);
     }
     bool token_in_body = false;

@@ -191,6 +191,7 @@ election_watch *election_watch_start(rl_engine *e, mpool *pool, const char *lock
     w->e = e;
     w->pool = pool;
     w->req.op = RL_INSPECT;
+    w->req.queued = true;   /* each read waits for a place among --max-inflight */
     snprintf(w->req.name, sizeof w->req.name, "%s", lock_name);
     rl_engine_key(e, lock_name, w->key, sizeof w->key);
     snprintf(w->label, sizeof w->label, "%s", label);
