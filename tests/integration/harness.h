@@ -198,6 +198,10 @@ struct h_loader {
  * connection of its own, driven by one poll loop in the calling thread. */
 typedef struct h_leases {
     int n;
+    int opened;                       /* streams asked for so far (pf[0..opened)) */
+    int window;                       /* at most this many asked and not yet acquired */
+    int port, ttl_ms;
+    char prefix[64];
     struct pollfd *pf;                /* one per stream; fd < 0 once it closed */
     bool *acquired, *lost;            /* each stream's "acquired" and "lost" events seen */
     int got;                          /* streams that said "acquired" */
@@ -207,7 +211,11 @@ typedef struct h_leases {
 /* Opens n held streams of ttl_ms on 127.0.0.1:port, named prefix-0 ..
  * prefix-(n-1) (the caller raises RLIMIT_NOFILE first). */
 h_leases *h_leases_open(int port, int n, int ttl_ms, const char *prefix);
-/* Reads the streams' events for up to ms (returns at the first quiet poll). */
+/* The same as a client pool of window connections opens them: window at
+ * once, then one more as each says "acquired" (h_leases_read asks them). */
+h_leases *h_leases_open_window(int port, int n, int ttl_ms, const char *prefix, int window);
+/* Reads the streams' events for up to ms (returns at the first quiet poll),
+ * and asks for more streams while the window has room. */
 void h_leases_read(h_leases *l, int ms);
 /* Closes every stream and frees l. */
 void h_leases_close(h_leases *l);
