@@ -444,6 +444,12 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
 
     if (check_redis_auth(c, err, errlen) < 0)
         return CONF_ERROR;
+    /* Every client with the ordinary token could force releases. */
+    if (c->admin_token && c->auth_token && !strcmp(c->admin_token, c->auth_token)) {
+        snprintf(err, errlen, "--admin-token-file holds the same token as --auth-token-file: an "
+                 "operator's force release needs a token of its own");
+        return CONF_ERROR;
+    }
     if (c->default_ttl_ms > c->max_ttl_ms) {
         snprintf(err, errlen, "--default-ttl-ms (%lld) is above --max-ttl-ms (%lld)",
                  c->default_ttl_ms, c->max_ttl_ms);

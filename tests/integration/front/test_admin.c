@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -219,4 +220,25 @@ Test(admin, force_is_refused_without_an_admin_token_file)
     cr_assert(h_held(C, "kept"));
     h_resp_free(&f);
     h_resp_free(&a);
+}
+
+/* An admin token that is the ordinary one would let every client force
+ * releases: refused at start, one line, exit 2. */
+Test(admin, an_admin_token_equal_to_the_ordinary_one_is_refused_at_start)
+{
+    C = h_cluster_start(1, NULL);
+    char admin[400], user[400], cmd[1200], out[4096];
+    token_file("admin", "s4me-t0ken", admin, sizeof admin);
+    token_file("user", "  s4me-t0ken  ", user, sizeof user);
+    snprintf(cmd, sizeof cmd, "timeout 5 %s --listen 127.0.0.1:%d --masters 127.0.0.1:%d --admin-token-file %s "
+             "--auth-token-file %s 2>&1",
+             getenv("REDLOCKD_BIN"), h_free_port(), C->m[0].port, admin, user);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit status %d: %s", st, out);
+    char *nl = strchr(out, '\n');
+    cr_assert(nl && nl[1] == '\0', "not one line: %s", out);
+    cr_assert(strstr(out, "--admin-token-file") && strstr(out, "--auth-token-file"), "%s", out);
 }
