@@ -29,6 +29,8 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_LIMIT_MISMATCH] = {409, "limit_mismatch"},
     [API_E_NOT_IMPLEMENTED] = {501, "not_implemented"},
     [API_E_FORBIDDEN] = {403, "forbidden"},
+    [API_E_FORBIDDEN_ORIGIN] = {403, "forbidden_origin"},
+    [API_E_FORBIDDEN_HOST] = {403, "forbidden_host"},
 };
 
 #define LOCKS_PREFIX "/locks/"

@@ -321,6 +321,14 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
 
     const char *name = ctx->route_name;
     enum api_route route = ctx->route;
+    /* A browser's page of another origin, or of a rebound name (api.h):
+     * before anything else, so that nothing is read or changed for it. */
+    char why[300];
+    int foreign = api_origin_verdict(s->cfg, s->loopback, route,
+                                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+                                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), why, sizeof why);
+    if (foreign >= 0)
+        return send_error(ctx, (enum api_err)foreign, why, NULL);
     if (route == ROUTE_NOT_FOUND)
         return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
     if (!api_method_allowed(route, method))

@@ -120,6 +120,8 @@ struct http_server {
     metrics *m;
     hold_set *holds;            /* held streams; wakes resume their connections */
     api_limits limits;
+    bool loopback;              /* --listen is a loopback address: foreign Hosts are refused
+                                   (api_origin_verdict) */
     atomic_bool quiescing;      /* SIGTERM seen: no new connections */
 
     pthread_mutex_t reg_lock;

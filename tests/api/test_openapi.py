@@ -34,6 +34,7 @@ import oascheck  # noqa: E402
 import oascheck_doc  # noqa: E402
 from oas_harness import (AUTH_TOKEN, BIN, ROOT, BUILD, Daemon, Master, children, fail,  # noqa: E402
                          failures, free_port, log, oas_schemas)
+from oas_browsers import foreign_callers  # noqa: E402
 from oas_recipes import elections, heartbeats, listings, metrics_text, semaphores, shutting_down  # noqa: E402
 from oas_routes import (boundaries, dapr, force_release, framing, held_streams, native_locks,  # noqa: E402
                         no_quorum, operational, overloaded, waiters)
@@ -204,6 +205,7 @@ def main():
                          ("waiters", lambda: waiters(A)),
                          ("Dapr routes", lambda: dapr(A)),
                          ("request limits", lambda: boundaries(A)),
+                         ("foreign origins and hosts", lambda: foreign_callers(A, masters)),
                          ("held streams", lambda: held_streams(A, masters)),
                          ("elections", lambda: elections(A, B)),
                          ("semaphores", lambda: semaphores(A, B)),

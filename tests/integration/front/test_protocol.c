@@ -287,7 +287,7 @@ struct kaclient {
 static void ka_send(struct kaclient *k, int i)
 {
     char req[128];
-    int len = snprintf(req, sizeof req, "GET /locks/many-%d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+    int len = snprintf(req, sizeof req, "GET /locks/many-%d HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", i);
     cr_assert_eq(write(k->fd, req, (size_t)len), len, "client %d: write: %s", i, strerror(errno));
     k->inlen = 0;
     k->sent_us = h_now_us();
@@ -393,7 +393,7 @@ static int run_cmd(const char *args, char *out, size_t outlen)
 
 Test(protocol, bad_flags_exit_2_with_one_line)
 {
-    char out[8192];
+    char out[32768];   /* --help is over 8 KiB */
     const char *bad[] = {"--nope", "--listen nowhere", "--masters ''", "--default-ttl-ms -1",
                          "--drift-factor x", "--log-level shout"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
