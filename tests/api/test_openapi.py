@@ -121,16 +121,20 @@ def negative_controls(doc, oas):
              ("a valid page", "GET", "/locks?limit=1", 200, J,
               body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3}], "next": "0.0.13"}))]
     csp = ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-           "connect-src 'self'; img-src data:")
-    good += [("a valid dashboard", "GET", "/ui", 200,
-              [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store"), csp], b"<!doctype html>")]
+           "connect-src 'self'; img-src data:; frame-ancestors 'none'")
+    html = [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")]
+    good += [("a valid dashboard", "GET", "/ui", 200, html + [csp, ("X-Frame-Options", "DENY")], b"<!doctype html>")]
+    bad += [("a dashboard that may be framed", "GET", "/ui", 200,
+             html + [(csp[0], csp[1].replace("; frame-ancestors 'none'", "")), ("X-Frame-Options", "DENY")],
+             b"<!doctype html>"),
+            ("a dashboard without X-Frame-Options", "GET", "/ui", 200, html + [csp], b"<!doctype html>")]
     bad += [("a page without next", "GET", "/locks", 200, J, body({"locks": []})),
             ("a listed lock with its token", "GET", "/locks", 200, J,
              body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3, "token": "A" * 22}], "next": None})),
             ("a listing's no_quorum as shutting_down", "GET", "/elections", 503, J,
              body({"error": "shutting_down", "message": "m"})),
             ("a dashboard without its Content-Security-Policy", "GET", "/ui", 200,
-             [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], b"<!doctype html>")]
+             html + [("X-Frame-Options", "DENY")], b"<!doctype html>")]
     for what, m, p, st, h, b in good:
         probs = s.check(m, p, st, h, b)
         if probs:

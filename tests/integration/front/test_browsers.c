@@ -8,7 +8,8 @@
  * forbidden_host; either changes nothing. Requests without Origin (curl,
  * SDKs) are served as before, whatever their Content-Type. /healthz is
  * open to any Host; /healthz, /readyz and /metrics to any Origin. A
- * non-loopback listener takes any Host until --allow-host is given. */
+ * non-loopback listener takes any Host until --allow-host is given. The
+ * dashboard may not be framed. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,4 +249,24 @@ Test(browsers, other_listeners_take_any_host_until_told)
     served(&r, 201, "localhost on 0.0.0.0 with --allow-host");
     r = h_http(C, "POST", "/locks/told-3", NULL, "Host: attacker.example", NULL);
     refused(&r, "forbidden_host", "told-3", "an unlisted Host on 0.0.0.0 with --allow-host");
+}
+
+/* The dashboard may not be put in a frame of another page (clickjacking
+ * of its force release). */
+Test(browsers, the_dashboard_may_not_be_framed)
+{
+    C = h_cluster_start(3, NULL);
+    h_daemon_start(C, NULL);
+    int fd = h_raw_connect(C, NULL);
+    h_raw_send(fd, "GET /ui HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    static char buf[65536];
+    bool closed;
+    h_raw_read_all(fd, buf, sizeof buf, 3000, &closed);
+    close(fd);
+    char *end = strstr(buf, "\r\n\r\n");
+    cr_assert(end, "no head: %.200s", buf);
+    *end = '\0';
+    cr_assert(strstr(buf, "200 OK"), "%s", buf);
+    cr_assert(strstr(buf, "frame-ancestors 'none'"), "no frame-ancestors in the CSP: %s", buf);
+    cr_assert(strstr(buf, "X-Frame-Options: DENY"), "no X-Frame-Options: DENY: %s", buf);
 }
