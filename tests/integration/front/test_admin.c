@@ -242,3 +242,30 @@ Test(admin, an_admin_token_equal_to_the_ordinary_one_is_refused_at_start)
     cr_assert(nl && nl[1] == '\0', "not one line: %s", out);
     cr_assert(strstr(out, "--admin-token-file") && strstr(out, "--auth-token-file"), "%s", out);
 }
+
+/* A listing's cursor that does not decode (a broken escape) is refused,
+ * as one the service never gave: the walk does not silently start over. */
+Test(admin, a_cursor_that_does_not_decode_is_bad_request)
+{
+    C = h_cluster_start(3, NULL);
+    h_daemon_start(C, NULL);
+    h_resp a = h_http(C, "POST", "/locks/listed", NULL, NULL);
+    cr_assert_eq(a.status, 201);
+    h_resp_free(&a);
+    const char *routes[] = {"/locks", "/elections", "/semaphores"};
+    const char *bad[] = {"%zz", "%", "0.0.%zz", "%4"};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            char path[80];
+            snprintf(path, sizeof path, "%s?cursor=%s", routes[i], bad[j]);
+            h_resp r = h_http(C, "GET", path, NULL, NULL);
+            cr_assert_eq(r.status, 400, "%s: %ld %s", path, r.status, r.body);
+            cr_assert_str_eq(h_str(&r, "error"), "bad_request", "%s: %s", path, r.body);
+            cr_assert(strstr(h_str(&r, "message"), "cursor"), "%s: %s", path, r.body);
+            h_resp_free(&r);
+        }
+    /* an encoded cursor that decodes to one the service gave is fine */
+    h_resp r = h_http(C, "GET", "/locks?cursor=%30.0.0", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    h_resp_free(&r);
+}
