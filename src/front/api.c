@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/base.h"
 
@@ -32,6 +33,25 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_FORBIDDEN_ORIGIN] = {403, "forbidden_origin"},
     [API_E_FORBIDDEN_HOST] = {403, "forbidden_host"},
 };
+
+const char *api_reason_class(const char *reason)
+{
+    if (!reason || !*reason)
+        return "";
+    if (!strncmp(reason, "AUTH refused", 12))
+        return "auth_refused";
+    if (strstr(reason, " refused: "))
+        return "command_refused";   /* "PING refused: NOPERM ..." */
+    if (strstr(reason, "timed out") || strstr(reason, "no reply"))
+        return "timeout";
+    if (!strncmp(reason, "TLS", 3))
+        return "tls";
+    if (!strcasecmp(reason, "Connection refused"))
+        return "connection_refused";
+    if (!strcmp(reason, "stopping"))
+        return "stopping";
+    return "connection_error";
+}
 
 #define LOCKS_PREFIX "/locks/"
 

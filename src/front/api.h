@@ -155,6 +155,13 @@ int api_pick_token(const char *header, const char *query, bool have_body, rl_req
 int api_origin_verdict(const conf *cfg, bool loopback_listener, enum api_route route, const char *host,
                        const char *origin, char *msg, size_t msglen);
 
+/* The class of a master's reason for being down (master_status.reason, the
+ * server's or the library's text, which can name an ACL user or a rule):
+ * "auth_refused", "command_refused" (PING and the like), "connection_refused",
+ * "timeout", "tls", "stopping", else "connection_error"; "" for "". What an
+ * unauthenticated /readyz shows when --auth-token-file is set. */
+const char *api_reason_class(const char *reason);
+
 /* The status and error of an engine outcome (RL_OK has no error: returns -1). */
 int api_err_of_outcome(enum rl_outcome o);
 
