@@ -133,6 +133,14 @@ enum api_route api_route_of(const char *path, const char **name)
     return ROUTE_NOT_FOUND;
 }
 
+enum api_route api_force_route_of(const char *path)
+{
+    return !strcmp(path, LOCKS_PREFIX)       ? ROUTE_LOCK
+           : !strcmp(path, "/elections/")    ? ROUTE_ELECTION
+           : !strcmp(path, "/semaphores/")   ? ROUTE_SEMAPHORE
+                                             : ROUTE_NOT_FOUND;
+}
+
 const char *api_allowed_methods(enum api_route r)
 {
     switch (r) {

@@ -82,6 +82,15 @@ typedef struct api_limits {
  * *name is the path itself). */
 enum api_route api_route_of(const char *path, const char **name);
 
+/* A force release's query form, DELETE /locks/?force=true&name=NAME (and
+ * /elections/, /semaphores/), for the names a browser cannot put in a path:
+ * "." and ".." (a WHATWG URL parser takes %2E and %2E%2E for dot segments
+ * too, and removes them). Of such a path (the name then comes from the
+ * query, percent-encoded once; the path serves DELETE only, always as a
+ * force release): ROUTE_LOCK, ROUTE_ELECTION or ROUTE_SEMAPHORE; of any
+ * other, ROUTE_NOT_FOUND. */
+enum api_route api_force_route_of(const char *path);
+
 /* Of a ROUTE_HEARTBEAT path: which kind of stream ('l' lock, 'e' election,
  * 's' semaphore), and where its name begins and how long it is. */
 char api_heartbeat_of(const char *path, const char **name, size_t *len);

@@ -65,7 +65,7 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
     ctx->mroute = METRICS_ROUTE_RELEASE;   /* (refused ones too) */
     char buf[16];
     const char *force = http_query_arg(ctx, "force", buf, sizeof buf);
-    if (strcmp(force, "true"))
+    if (!force || strcmp(force, "true"))   /* (absent: the query form without it) */
         return send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
     if (!s->cfg->admin_token)
         return send_error(ctx, API_E_FORBIDDEN, "force release is off: the service has no --admin-token-file",

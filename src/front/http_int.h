@@ -190,6 +190,8 @@ typedef struct req_ctx {
     election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
     bool election;            /* an election route: answered by election_answer */
     bool force;               /* an operator's force release (http_admin.c) */
+    bool force_query;         /* DELETE /locks/?force=true&name=...: the query form of a
+                                 force release (api_force_route_of); route_name from name */
     bool list;                /* a listing's page (http_admin.c): its body once done */
     char *list_body;
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */

@@ -2,8 +2,12 @@
 """Browsers (issue 41, finding A), for test_openapi.py: a request of a
 foreign origin or, on a loopback listener, of a foreign Host is refused
 403 on every path the document says, with the document's codes, and
-changes nothing; the probes answer; a request without Origin is served."""
-from oas_harness import PREFIX, expect, fail, redis, secrets
+changes nothing; the probes answer; a request without Origin is served.
+And the force release's query form, which the dashboard sends for the
+names "." and ".." (a browser cannot put them in a path)."""
+import os
+
+from oas_harness import AUTH_TOKEN, PREFIX, Daemon, expect, fail, free_port, redis, secrets
 
 EVIL = {"Origin": "https://evil.example", "Content-Type": "text/plain"}
 REBOUND = {"Host": "attacker.example:8080"}
@@ -50,3 +54,56 @@ def foreign_callers(A, masters):
               what="a form's content type without Origin")
     expect(a, 201, what="curl -d without Origin")
     expect(A.req("DELETE", f"/locks/{name}", headers={"Lock-Token": tok}), 204, what=f"release {name}")
+
+
+ADMIN = "conformance-admin-token-2"
+KINDS = ["/locks/", "/elections/", "/semaphores/"]
+
+
+def admin_file(tmp):
+    af = os.path.join(tmp, "admin-token-2")
+    with open(af, "w") as f:
+        f.write(ADMIN + "\n")
+    return af
+
+
+def force_by_query(tmp, masters):
+    """The force release's query form (DELETE /locks/?force=true&name=.),
+    for the names a browser cannot put in a path, on the three routes: every
+    documented answer, and the names "." and ".." freed."""
+    tf = os.path.join(tmp, "token-2")
+    with open(tf, "w") as f:
+        f.write(AUTH_TOKEN + "\n")
+    G = Daemon(tmp, "G", [m.port for m in masters], ["--auth-token-file", tf, "--admin-token-file", admin_file(tmp)],
+               auth=AUTH_TOKEN)
+    H = Daemon(tmp, "H", [free_port() for _ in masters], ["--admin-token-file", admin_file(tmp)])
+    admin = f"Bearer {ADMIN}"
+    try:
+        G.wait_ready(len(masters))
+        secrets.update([".", ".."])
+        for seg in ["%2E", "%2E%2E"]:
+            expect(G.req("POST", f"/locks/{seg}", {"ttl_ms": 60000}), 201, what=f"acquire {seg}")
+        for k in KINDS:
+            for name in [".", ".."]:
+                expect(G.req("DELETE", f"{k}?force=true&name={name}", auth=admin), 204,
+                       what=f"force {k} name={name}")
+            for what, path, auth, hdrs, status, code in [
+                    ("force=yes", "?force=yes&name=x", admin, {}, 400, "bad_request"),
+                    ("a control byte", "?force=true&name=a%01b", admin, {}, 400, "bad_name"),
+                    ("no token", "?force=true&name=x", None, {}, 401, "unauthorized"),
+                    ("the ordinary token", "?force=true&name=x", True, {}, 403, "forbidden"),
+                    ("another origin", "?force=true&name=x", admin, EVIL, 403, "forbidden_origin"),
+                    ("a rebound name", "?force=true&name=x", admin, REBOUND, 403, "forbidden_host")]:
+                expect(G.req("DELETE", k + path, headers=hdrs, auth=auth), status, code, f"force {k} with {what}")
+            expect(H.req("DELETE", f"{k}?force=true&name=.", auth=admin), 503, "no_quorum",
+                   f"force {k} without masters")
+            expect(G.req("DELETE", f"{k}?name=.", auth=admin), 400, "bad_request", f"DELETE {k} without force")
+            expect(G.req("DELETE", f"{k}?force=true", auth=admin), 400, "bad_name", f"DELETE {k} without a name")
+            expect(G.req("GET", f"{k}?force=true&name=.", auth=admin), 405, "method_not_allowed", f"GET {k}")
+        for seg in ["%2E", "%2E%2E"]:
+            s = G.req("GET", f"/locks/{seg}")
+            if expect(s, 200, what=f"GET /locks/{seg}") and s.json().get("held"):
+                fail(f"/locks/{seg} is still held after its force release by the query form")
+    finally:
+        G.stop()
+        H.stop()

@@ -1,9 +1,12 @@
 """The browser checks of issue 41 for test_dashboard.py, in the same
 Chromium: every button of the dashboard fully visible at 1280x1000 and no
-name wrapped.
+name wrapped; a force release from the page of the locks named "." and
+".." (which a browser's URL parser would turn into "/locks/" and "/").
 
 Each function takes the driver b and helpers from the test (fail, until,
 curl, log), as arguments, so that the module holds no state."""
+import json
+
 from selenium.webdriver.common.by import By
 
 # Every button: within its card and the window (after scrolling to its row),
@@ -43,3 +46,24 @@ def buttons_fully_visible(b, fail, log):
     if probs:
         fail(f"at {size[0]}x{size[1]}: " + "; ".join(probs))
     log(f"all {n} force release buttons fully visible at {size[0]}x{size[1]}, no name wrapped")
+
+
+def force_dot_names(b, base, auth, fail, until, curl):
+    """The locks "." and ".." (sent as %2E and %2E%2E, as the CLI does),
+    freed by their force release buttons (the admin token pasted already)."""
+    for name, seg in ((".", "%2E"), ("..", "%2E%2E")):
+        got = json.loads(curl("-X", "POST", *auth, f"{base}/locks/{seg}", "-d", '{"ttl_ms":60000}'))
+        if got.get("name") != name:
+            fail(f"curl's acquire of {seg}: {got}")
+    for name, seg in ((".", "%2E"), ("..", "%2E%2E")):
+        sel = f'button.force[data-kind="locks"][data-name="{name}"]'
+        until(f"the lock {name!r} shown", lambda: b.find_elements(By.CSS_SELECTOR, sel))
+        until(f"the force release of {name!r} clicked",
+              lambda: b.find_element(By.CSS_SELECTOR, sel).click() or True)
+        alert = b.switch_to.alert
+        alert.accept()
+        until(f"the lock {name!r} freed by its button",
+              lambda: '"held":false' in curl(*auth, f"{base}/locks/{seg}"), timeout=10)
+        err = b.find_element(By.ID, "error").text
+        if err:
+            fail(f"the force release of {name!r} from the page says: {err}")

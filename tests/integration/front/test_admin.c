@@ -269,3 +269,56 @@ Test(admin, a_cursor_that_does_not_decode_is_bad_request)
     cr_assert_eq(r.status, 200, "%s", r.body);
     h_resp_free(&r);
 }
+
+/* The names "." and ".." cannot be put in a browser's path (%2E is a dot
+ * segment to a WHATWG URL parser): the force release's query form frees
+ * them, on the three routes, as the dashboard sends it. */
+Test(admin, the_query_form_frees_dot_names)
+{
+    start(false);
+    const char *kinds[] = {"/locks/", "/elections/", "/semaphores/"};
+    const char *bodies[] = {"{\"ttl_ms\":60000}", NULL, "{\"limit\":1,\"ttl_ms\":60000}"};
+    const char *names[][2] = {{".", "%2E"}, {"..", "%2E%2E"}};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t n = 0; n < 2; n++) {
+            char path[80], status[80];
+            snprintf(path, sizeof path, "%s%s", kinds[k], names[n][1]);
+            if (bodies[k]) {
+                h_resp a = h_http(C, "POST", path, bodies[k], USER, NULL);
+                cr_assert_eq(a.status, 201, "%s: %ld %s", path, a.status, a.body);
+                h_resp_free(&a);
+            }
+            snprintf(status, sizeof status, "%s?force=true&name=%s", kinds[k], names[n][0]);
+            h_resp f = h_http(C, "DELETE", status, NULL, ADMIN, NULL);
+            cr_assert_eq(f.status, 204, "%s: %ld %s", status, f.status, f.body);
+            h_resp_free(&f);
+            if (k == 0)
+                cr_assert_not(held(C, path), "%s still held after %s", path, status);
+            if (k == 2) {
+                h_resp g = h_http(C, "GET", path, NULL, USER, NULL);
+                cr_assert(strstr(g.body, "\"holders\":[]"), "%s after the force: %s", path, g.body);
+                h_resp_free(&g);
+            }
+        }
+    cr_assert(log_has("force_release", "name=..", "kind=semaphore"), "no log line of the query form");
+    /* the path serves DELETE ?force=true&name= only */
+    h_resp r = h_http(C, "DELETE", "/locks/?name=.", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(h_str(&r, "message"), "force must be true");
+    h_resp_free(&r);
+    r = h_http(C, "DELETE", "/locks/?force=true", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(h_str(&r, "error"), "bad_name");
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/?force=true&name=.", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 405, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(r.allow, "DELETE");
+    h_resp_free(&r);
+    r = h_http(C, "DELETE", "/locks/?force=true&name=a%01b", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(h_str(&r, "error"), "bad_name");
+    h_resp_free(&r);
+    r = h_http(C, "DELETE", "/locks/?force=true&name=x", NULL, USER, NULL);
+    cr_assert_eq(r.status, 403, "the ordinary token: %ld %s", r.status, r.body);
+    h_resp_free(&r);
+}

@@ -119,3 +119,14 @@ Test(origin, messages_show_printable_ascii_only)
     cr_assert_str_eq(api_errors[API_E_FORBIDDEN_HOST].code, "forbidden_host");
     cr_assert_eq(api_errors[API_E_FORBIDDEN_HOST].status, 403);
 }
+
+/* The force release's query form: the collection paths with their slash. */
+Test(origin, force_by_query_routes_the_collections_only)
+{
+    cr_assert_eq(api_force_route_of("/locks/"), ROUTE_LOCK);
+    cr_assert_eq(api_force_route_of("/elections/"), ROUTE_ELECTION);
+    cr_assert_eq(api_force_route_of("/semaphores/"), ROUTE_SEMAPHORE);
+    const char *other[] = {"/locks", "/locks/x", "/locks//", "/", "/ui/", "/elections", "/semaphores/x"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        cr_assert_eq(api_force_route_of(other[i]), ROUTE_NOT_FOUND, "%s", other[i]);
+}
