@@ -35,6 +35,7 @@ import oascheck_doc  # noqa: E402
 from oas_harness import (AUTH_TOKEN, BIN, ROOT, BUILD, Daemon, Master, children, fail,  # noqa: E402
                          failures, free_port, log, oas_schemas)
 from oas_browsers import force_by_query, foreign_callers  # noqa: E402
+from oas_names import utf8_names  # noqa: E402
 from oas_recipes import elections, heartbeats, listings, metrics_text, semaphores, shutting_down  # noqa: E402
 from oas_routes import (boundaries, dapr, force_release, framing, held_streams, native_locks,  # noqa: E402
                         no_quorum, operational, overloaded, waiters)
@@ -209,6 +210,7 @@ def main():
                          ("waiters", lambda: waiters(A)),
                          ("Dapr routes", lambda: dapr(A)),
                          ("request limits", lambda: boundaries(A)),
+                         ("UTF-8 names", lambda: utf8_names(A)),
                          ("foreign origins and hosts", lambda: foreign_callers(A, masters)),
                          ("held streams", lambda: held_streams(A, masters)),
                          ("elections", lambda: elections(A, B)),
