@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""Names in Unicode (issue 41, finding C), for test_openapi.py.
+"""Names in Unicode, and the listing's errors in the prose (issue 41,
+finding C), for test_openapi.py.
 
 utf8_names: a standard JSON Schema validator (python3-jsonschema, Draft
 2020-12) applies the document's patterns to the decoded Unicode text, as a
 generated client does; names, owners, candidates and values of letters of
 any script and emoji must pass it, and the service must serve them.
+listing_docs_agree: every error docs/api.md and docs/ops.md list for a
+listing is one the document allows.
 """
+import os
+import re
 import urllib.parse
 
 import jsonschema
 
 import oas_harness
-from oas_harness import Streamed, expect, fail, secrets
+from oas_harness import ROOT, Streamed, expect, fail, secrets
 
 NAMES = ["été", "名前", "🔒", "caf\u00e9 \u6771\u4eac \U0001F512", "é" * 100]
 REFUSED = ["a\u0001b", "a\u007fb", "tab\there"]
@@ -75,3 +80,37 @@ def utf8_names(A):
         if not oas_harness.SPEC.request_problems("POST", path):
             fail(f"the request schemas admit POST {path}")
         expect(A.req("POST", path, what=f"acquire {name!r}"), 400, "bad_name", f"acquire {name!r}")
+
+
+def _pairs(text):
+    return set((int(s), c) for s, c in re.findall(r"`(\d{3}) ([a-z_]+)`", text))
+
+
+def listing_docs_agree():
+    """The listing's errors docs/api.md (its calls table) and docs/ops.md
+    (the listing's answers) name must be the document's for GET /locks."""
+    spec = oas_harness.SPEC
+    allowed = set()
+    for st in spec.doc["paths"]["/locks"]["get"]["responses"]:
+        key = ("op", "/locks", "GET", st)
+        for field, vals in spec.documented_codes(key).items():
+            allowed |= {(int(st), v) for v in vals}
+    for cat in ["anyRequest", "otherMethod"]:
+        for k in spec.doc.get("x-other-responses", {}).get(cat) or {}:
+            allowed |= {(int(k), v) for vals in spec.documented_codes(("other", cat, "*", k)).values()
+                        for v in vals}
+    api = open(os.path.join(ROOT, "docs", "api.md"), encoding="utf-8").read()
+    row = next((line for line in api.splitlines() if line.startswith("| `GET /locks?prefix=")), "")
+    ops = open(os.path.join(ROOT, "docs", "ops.md"), encoding="utf-8").read()
+    # (the rows of its tables: the prose also says what a listing never answers)
+    section = "\n".join(line for line in ops[ops.find("## Listing what is held"):ops.find("### With the CLI")]
+                        .splitlines() if line.startswith("| `"))
+    if not row or not section:
+        fail("docs/api.md's listing row or docs/ops.md's listing section is gone")
+    for where, text in [("docs/api.md", row), ("docs/ops.md", section)]:
+        pairs = _pairs(text)
+        if not pairs:
+            fail(f"{where} lists no error of a listing")
+        for st, code in sorted(pairs - allowed):
+            fail(f"{where} lists {st} {code} for a listing; api/openapi.yaml allows "
+                 f"{sorted(c for c in allowed)}")
