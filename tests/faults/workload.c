@@ -265,6 +265,7 @@ static void stream_attempt(struct client *cl, fl_record *rec, h_cluster *x)
         return;
     }
     rec->answered_us = at;
+    atomic_fetch_add(&r->grants, 1);
     rec->fence = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "fence"));
     rec->ttl_ms = sc->ttl_ms;
     uint64_t valid_until = at + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "validity_ms")) * 1000ULL;
@@ -345,6 +346,7 @@ static void *client_main(void *arg)
         rec.status = (int)http(h, "POST", url, body, NULL, &out);
         rec.answered_us = h_now_us();
         if (rec.status == 201) {
+            atomic_fetch_add(&r->grants, 1);
             cJSON *j = cJSON_Parse(out.buf);
             cJSON *t = cJSON_GetObjectItem(j, "token");
             rec.validity_ms = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "validity_ms"));

@@ -15,6 +15,7 @@
 #define FL_MAX_NAMES 8
 #define FL_MAX_PERIODS 64
 #define FL_MAX_PEERS 4
+#define FL_MAX_PROBES 256
 
 /* The protected resource of one name, as a fenced store would do it: every
  * operation carries the holder's fence; a write is accepted only with a fence
@@ -80,9 +81,10 @@ struct fl_run {
     char (*tokens)[24];
     _Atomic uint64_t long_hold_until_us; /* client 0's hold ends then (0: not holding) */
     atomic_int long_hold_name;  /* ... of this name */
-    fl_record probes[FL_MAX_PERIODS]; /* fl_probe_long_hold's asks, judged with the clients' */
+    fl_record probes[FL_MAX_PROBES]; /* the probes' asks (workload_probe.c), judged as a client's */
     int nprobes;
     int probes_in_hold;         /* ... of them answered while client 0 still held the name */
+    atomic_long grants;         /* acquires answered 201 so far, the probes' included */
     size_t ntokens, captokens;
 };
 
@@ -110,8 +112,10 @@ bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms);
  * first proves nothing, and a negative control repeats until one did. */
 #define FL_PROBE_LEFT_MS 300
 void fl_probe_long_hold(fl_run *r);
-/* Asks for fl-<name> through the first instance, as a client of its own,
- * until granted (released at once) or timeout_ms passed. Whether it was. */
+/* Waits until a grant is on record that was answered after the call
+ * began: a client's, or its own (it asks for fl-<name> through the first
+ * instance every 20 ms meanwhile, as a client of its own, and releases
+ * what it gets at once). False after timeout_ms. */
 bool fl_probe_grant(fl_run *r, int name, int timeout_ms);
 /* Whether a negative control of a long_holder scenario still owes its
  * proof (no probe came in time yet, at most 10 rounds past the run). */
