@@ -79,11 +79,11 @@ static void pause_three(fl_run *r)
 
 /* SIGKILL three masters and start them again at once, with whatever
  * persistence the cluster has. In the long_holder scenarios each kill comes
- * while client 0 holds a name for at least 1.2 s more, and once the
- * masters are up again the fault thread asks for that name itself
- * (fl_probe_long_hold): without quarantine the restarted masters grant it
- * within client 0's hold, every time the ask comes in time, and the
- * negative control goes on until one did. */
+ * while client 0 holds a name for at least 1.2 s more; in the negative
+ * controls, once the masters are up again, the fault thread asks for that
+ * name itself (fl_probe_long_hold): without quarantine the restarted
+ * masters grant it within client 0's hold, every time the ask comes in
+ * time, and the control goes on until one did. */
 static void kill_three(fl_run *r)
 {
     uint64_t ready;

@@ -100,16 +100,16 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
 /* Waits until client 0 of a long_holder scenario holds a name with at
  * least left_ms of its hold to go. Returns false on timeout. */
 bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms);
-/* The moment a long_holder scenario rests on, made sure of, once masters
- * were restarted: waits (up to 15 s) until redlockd has every master up
- * again (connected and past its handshake, voting or sitting out), then,
- * while client 0 still holds its name for FL_PROBE_LEFT_MS more, asks for
- * that name itself, as a client of its own (recorded, released at once).
- * With quarantine off the empty restarted masters grant it (or granted it
- * to another client already): two holders at once, every time; with
- * quarantine on they sit out and it is refused. Counts in probes_in_hold
- * an ask answered while client 0 still held; a round whose hold ended
- * first proves nothing, and a negative control repeats until one did. */
+/* The moment a long_holder negative control rests on, made sure of, once
+ * masters were restarted: waits (up to 15 s) until redlockd has every
+ * master up again (connected and past its handshake), then, while client 0
+ * still holds its name for FL_PROBE_LEFT_MS more, asks for that name
+ * itself, as a client of its own (recorded, released at once). With
+ * quarantine off the empty restarted masters grant it (or granted it to
+ * another client already): two holders at once, every time. Counts in
+ * probes_in_hold an ask answered while client 0 still held; a round whose
+ * hold ended first proves nothing, and the control repeats until one did.
+ * A positive scenario asks nothing (its clients' latencies are judged). */
 #define FL_PROBE_LEFT_MS 300
 void fl_probe_long_hold(fl_run *r);
 /* Waits until a grant is on record that was answered after the call
