@@ -141,37 +141,6 @@ enum api_route api_force_route_of(const char *path)
                                              : ROUTE_NOT_FOUND;
 }
 
-const char *api_allowed_methods(enum api_route r)
-{
-    switch (r) {
-    case ROUTE_LOCK:
-    case ROUTE_SEMAPHORE: return "GET, POST, PATCH, DELETE";
-    case ROUTE_DAPR_LOCK:
-    case ROUTE_DAPR_UNLOCK: return "POST";
-    case ROUTE_DAPR_METADATA: return "GET";
-    case ROUTE_ELECTION: return "GET, POST, DELETE";
-    case ROUTE_ELECTION_VALUE:
-    case ROUTE_HEARTBEAT: return "PUT";
-    default: return "GET, HEAD";
-    }
-}
-
-bool api_method_allowed(enum api_route r, const char *method)
-{
-    if (r == ROUTE_LOCK || r == ROUTE_SEMAPHORE)
-        return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "PATCH") ||
-               !strcmp(method, "DELETE");
-    if (r == ROUTE_DAPR_LOCK || r == ROUTE_DAPR_UNLOCK)
-        return !strcmp(method, "POST");
-    if (r == ROUTE_DAPR_METADATA)
-        return !strcmp(method, "GET");
-    if (r == ROUTE_ELECTION)
-        return !strcmp(method, "GET") || !strcmp(method, "POST") || !strcmp(method, "DELETE");
-    if (r == ROUTE_ELECTION_VALUE || r == ROUTE_HEARTBEAT)
-        return !strcmp(method, "PUT");
-    return !strcmp(method, "GET") || !strcmp(method, "HEAD");
-}
-
 enum rl_op api_op_of(const char *method)
 {
     if (!strcmp(method, "POST"))

@@ -95,10 +95,6 @@ enum api_route api_force_route_of(const char *path);
  * 's' semaphore), and where its name begins and how long it is. */
 char api_heartbeat_of(const char *path, const char **name, size_t *len);
 
-/* The methods a route allows, for 405 and the Allow header. */
-const char *api_allowed_methods(enum api_route r);
-bool api_method_allowed(enum api_route r, const char *method);
-
 /* The lock operation of a method on /locks/{name}. */
 enum rl_op api_op_of(const char *method);
 

@@ -86,24 +86,6 @@ bool http_secret_is(const char *want, const char *got)
     return diff == 0;
 }
 
-/* The configured token, from Authorization: Bearer, or on the Dapr routes
- * also from dapr-api-token (as Dapr SDKs send it). */
-static bool authorized(req_ctx *ctx, bool dapr)
-{
-    const char *want = ctx->s->cfg->auth_token;
-    if (!want)
-        return true;
-    const char *got = http_bearer(ctx);
-    if (!got && dapr)
-        got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
-    return http_secret_is(want, got);
-}
-
-static enum MHD_Result unauthorized(req_ctx *ctx)
-{
-    return send_error(ctx, API_E_UNAUTHORIZED, "a valid Authorization: Bearer token is required", NULL);
-}
-
 /* Suspends ctx's connection before its request goes to the engine (whose
  * answer may come at once, and resumes it): the registry knows it waits. */
 void suspend_for_engine(req_ctx *ctx)
@@ -327,7 +309,6 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         pthread_mutex_unlock(&s->reg_lock);
     }
 
-    const char *name = ctx->route_name;
     enum api_route route = ctx->route;
     /* A browser's page of another origin, or of a rebound name (api.h):
      * before anything else, so that nothing is read or changed for it. */
@@ -337,73 +318,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
                                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), why, sizeof why);
     if (foreign >= 0)
         return send_error(ctx, (enum api_err)foreign, why, NULL);
-    if (route == ROUTE_NOT_FOUND)
-        return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
-    if (ctx->force_query && strcmp(method, "DELETE"))
-        return send_error(ctx, API_E_METHOD, "the method is not allowed on this path", "DELETE");
-    if (!api_method_allowed(route, method))
-        return send_error(ctx, API_E_METHOD, "the method is not allowed on this path",
-                          api_allowed_methods(route));
-    if (ctx->too_large)
-        return send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
-    switch (route) {
-    case ROUTE_HEALTHZ:
-        return send_body(ctx, 200, strdup("{\"status\":\"ok\"}"), NULL, 0, true);
-    case ROUTE_READYZ:
-        return serve_readyz(ctx);
-    case ROUTE_METRICS:
-        return serve_metrics(ctx);
-    case ROUTE_LOCK:
-        if (ctx->force_query || force_asked(ctx, method))
-            return force_dispatch(ctx, name);   /* the admin token instead */
-        if (!authorized(ctx, false))
-            return unauthorized(ctx);
-        return lock_dispatch(ctx, method, name);
-    case ROUTE_DAPR_HEALTHZ:
-        return send_body(ctx, 204, NULL, NULL, 0, true);
-    case ROUTE_DAPR_METADATA:
-    case ROUTE_DAPR_LOCK:
-    case ROUTE_DAPR_UNLOCK:
-        if (!authorized(ctx, true))
-            return send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED",
-                             "a valid dapr-api-token header is required"), NULL, 0, true);
-        if (route == ROUTE_DAPR_METADATA)
-            return send_body(ctx, 200, api_dapr_metadata_json(s->cfg->dapr_stores, REDLOCKD_VERSION),
-                             NULL, 0, true);
-        return dapr_dispatch(ctx, name);
-    case ROUTE_SEMAPHORE:
-        if (ctx->force_query || force_asked(ctx, method))
-            return force_dispatch(ctx, name);
-        if (!authorized(ctx, false))
-            return unauthorized(ctx);
-        return sem_dispatch(ctx, method, name);
-    case ROUTE_ELECTION:
-    case ROUTE_ELECTION_VALUE:
-        if (ctx->route == ROUTE_ELECTION && (ctx->force_query || force_asked(ctx, method)))
-            return force_dispatch(ctx, name);
-        if (!authorized(ctx, false))
-            return unauthorized(ctx);
-        return election_dispatch(ctx, method, name);
-    case ROUTE_HEARTBEAT:
-        if (!authorized(ctx, false))
-            return unauthorized(ctx);
-        return heartbeat_dispatch(ctx, name);
-    case ROUTE_LIST_LOCKS:
-    case ROUTE_LIST_ELECTIONS:
-    case ROUTE_LIST_SEMAPHORES:
-        if (!authorized(ctx, false))
-            return unauthorized(ctx);
-        return list_dispatch(ctx);
-    case ROUTE_UI:
-        return ui_page(ctx);   /* the page is no secret: its calls carry the token */
-    case ROUTE_UI_STATE:
-        if (!authorized(ctx, false))
-            return unauthorized(ctx);
-        return ui_state(ctx);
-    case ROUTE_NOT_FOUND:
-        break;
-    }
-    return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
+    return http_route_serve(ctx, method);
 }
 
 void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,

@@ -7,12 +7,6 @@
  * ("lost", reason "forced"), and is logged (http_int.h). */
 #include "http_int.h"
 
-bool force_asked(req_ctx *ctx, const char *method)
-{
-    return !strcmp(method, "DELETE") &&
-           MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "force") != NULL;
-}
-
 /* The client's address, for the log. */
 static void client_of(req_ctx *ctx, char *out, size_t cap)
 {
@@ -59,26 +53,11 @@ void forced_permits(req_ctx *ctx, const sem_result *res)
     log_force(ctx, "semaphore", fence, owner, res->npermits);
 }
 
-enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
+/* The route table's row for a force release has checked ?force=true and
+ * the admin token (http_routes.c). */
+enum MHD_Result force_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
-    http_server *s = ctx->s;
-    ctx->mroute = METRICS_ROUTE_RELEASE;   /* (refused ones too) */
-    char buf[16];
-    const char *force = http_query_arg(ctx, "force", buf, sizeof buf);
-    if (!force || strcmp(force, "true"))   /* (absent: the query form without it) */
-        return send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
-    if (!s->cfg->admin_token)
-        return send_error(ctx, API_E_FORBIDDEN, "force release is off: the service has no --admin-token-file",
-                          NULL);
-    const char *got = http_bearer(ctx);
-    if (!http_secret_is(s->cfg->admin_token, got)) {
-        /* The ordinary token is known but not enough: 403; anything else 401. */
-        bool ordinary = http_secret_is(s->cfg->auth_token, got);
-        return send_error(ctx, ordinary ? API_E_FORBIDDEN : API_E_UNAUTHORIZED,
-                          ordinary ? "force release needs the admin token, not the ordinary one"
-                                   : "force release needs the admin token as Authorization: Bearer",
-                          NULL);
-    }
+    ctx->mroute = METRICS_ROUTE_RELEASE;
     if (!rules_name_valid(name, strlen(name)))
         return send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
     ctx->force = true;
@@ -144,7 +123,7 @@ enum MHD_Result list_answer(req_ctx *ctx)
     return send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
-enum MHD_Result list_dispatch(req_ctx *ctx)
+enum MHD_Result list_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     ctx->mroute = METRICS_ROUTE_LIST;
     list_request req = {.kind = ctx->route == ROUTE_LIST_LOCKS       ? LIST_LOCKS

@@ -2,8 +2,11 @@
  * front/front.h, is the layer's face to the rest): the server, its loops' shards, the registry
  * of connections, the request context, and the functions one file calls
  * in another. Which file holds what:
- *   http.c          a request's life: routing (on_request), answers, the
- *                   context's suspension and resumption, its completion
+ *   http.c          a request's life: reading it (on_request), answers,
+ *                   the context's suspension and resumption, its cleanup
+ *                   handlers and completion
+ *   http_routes.c   the route table: each route's methods, right, auth and
+ *                   handler; 404, 405 with Allow and the auth check
  *   http_ops.c      the operators' routes: /readyz and /metrics
  *   http_admin.c    an operator's force release, and listings
  *   http_ui.c       the dashboard: its page and GET /ui/state
@@ -144,6 +147,24 @@ struct http_server {
     atomic_bool stop_watch;
 };
 
+/* A route: one row of the table (http_routes.c). */
+enum http_method { HTTP_GET = 1, HTTP_HEAD = 2, HTTP_POST = 4, HTTP_PUT = 8, HTTP_PATCH = 16, HTTP_DELETE = 32 };
+enum http_auth {
+    AUTH_BEARER,              /* Authorization: Bearer */
+    AUTH_DAPR,                /* ... or dapr-api-token, as Dapr SDKs send it; refusals in Dapr's format */
+};
+struct req_ctx;
+typedef enum MHD_Result (*http_handler)(struct req_ctx *ctx, const char *method, const char *name);
+typedef struct http_route {
+    enum api_route path;      /* the path pattern, as api_route_of matches it (the name with it) */
+    unsigned methods;         /* enum http_method bits */
+    bool force;               /* only a force release's form (DELETE ?force, or the query form) */
+    unsigned right;           /* enum principal_right: RIGHT_NONE is open */
+    enum http_auth auth;
+    http_handler handler;
+    const char *pattern;      /* as people read it: "/locks/{name}" */
+} http_route;
+
 /* What a request's exchange with the engine needs, and a stream that it
  * became does not: 2.6 KiB, which stream_answer frees so that 10,000
  * leases do not keep it. */
@@ -170,6 +191,7 @@ typedef struct req_ctx {
     bool close;               /* answer with Connection: close */
     uint64_t start_us;
     enum api_route route;
+    const http_route *row;    /* the table's row that serves it (NULL until matched) */
     const char *route_name;   /* the name in the path, percent-decoded once (w->name) */
     char beat_kind;           /* ROUTE_HEARTBEAT: 'l', 'e' or 's' (api_heartbeat_of) */
     enum metrics_route mroute;
@@ -239,8 +261,8 @@ void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(print
 /* Master i as every loop sees it: up only where up on every loop,
  * quarantined where any loop found it so, counters summed. */
 void http_master_status(http_server *s, int i, master_status *out);
-enum MHD_Result serve_readyz(req_ctx *ctx);
-enum MHD_Result serve_metrics(req_ctx *ctx);
+enum MHD_Result serve_readyz(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result serve_metrics(req_ctx *ctx, const char *method, const char *name);
 
 /* http_locks.c */
 void hold_wake(void *arg);
@@ -253,13 +275,13 @@ rl_engine *engine_of_name(void *arg, const char *name);
 rl_engine *engine_for(const req_ctx *ctx);
 enum MHD_Result submit(req_ctx *ctx);
 enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store);
+enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *method, const char *store);
 
 /* http_recipes.c */
 enum MHD_Result election_answer(req_ctx *ctx);
 enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *name);
 void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
-enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name);
+enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name);
 enum MHD_Result sem_answer(req_ctx *ctx);
 enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name);
 enum MHD_Result sem_start(req_ctx *ctx);   /* submits ctx->sem (parsed) */
@@ -271,16 +293,28 @@ const char *http_bearer(req_ctx *ctx);
 bool http_secret_is(const char *want, const char *got);
 
 /* http_admin.c */
-bool force_asked(req_ctx *ctx, const char *method);
-enum MHD_Result force_dispatch(req_ctx *ctx, const char *name);
+enum MHD_Result force_dispatch(req_ctx *ctx, const char *method, const char *name);
 void forced_lock(req_ctx *ctx, const rl_result *res);
 void forced_permits(req_ctx *ctx, const sem_result *res);
-enum MHD_Result list_dispatch(req_ctx *ctx);
+enum MHD_Result list_dispatch(req_ctx *ctx, const char *method, const char *name);
 enum MHD_Result list_answer(req_ctx *ctx);
 
 /* http_ui.c */
-enum MHD_Result ui_page(req_ctx *ctx);
-enum MHD_Result ui_state(req_ctx *ctx);
+enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name);
+
+/* http_routes.c */
+/* The bit of method (0: none of the table's). */
+unsigned http_method_bit(const char *method);
+/* The row serving path with method (a force release's form when force),
+ * or NULL; then allow (cap bytes) lists the methods path's rows take, for
+ * 405 and its Allow header. */
+const http_route *http_route_find(enum api_route path, unsigned method, bool force, char *allow, size_t cap);
+/* Does any row serve path? */
+bool http_route_known(enum api_route path);
+/* Serves ctx, whose body is read: 404, 405, 413, the row's auth check,
+ * then its handler. */
+enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);
 
 /* http_conns.c */
 bool check_delivery(req_ctx *ctx);

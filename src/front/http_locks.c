@@ -263,7 +263,7 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
 }
 
 /* POST /v1.0-alpha1/lock|unlock/{store}, in Dapr's wire format. */
-enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *store)
+enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *method, const char *store)
 {
     http_server *s = ctx->s;
     bool unlock = ctx->route == ROUTE_DAPR_UNLOCK;

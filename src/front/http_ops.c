@@ -42,7 +42,7 @@ void http_master_status(http_server *s, int i, master_status *out)
     }
 }
 
-enum MHD_Result serve_readyz(req_ctx *ctx)
+enum MHD_Result serve_readyz(req_ctx *ctx, const char *method, const char *name)
 {
     mpool *p = ctx->s->pool;
     /* /readyz is open; a master's reason is the server's text, which can
@@ -160,7 +160,7 @@ static const struct {
      value_late_replies},
 };
 
-enum MHD_Result serve_metrics(req_ctx *ctx)
+enum MHD_Result serve_metrics(req_ctx *ctx, const char *method, const char *name)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;

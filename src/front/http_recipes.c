@@ -286,7 +286,7 @@ enum MHD_Result sem_start(req_ctx *ctx)
 /* PUT /{locks,elections,semaphores}/{name}/heartbeat with the stream's
  * token: 204 when the stream is here; else 202, passed on as a notice on
  * the name's channel to the instance that keeps it. */
-enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *name)
+enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
     size_t len = strlen(name);

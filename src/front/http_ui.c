@@ -11,7 +11,7 @@
 
 #include "ui_assets.h"
 
-enum MHD_Result ui_page(req_ctx *ctx)
+enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(ui_dashboard_html_len, (void *)ui_dashboard_html,
                                                              MHD_RESPMEM_PERSISTENT);
@@ -133,7 +133,7 @@ static void gather_on_loop(void *arg)
         gather_done(g);
 }
 
-enum MHD_Result ui_state(req_ctx *ctx)
+enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
     ui_gather *g = calloc(1, sizeof *g);

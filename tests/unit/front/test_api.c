@@ -31,12 +31,8 @@ Test(route, maps_paths)
     cr_assert_eq(api_route_of("/healthz/", &name), ROUTE_NOT_FOUND);
 }
 
-Test(route, methods)
+Test(route, ops)
 {
-    cr_assert(api_method_allowed(ROUTE_LOCK, "PATCH"));
-    cr_assert_not(api_method_allowed(ROUTE_LOCK, "PUT"));
-    cr_assert_not(api_method_allowed(ROUTE_HEALTHZ, "POST"));
-    cr_assert_str_eq(api_allowed_methods(ROUTE_LOCK), "GET, POST, PATCH, DELETE");
     cr_assert_eq(api_op_of("POST"), RL_ACQUIRE);
     cr_assert_eq(api_op_of("PATCH"), RL_EXTEND);
     cr_assert_eq(api_op_of("DELETE"), RL_RELEASE);
