@@ -88,9 +88,25 @@ bool http_secret_is(const char *want, const char *got)
 
 /* Suspends ctx's connection before its request goes to the engine (whose
  * answer may come at once, and resumes it): the registry knows it waits. */
+/* The engine's request ends with the connection: an answer that did not
+ * reach the client releases its grant (a held stream's grant is the
+ * hold's to release). */
+static void engine_cleanup(req_ctx *ctx, bool completed_ok)
+{
+    http_server *s = ctx->s;
+    metrics_inflight(s->m, -1);
+    bool delivered = ctx->hold || (completed_ok && ctx->answered && !ctx->gone && !ctx->forced);
+    if (ctx->sem && !delivered && atomic_load(&ctx->result_ready) && !ctx->forced &&
+        ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK)
+        sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
+    if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
+        rl_finish(ctx->eng, ctx->h, delivered);
+}
+
 void suspend_for_engine(req_ctx *ctx)
 {
     http_server *s = ctx->s;
+    http_on_cleanup(ctx, engine_cleanup);
     pthread_mutex_lock(&s->reg_lock);
     ctx->susp = true;
     if (ctx->ci)
@@ -321,6 +337,17 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
     return http_route_serve(ctx, method);
 }
 
+void http_on_cleanup(req_ctx *ctx, http_cleanup_fn fn)
+{
+    for (int i = 0; i < ctx->ncleanups; i++)
+        if (ctx->cleanups[i] == fn)
+            return;
+    if (ctx->ncleanups < HTTP_CLEANUPS_MAX)
+        ctx->cleanups[ctx->ncleanups++] = fn;
+    else
+        abort();   /* more kinds of things attached than there are: a bug */
+}
+
 void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   enum MHD_RequestTerminationCode toe)
 {
@@ -329,31 +356,9 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     if (!ctx)
         return;
-    if (ctx->hold || ctx->watch) {
-        /* A stream's connection closes with it (stream_answer): one more
-         * turn of the daemon right away frees it, rather than whenever
-         * something next wakes the daemon. */
-        atomic_store(&((http_shard *)cls)->kick, true);
-    }
-    if (ctx->submitted) {
-        metrics_inflight(s->m, -1);
-        /* An answer that did not reach the client: a grant is released. A
-         * held stream's grant is the hold's to release. */
-        bool delivered = ctx->hold || (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ctx->answered &&
-                                       !ctx->gone && !ctx->forced);
-        if (ctx->sem && !delivered && atomic_load(&ctx->result_ready) && !ctx->forced &&
-            ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK)
-            sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
-        if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
-            rl_finish(ctx->eng, ctx->h, delivered);
-    }
-    unwatch_stream(ctx);   /* (before libmicrohttpd closes the socket) */
-    if (ctx->hold)
-        hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
-    if (ctx->watch)
-        election_watch_close(ctx->watch);
-    if (ctx->hold_reserved)
-        hold_unreserve(s->holds);
+    /* Whatever attached to the request tears itself down, the last first. */
+    while (ctx->ncleanups > 0)
+        ctx->cleanups[--ctx->ncleanups](ctx, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     pthread_mutex_lock(&s->reg_lock);
     s->nrequests--;
     s->nprobed -= ctx->probed;

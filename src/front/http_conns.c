@@ -228,6 +228,14 @@ static void act(http_server *s, struct watch_acts *a, uint64_t now)
     }
 }
 
+/* Its socket leaves the watcher's set before libmicrohttpd closes it. */
+static void unwatch_stream(req_ctx *ctx, bool completed_ok)
+{
+    if (ctx->watched && ctx->ci)
+        epoll_ctl(ctx->s->watch_ep, EPOLL_CTL_DEL, ctx->ci->fd, NULL);
+    ctx->watched = false;
+}
+
 void watch_stream(req_ctx *ctx)
 {
     if (ctx->s->watch_ep < 0 || !ctx->ci)
@@ -235,15 +243,10 @@ void watch_stream(req_ctx *ctx)
     /* Edge-triggered: one report when the FIN comes, one at a reset (the
      * kernel reports EPOLLHUP and EPOLLERR unasked). */
     struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLET, .data.fd = ctx->ci->fd};
-    if (epoll_ctl(ctx->s->watch_ep, EPOLL_CTL_ADD, ctx->ci->fd, &ev) == 0)
+    if (epoll_ctl(ctx->s->watch_ep, EPOLL_CTL_ADD, ctx->ci->fd, &ev) == 0) {
         ctx->watched = true;
-}
-
-void unwatch_stream(req_ctx *ctx)
-{
-    if (ctx->watched && ctx->ci)
-        epoll_ctl(ctx->s->watch_ep, EPOLL_CTL_DEL, ctx->ci->fd, NULL);
-    ctx->watched = false;
+        http_on_cleanup(ctx, unwatch_stream);
+    }
 }
 
 /* The watcher. At once when the client of a held stream or a watch sends

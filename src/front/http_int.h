@@ -177,6 +177,13 @@ typedef struct req_work {
     rl_result res;
 } req_work;
 
+/* A teardown that something attached to a request registered on it
+ * (http_on_cleanup): on_completed runs them in reverse order of
+ * registration, knowing none of them. completed_ok: the answer was sent
+ * whole (libmicrohttpd's MHD_REQUEST_TERMINATED_COMPLETED_OK). */
+typedef void (*http_cleanup_fn)(struct req_ctx *ctx, bool completed_ok);
+#define HTTP_CLEANUPS_MAX 8
+
 typedef struct req_ctx {
     http_server *s;
     http_shard *sh;           /* the loop serving it */
@@ -223,9 +230,14 @@ typedef struct req_ctx {
     sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
     atomic_bool result_ready;
     req_work *w;              /* NULL once its stream started (stream_answer) */
+    http_cleanup_fn cleanups[HTTP_CLEANUPS_MAX]; /* (loop thread) */
+    int ncleanups;
 } req_ctx;
 
 /* http.c */
+/* Registers fn to run when ctx completes (once: a second registration of
+ * the same fn is none). On ctx's loop, before it completes. */
+void http_on_cleanup(req_ctx *ctx, http_cleanup_fn fn);
 void ctx_wake(req_ctx *ctx);
 enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allow,
                           long long retry_after_s, bool json);
@@ -267,6 +279,7 @@ enum MHD_Result serve_metrics(req_ctx *ctx, const char *method, const char *name
 /* http_locks.c */
 void hold_wake(void *arg);
 bool reserve_hold(req_ctx *ctx);
+void http_hold_attach(req_ctx *ctx, hold *h);
 enum MHD_Result too_many_holds(req_ctx *ctx);
 enum MHD_Result stream_refused(req_ctx *ctx);
 enum MHD_Result stream_answer(req_ctx *ctx, unsigned status);
@@ -319,7 +332,6 @@ enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);
 /* http_conns.c */
 bool check_delivery(req_ctx *ctx);
 void watch_stream(req_ctx *ctx);
-void unwatch_stream(req_ctx *ctx);
 void settle_deliveries(http_server *s, bool finally);
 void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                    enum MHD_ConnectionNotificationCode code);

@@ -53,12 +53,33 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
 }
 
 
+static void reservation_cleanup(req_ctx *ctx, bool completed_ok)
+{
+    if (ctx->hold_reserved)   /* (a hold or a watch that started took it over) */
+        hold_unreserve(ctx->s->holds);
+}
+
 /* A place for ctx's held stream among --max-holds, kept until the stream
- * starts (or on_completed gives it back). */
+ * starts (or the request ends: its cleanup gives it back). */
 bool reserve_hold(req_ctx *ctx)
 {
     ctx->hold_reserved = hold_reserve(ctx->s->holds);
+    if (ctx->hold_reserved)
+        http_on_cleanup(ctx, reservation_cleanup);
     return ctx->hold_reserved;
+}
+
+static void hold_cleanup(req_ctx *ctx, bool completed_ok)
+{
+    hold_close(ctx->hold);   /* the stream ended or broke: released unless it is over */
+}
+
+/* ctx became the held stream h (NULL: it could not). */
+void http_hold_attach(req_ctx *ctx, hold *h)
+{
+    ctx->hold = h;
+    if (h)
+        http_on_cleanup(ctx, hold_cleanup);
 }
 
 enum MHD_Result too_many_holds(req_ctx *ctx)
@@ -80,8 +101,8 @@ enum MHD_Result stream_refused(req_ctx *ctx)
 static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    ctx->hold = hold_start(s->holds, ctx->eng, &ctx->w->req, &ctx->w->res, ctx->start_us,
-                           ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    http_hold_attach(ctx, hold_start(s->holds, ctx->eng, &ctx->w->req, &ctx->w->res, ctx->start_us,
+                                     ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx));
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */
@@ -100,9 +121,17 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
     return stream_answer(ctx, 201);
 }
 
+/* A stream's connection closes with it: one more turn of the daemon right
+ * away frees it, rather than whenever something next wakes the daemon. */
+static void stream_cleanup(req_ctx *ctx, bool completed_ok)
+{
+    atomic_store(&ctx->sh->kick, true);
+}
+
 /* An NDJSON answer read from ctx's hold or watch (hold_reader). */
 enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
 {
+    http_on_cleanup(ctx, stream_cleanup);
     /* Chunked (HTTP/1.1), libmicrohttpd has hold_reader write into the
      * connection's own buffer and never uses the response's block, which
      * it allocates (and zeroes) with the response: a small one saves 1 KiB

@@ -3,6 +3,11 @@
 
 /* ---- elections (docs/elections.md; the pure parts in election.c) ---- */
 
+static void watch_cleanup(req_ctx *ctx, bool completed_ok)
+{
+    election_watch_close(ctx->watch);
+}
+
 /* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
 enum MHD_Result election_answer(req_ctx *ctx)
 {
@@ -36,8 +41,8 @@ static enum MHD_Result election_campaign(req_ctx *ctx)
     election_owner(candidate, value, ctx->w->req.owner, sizeof ctx->w->req.owner);
     if (!hold_reserve(s->holds))
         return too_many_holds(ctx);
-    ctx->hold = hold_campaign(s->holds, engine_for(ctx), &ctx->w->req, ctx->w->label, candidate,
-                              ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    http_hold_attach(ctx, hold_campaign(s->holds, engine_for(ctx), &ctx->w->req, ctx->w->label, candidate,
+                                        ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx));
     if (!ctx->hold) {
         hold_unreserve(s->holds);
         return stream_refused(ctx);
@@ -79,6 +84,7 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
                                               ctx->w->label, hold_wake, ctx);
             if (!ctx->watch)
                 return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+            http_on_cleanup(ctx, watch_cleanup);
             return stream_answer(ctx, 200);
         }
         ctx->w->req.op = RL_INSPECT;
@@ -170,8 +176,8 @@ static enum MHD_Result sem_hold_answer(req_ctx *ctx)
     of.limit_engine = engine_of_name(s, of.limit_name);
     /* The validity counts from the request's arrival: earlier than the
      * slot's own acquire, so never more than the masters hold. */
-    ctx->hold = hold_permit(s->holds, engine_of_name(s, slot.name), &slot, &grant, ctx->start_us, &of,
-                            ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx);
+    http_hold_attach(ctx, hold_permit(s->holds, engine_of_name(s, slot.name), &slot, &grant, ctx->start_us, &of,
+                                      ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx));
     if (!ctx->hold) {
         sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
         ctx->forced = true;   /* (on_completed gives nothing back twice) */
