@@ -21,7 +21,12 @@ A holder's window: from when it read its grant (the answer; a stream's
 acquired/elected event) to the earliest of its release (or resign, unlock,
 the close of its stream) being sent, the end of the validity it was told
 (acquire: sent + validity_ms; extension: the PATCH sent + validity_ms; a
-stream event: read + validity_ms; Dapr: sent + expiryInSeconds), a force
+stream event: read + validity_ms; Dapr: sent + expiryInSeconds; each
+validity told replaces the one before from when it was read, so an
+extension to a shorter ttl shortens the window, and an extension answered
+otherwise than 200 caps it at the PATCH sent + the ttl it asked), reading
+409 not_held to an extension (redlockd then frees what the token held), a
+force
 of its name, and reading lost/released/resigned. A force ends the claims of
 every grant that may have preceded it, from when it was sent, unless it was
 refused (4xx): a force without an answer, or answered 503, may still have
@@ -190,6 +195,25 @@ def _kind_of(key):
     return {"lock": "lock", "election": "election", "slot": "semaphore"}[key[0]]
 
 
+def _windows(iv, caps, end):
+    """The windows a holder relied on: each validity it was told (read, end)
+    holds until the next one was read (an extension to a shorter ttl
+    shortens it); an extension not answered 200 may still have been made,
+    so what was told before it was sent holds at most until it was sent
+    plus the ttl it asked for; nothing after end."""
+    out = []
+    for k, (s, e) in enumerate(iv):
+        if k + 1 < len(iv):
+            e = min(e, iv[k + 1][0])
+        for sent, until in caps:
+            if s < sent:
+                e = min(e, until)
+        e = min(e, end)
+        if s < e:
+            out.append((s, e))
+    return out
+
+
 def windows(m, grants):
     """Applies ends (releases, forces) and extensions to each grant; sets
     g["win"], its list of (start, end) windows, non-empty ones only."""
@@ -204,17 +228,25 @@ def windows(m, grants):
         for f in forces.get((_kind_of(g["key"]), g["key"][1]), []):
             if _force_hits(f, g):
                 g["end"] = min(g["end"], max(f["t0"], g["t_read"]))
+        caps = []   # (sent, sent + ttl_ms asked) of extensions not answered 200
         for x in exts.get(g["token"], []):
-            if x["status"] != 200 or x["t0"] < g["t_inv"]:
+            if x["t0"] < g["t_inv"] or x["op"] == "proclaim":
                 continue
-            if x["op"] == "extend":
-                g["iv"].append((x["t1"], x["t0"] + (x["res"].get("validity_ms") or 0) / 1000.0))
-            elif x["op"] == "sem_extend":
-                for p in x["res"].get("granted") or []:
-                    if p.get("token") == g["token"] or (p.get("token") is None and p.get("slot") == g["slot"]):
-                        g["iv"].append((x["t1"], x["t0"] + (p.get("validity_ms") or 0) / 1000.0))
-    for g in grants:
-        g["win"] = [(s, min(e, g["end"])) for s, e in g["iv"] if s < min(e, g["end"])]
+            told = None
+            if x["status"] == 200 and x["op"] == "extend":
+                told = x["res"].get("validity_ms") or 0
+            elif x["status"] == 200:
+                told = next((p.get("validity_ms") or 0 for p in x["res"].get("granted") or []
+                             if p.get("token") == g["token"] or
+                             (p.get("token") is None and p.get("slot") == g["slot"])), None)
+            if told is not None:
+                g["iv"].append((x["t1"], x["t0"] + told / 1000.0))
+                continue
+            if x.get("ttl_ms"):
+                caps.append((x["t0"], x["t0"] + x["ttl_ms"] / 1000.0))
+            if x["status"] == 409:   # not_held: the holder learns it lost the lock
+                g["end"] = min(g["end"], x["t1"])
+        g["win"] = _windows(sorted(g["iv"]), caps, g["end"])
     return by_token
 
 

@@ -85,12 +85,38 @@ class MutualExclusion(unittest.TestCase):
         h.acquire("a", 1.2, 1.21, "t2", 2, 1000, client=1)
         self.assertEqual(h.props(), ["mutual_exclusion"])
 
+    def test_an_extension_to_a_shorter_ttl_shortens_it(self):
+        h = H()
+        h.acquire("a", 0.0, 0.01, "t1", 1, 4000)
+        h.op("extend", 1.0, 1.01, 200, dict(fence=1, validity_ms=980), kind="lock", name="a", token="t1",
+             ttl_ms=1000)
+        h.acquire("a", 2.0, 2.01, "t2", 3, 1000, client=1)
+        self.assertEqual(h.props(), [])
+        h.acquire("a", 1.5, 1.51, "t3", 2, 1000, client=2)
+        self.assertEqual(h.props(), ["mutual_exclusion"])
+
+    def test_an_unanswered_extension_caps_it_at_the_ttl_asked(self):
+        h = H()
+        h.acquire("a", 0.0, 0.01, "t1", 1, 4000)
+        h.op("extend", 1.0, None, None, kind="lock", name="a", token="t1", ttl_ms=1000)
+        h.acquire("a", 2.5, 2.51, "t2", 2, 1000, client=1)
+        self.assertEqual(h.props(), [])
+
     def test_a_failed_extension_does_not(self):
         h = H()
         h.acquire("a", 0.0, 0.01, "t1", 1, 1000)
-        h.op("extend", 0.5, 0.51, 409, dict(error="not_held"), kind="lock", name="a", token="t1")
+        h.op("extend", 0.5, 0.51, 503, dict(error="no_quorum"), kind="lock", name="a", token="t1")
         h.acquire("a", 1.2, 1.21, "t2", 2, 1000, client=1)
         self.assertEqual(h.props(), [])
+
+    def test_reading_not_held_ends_the_claim(self):
+        h = H()
+        h.acquire("a", 0.0, 0.01, "t1", 1, 4000)
+        h.op("extend", 0.5, 0.51, 409, dict(error="not_held"), kind="lock", name="a", token="t1", ttl_ms=4000)
+        h.acquire("a", 0.6, 0.61, "t2", 2, 1000, client=1)
+        self.assertEqual(h.props(), [])
+        h.acquire("a", 0.505, 0.509, "t3", 3, 1000, client=2)   # before the 409 was read
+        self.assertEqual(h.props(), ["fence_order", "mutual_exclusion"])
 
     def test_a_force_ends_every_claim_but_a_refused_one_none(self):
         h = H()
