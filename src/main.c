@@ -140,6 +140,11 @@ int main(int argc, char **argv)
         conf_free(&cfg);
         return health_check_asked(argc, argv) ? 1 : 2;
     }
+    if (testhook_parse(getenv("REDLOCKD_TEST_BREAK")) < 0) {
+        fprintf(stderr, "redlockd: REDLOCKD_TEST_BREAK: no such rule: %s\n", getenv("REDLOCKD_TEST_BREAK"));
+        conf_free(&cfg);
+        return 2;
+    }
     /* TLS to the masters: a file that cannot be loaded is a bad value. */
     mtls_ctx *tls = NULL;
     if (conf_tls_used(&cfg) && !(tls = mtls_ctx_new(&cfg, err, sizeof err))) {
@@ -163,6 +168,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     log_config(&cfg);
+    if (testhook_name()[0])
+        log_event(LOG_LEVEL_WARN, "test_hook", "breaks", testhook_name(), "why",
+                  "REDLOCKD_TEST_BREAK is set: a promise is broken on purpose (tests only)", NULL);
     metrics *m = metrics_new();
     /* A master that lost data sits out the longest TTL plus the fence keep
      * plus drift: by then every lock it may have lost has expired, and so

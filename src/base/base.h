@@ -16,6 +16,8 @@
  *   listener.h  stopping a listener without resetting its queue
  *   deadline.h  an absolute time for pthread_cond_timedwait
  *   dlist.h     intrusive doubly linked lists, guarded by their owner
+ *   testhook.h  REDLOCKD_TEST_BREAK: a promise broken on purpose, for the
+ *               nemesis suite's negative controls
  *
  * Who owns what: a loop belongs to its thread and its one client (a master
  * pool); posting to it and reading its clock work from any thread. The conf
@@ -36,6 +38,7 @@
 #include "loop.h"
 #include "metrics.h"
 #include "rules.h"
+#include "testhook.h"
 #include "token.h"
 
 #endif

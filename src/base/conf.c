@@ -54,10 +54,11 @@ static const struct opt opts[] = {
     {"max-waiters", OPT_INT, 1, 10000000, 0, 0,
      "acquires waiting for a held lock at once; more answer 429 too_many_waiters (default 10000)"},
     {"max-holds", OPT_INT, 1, 1000000, 0, 0,
-     "held streams (\"hold\": true) open at once; more answer 429 too_many_holds (default 1024)"},
+     "held streams (\"hold\": true, campaigns) and election watches open at once; more answer 429 "
+     "too_many_holds (default 1024)"},
     {"max-inflight", OPT_INT, 1, 1000000, 0, 0,
-     "acquires and inspections sent to the masters at once (shared by the event loops); more "
-     "wait their turn (default 64)"},
+     "acquires, inspections, watches' reads and listings' pages sent to the masters at once "
+     "(shared by the event loops); more wait their turn (default 64)"},
     {"queue-timeout-ms", OPT_INT, 1, 60000, 0, 0,
      "how long a request waits for its turn before it answers 503 overloaded (default 1000)"},
     {"auth-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,

@@ -128,10 +128,13 @@ void op_answer(rl_task *op)
         wait_leave(op);
     }
     rl_engine *e = op->e;
-    set_active(op, false);
+    if (op->req.op != RL_TURN || op->res.outcome != RL_OK || !op->caller_ref)
+        set_active(op, false);   /* (a turn granted keeps its place until rl_finish) */
     if (!op->answered) {
         op->answered = true;
         op->res.masters_total = e->n;
+        if (op->res.outcome == RL_OK && op->res.fence > 0 && e->stale_fence)
+            op->res.fence = 1;   /* test hook (REDLOCKD_TEST_BREAK) */
         count_outcome(op);
         if (op->done)
             op->done(op->arg, &op->res);
@@ -327,7 +330,8 @@ void op_start(void *arg)
     op->wait_deadline_us = op->arrival_us + (uint64_t)op->req.wait_ms * 1000ULL;
     /* New work waits its turn; extensions and releases never do: they keep
      * and end the locks already granted. */
-    bool gated = op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT);
+    bool gated = op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT ||
+                                    op->req.op == RL_TURN);
     if (gated && e->cfg.max_active > 0 && (e->active >= e->cfg.max_active || e->queue_head)) {
         op->queued = true;
         op->queued_until_us = op->arrival_us + (uint64_t)e->cfg.queue_ms * 1000ULL;
@@ -347,7 +351,7 @@ void op_run(rl_task *op)
 {
     rl_engine *e = op->e;
     op->start_us = loop_now_us();
-    if (op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT))
+    if (op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT || op->req.op == RL_TURN))
         set_active(op, true);
 
     switch (op->req.op) {
@@ -453,5 +457,9 @@ void op_run(rl_task *op)
         eval(op, &script_force, all_mask(e), 3, 4, args, force_voted);
         return;
     }
+    case RL_TURN:
+        op->res.outcome = RL_OK;   /* admitted: the caller's work may go */
+        op_answer(op);
+        return;
     }
 }

@@ -40,6 +40,9 @@ enum rl_op {
     RL_FORCE,       /* an operator's force release: deletes the lock whatever value holds
                        it (an admin's DELETE ?force=true); held: something was deleted,
                        with the fence and owner it had */
+    RL_TURN,        /* a place among rl_config.max_active for work the caller does on the
+                       masters itself (a listing's page): answered RL_OK once admitted
+                       (RL_OVERLOADED past queue_ms), and kept until rl_finish; queued */
 };
 
 enum rl_outcome {

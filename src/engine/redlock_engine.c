@@ -24,6 +24,8 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     scripts_init();
     snprintf(e->seed_bound, sizeof e->seed_bound, "%lld", quorum_seed_bound_us(cfg->fence_keep_ms));
     e->unfair = getenv("REDLOCKD_TEST_UNFAIR") != NULL;
+    e->stale_fence = testhook_breaks(TESTHOOK_STALE_FENCE);
+    e->no_wake = testhook_breaks(TESTHOOK_NO_WAKE);
     const char *skew = getenv("REDLOCKD_TEST_SEED_SKEW_US");
     if (skew && !strcmp(skew, "off"))
         e->seed_off = true;
@@ -136,6 +138,8 @@ static void finish_job(void *arg)
     if (!op->answered)
         op->cancelled = true;
     op->caller_ref = false;
+    if (op->req.op == RL_TURN)
+        set_active(op, false);   /* the caller's work is done: its place goes to the next */
     free(f);
     op_maybe_free(op);
 }

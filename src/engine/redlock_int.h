@@ -110,6 +110,10 @@ struct rl_engine {
     /* Test hook, REDLOCKD_TEST_UNFAIR: waiters draw no tickets (no fair
      * order across instances; the fault suite's negative control). */
     bool unfair;
+    /* Test hooks, REDLOCKD_TEST_BREAK (base/testhook.h): stale_fence, every
+     * grant answers fence 1; no_wake, a waiter sleeps out its wait. */
+    bool stale_fence;
+    bool no_wake;
     struct seen seen[RL_SEEN_SIZE]; /* loop thread only */
 };
 

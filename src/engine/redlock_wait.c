@@ -203,7 +203,7 @@ static void acquire_sleep(rl_task *op)
         delay_us = (uint64_t)quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e),
                                                    op->res.retry_after_ms,
                                                    (long long)((left_us + 999) / 1000)) * 1000ULL;
-    if (delay_us > left_us)
+    if (delay_us > left_us || e->no_wake)
         delay_us = left_us;
     struct wake *w = malloc(sizeof *w);
     if (!w || loop_after(mpool_loop(e->pool), delay_us, acquire_timer, w) < 0) {
@@ -242,7 +242,7 @@ void acquire_refused(rl_task *op)
     }
     if (op->res.retry_after_ms > 0)
         op->wn->holder_until_us = now + (uint64_t)op->res.retry_after_ms * 1000ULL;
-    if (op->seen_seq != op->wn->notice_seq) {
+    if (op->seen_seq != op->wn->notice_seq && !e->no_wake) {
         /* Released while we tried: the try may have come first. */
         op->seen_seq = op->wn->notice_seq;
         metrics_count(e->m, METRICS_ACQUIRE_RETRIES);
@@ -264,7 +264,7 @@ void acquire_refused(rl_task *op)
 void on_released(rl_engine *e, const char *key, size_t len)
 {
     struct wname *w = wname_find(e, key, len);
-    if (!w)
+    if (!w || e->no_wake)
         return;
     w->notice_seq++;
     if (w->trying == 0 && w->head) {

@@ -432,6 +432,7 @@ char *api_result_json(const rl_request *req, const rl_result *res, int *status,
     case RL_PUBLISH:
     case RL_DEQUEUE:
     case RL_FORCE:
+    case RL_TURN:
         *status = 204;
         return NULL;
     case RL_INSPECT: {

@@ -106,9 +106,24 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
 static void list_done(void *arg, const rl_result *res, char *body)
 {
     req_ctx *ctx = arg;
+    rl_finish(ctx->sh->engine, ctx->list_turn, false);   /* its place among --max-inflight */
+    ctx->list_turn = NULL;
     ctx->list_body = body;   /* (freed with ctx, answered or not) */
     ctx_resume(ctx, res, NULL);
     ctx_unref(ctx);
+}
+
+/* The page's turn among --max-inflight came (or did not, within
+ * --queue-timeout-ms: 503 overloaded), on the engine's loop, the page's. */
+static void list_turn(void *arg, const rl_result *res)
+{
+    req_ctx *ctx = arg;
+    if (res->outcome != RL_OK) {
+        list_done(ctx, res, NULL);
+        return;
+    }
+    if (list_run(ctx->sh->pool, ctx->s->cfg, &ctx->list_req, list_done, ctx) < 0)
+        list_done(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
 }
 
 /* A listing's page, or /ui/state: 200 with the body, else the error as
@@ -131,7 +146,6 @@ enum MHD_Result list_answer(req_ctx *ctx)
 
 enum MHD_Result list_dispatch(req_ctx *ctx)
 {
-    http_server *s = ctx->s;
     ctx->mroute = METRICS_ROUTE_LIST;
     list_request req = {.kind = ctx->route == ROUTE_LIST_LOCKS       ? LIST_LOCKS
                                 : ctx->route == ROUTE_LIST_ELECTIONS ? LIST_ELECTIONS
@@ -155,9 +169,13 @@ enum MHD_Result list_dispatch(req_ctx *ctx)
     if (list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
     ctx->list = true;
-    suspend_for_engine(ctx);   /* list_done may come before list_run returns */
+    ctx->list_req = req;
+    /* A page's reads wait for a place among --max-inflight, as inspections
+     * do: a crowd of listings is paced, never read as masters failing. */
+    rl_request turn = {.op = RL_TURN, .queued = true};
+    suspend_for_engine(ctx);   /* list_done may come before rl_submit returns */
     atomic_fetch_add(&ctx->refs, 1);   /* list_done's */
-    if (list_run(ctx->sh->pool, s->cfg, &req, list_done, ctx) < 0) {
+    if (rl_submit(ctx->sh->engine, &turn, list_turn, ctx, &ctx->list_turn) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         ctx_resume(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
     }

@@ -189,6 +189,8 @@ typedef struct req_ctx {
     bool election;            /* an election route: answered by election_answer */
     bool force;               /* an operator's force release (http_admin.c) */
     bool list;                /* a listing's page (http_admin.c): its body once done */
+    list_request list_req;    /* ... the page asked */
+    rl_handle *list_turn;     /* ... its place among --max-inflight, until list_done */
     char *list_body;
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
     sem_result *sem_res;

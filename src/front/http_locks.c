@@ -155,6 +155,17 @@ enum MHD_Result lock_answer(req_ctx *ctx)
     if (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci &&
         client_done_sending(ctx->ci->fd))
         ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
+    if (ctx->w->req.op == RL_ACQUIRE && ctx->w->res.outcome == RL_LOCKED && !ctx->dapr && !ctx->w->req.hold &&
+        testhook_breaks(TESTHOOK_DOUBLE_GRANT)) {
+        /* Test hook: a grant that is none (REDLOCKD_TEST_BREAK). */
+        rl_result *res = &ctx->w->res;
+        res->outcome = RL_OK;
+        if (token_new(res->token) < 0)
+            snprintf(res->token, sizeof res->token, "double-grant");
+        res->ttl_ms = ctx->w->req.ttl_ms;
+        res->validity_ms = ctx->w->req.ttl_ms - 1;
+        res->fence = loop_unix_us();
+    }
     if (ctx->dapr) {
         char *body = api_dapr_result_json(ctx->w->req.op == RL_RELEASE, &ctx->w->res, &status);
         if (!body)
@@ -240,6 +251,8 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
         if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
             return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     }
+    if (op == RL_RELEASE && testhook_breaks(TESTHOOK_RELEASE_NOOP))
+        return send_body(ctx, 204, NULL, NULL, 0, true);   /* test hook: released nothing */
     ctx->mroute = op == RL_ACQUIRE  ? METRICS_ROUTE_ACQUIRE
                   : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
                   : op == RL_RELEASE ? METRICS_ROUTE_RELEASE

@@ -71,6 +71,10 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
         if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
             return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
         if (watch && !strcmp(watch, "true")) {
+            /* A watch is a stream: it takes a place among --max-holds, kept
+             * until the connection ends (on_completed gives it back). */
+            if (!reserve_hold(ctx))
+                return too_many_holds(ctx);
             ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->w->req.name,
                                               ctx->w->label, hold_wake, ctx);
             if (!ctx->watch)
@@ -78,6 +82,7 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
             return stream_answer(ctx, 200);
         }
         ctx->w->req.op = RL_INSPECT;
+        ctx->w->req.queued = true;   /* a place among --max-inflight, as a lock's GET */
         return submit(ctx);
     }
     bool token_in_body = false;
@@ -192,6 +197,26 @@ enum MHD_Result sem_answer(req_ctx *ctx)
     }
     if (granted && ctx->ci && client_done_sending(ctx->ci->fd))
         ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
+    if (ctx->sem->op == SEM_ACQUIRE && !ctx->sem->hold && ctx->sem_res->outcome == RL_LOCKED &&
+        !ctx->sem_res->limit_mismatch &&
+        testhook_breaks(TESTHOOK_OVER_LIMIT)) {
+        /* Test hook: permits that are none, past the limit (REDLOCKD_TEST_BREAK). */
+        sem_result *res = ctx->sem_res;
+        res->outcome = RL_OK;
+        res->npermits = ctx->sem->permits;
+        res->ttl_ms = ctx->sem->ttl_ms;
+        res->validity_ms = ctx->sem->ttl_ms - 1;
+        for (int i = 0; i < res->npermits; i++) {
+            sem_permit *p = &res->permits[i];
+            char t[TOKEN_TEXT_LEN + 1];
+            if (token_new(t) < 0)
+                snprintf(t, sizeof t, "over-limit");
+            p->slot = ctx->sem->limit + i;
+            snprintf(p->token, sizeof p->token, "%d:%s", p->slot, t);
+            p->fence = loop_unix_us();
+            p->validity_ms = res->validity_ms;
+        }
+    }
     int status;
     long long retry_after_s = 0;
     char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);

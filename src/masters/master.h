@@ -102,10 +102,11 @@ typedef struct mscript {
      * connection drops before it answers, runs it as soon as it is back,
      * before any command sent after it (for up to max_ttl_ms). Decided when
      * the master fails, never later, so it can never overtake a newer write
-     * of the same token that counted as a vote. The one exception: a master
-     * that answers NOSCRIPT after the batch was over (its script cache was
-     * flushed while connected) gets it again at once, behind newer writes;
-     * as redo_as, which matches only the grant's own value. */
+     * of the same token that counted as a vote. A master that answers it
+     * NOSCRIPT (its script cache was flushed while connected) runs it again
+     * in its place, also after the batch was over; when a newer command has
+     * overtaken it already, it gets it at once as redo_as, which matches
+     * only the grant's own value (master_batch.c, redo_in_place). */
     bool redo_when_back;
     bool guarded;       /* starts with the marker guard (scripts.h) */
     /* What a redo runs instead, with the same keys and arguments (NULL: this

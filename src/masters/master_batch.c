@@ -6,8 +6,9 @@
  * and the guard's verdict on each answer. A
  * script goes with its body (EVAL) the first time on each connection and by
  * EVALSHA after; NOSCRIPT (a cache flushed while connected) is answered by
- * sending the body again (also after the batch was answered, for a script
- * that must still run: master_undo_resend).
+ * sending the body again in the command's place, before every command sent
+ * after it (redo_in_place), also after the batch was answered, for a
+ * script that must still run (a release, a settle).
  *
  * A batch is freed when its last reference goes (batch_drop): one per record
  * still waiting on a master, one until its callback has run, one while it is
@@ -145,6 +146,7 @@ static int append_alone(mpool *p, struct master *m, struct mrecord *r)
     b->argv[1] = b->script->body;
     b->argvlen[1] = strlen(b->script->body);
     int app = master_append_record(m, r, b->argc, b->argv, b->argvlen);
+    r->body = app == 0;
     b->argv[0] = argv0;
     b->argv[1] = argv1;
     b->argvlen[0] = len0;
@@ -238,6 +240,7 @@ static int append_group(mpool *p, struct master *m, struct mrecord *first, int n
     }
     if (!cached)
         m->cached |= bit;
+    gr->body = !cached;
     gr->members = first;
     gr->nmembers = n;
     return 0;
@@ -245,6 +248,9 @@ static int append_group(mpool *p, struct master *m, struct mrecord *first, int n
 
 void master_group_flush(mpool *p, struct master *m, uint64_t now)
 {
+    if (m->drain_until)
+        return;   /* a NOSCRIPT's drain: what is held waits for the commands in flight */
+    m->redo_tail = NULL;
     while (m->grp_head) {
         /* The longest run of one group script, up to MSCRIPT_GROUP_MAX (a
          * script of no group: itself alone). */
@@ -312,27 +318,63 @@ void master_group_reply(mpool *p, struct master *m, struct mrecord *r, const red
     }
 }
 
+/* m answered r NOSCRIPT: its script cache was flushed under the live
+ * connection (SCRIPT FLUSH), so r did not run. It goes again, with its
+ * body, in its place: ahead of everything held back for m, and nothing
+ * held is written until every command in flight now has answered
+ * (drain_until). Those among them that name a script by EVALSHA answer
+ * NOSCRIPT too and come back here, each behind the one before: so no
+ * command runs out of the order it was sent in (a repair after the
+ * release it followed, a caller's unlock after its next grant). A
+ * command written after r with its script's body (the first of that
+ * script on the connection) has run already, though: then r cannot keep
+ * its place, and -1 says so. A batch answered without m (m was slow) is
+ * sent again only when its script must still run there (redo_when_back:
+ * a release, a settle); nobody reads the answer. 0, or -1. */
+static int redo_in_place(mpool *p, struct master *m, const struct mrecord *r, uint64_t now)
+{
+    struct mbatch *b = r->batch;
+    for (const struct mrecord *x = m->head; x; x = x->next)
+        if (x->body)
+            return -1;
+    if (b->completed && !b->script->redo_when_back)
+        return -1;
+    struct mrecord *n = master_record_new(REC_BATCH, b, r->slot, now,
+                                          b->completed ? now + p->timeout_us : r->deadline_us);
+    if (!n)
+        return -1;
+    if (m->redo_tail) {
+        n->next = m->redo_tail->next;
+        m->redo_tail->next = n;
+    } else {
+        n->next = m->grp_head;
+        m->grp_head = n;
+    }
+    if (!n->next)
+        m->grp_tail = n;
+    m->redo_tail = n;
+    if (!m->drain_until)
+        m->drain_until = m->tail;   /* NULL: nothing in flight, nothing to wait for */
+    return 0;
+}
+
 /* m answered r with rr. Replies come in order, so this is the answer to the
  * command r recorded. */
 void master_batch_reply(mpool *p, struct master *m, const struct mrecord *r, const redisReply *rr,
                         uint64_t now)
 {
     struct mbatch *b = r->batch;
-    bool noscript = rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8);
-    if (noscript)
-        m->cached = 0;   /* SCRIPT FLUSH on a live connection: bodies again */
-    if (noscript && b->completed) {
-        /* Answered without m (it was paused or slow): whatever must still
-         * run there (a release, a settle) goes out again with its body,
-         * behind what this turn holds back for m. */
-        master_group_flush(p, m, now);
+    if (rr->type == REDIS_REPLY_ERROR && !strncmp(rr->str, "NOSCRIPT", 8)) {
+        m->cached = 0;   /* bodies again, from now on */
+        if (redo_in_place(p, m, r, now) == 0)
+            return;   /* the batch's reference moves to the new record */
+        /* It cannot run in its place: it counts as an error, and a
+         * release that must still run goes now as its exact-value replay
+         * (redo_as), which can delete no later grant. */
         master_undo_resend(p, m, b, now);
         mpool_batch_answer(p, b, r->slot, &(master_reply){.kind = MREPLY_ERROR});
         return;
     }
-    /* Within its deadline: the body now; the batch keeps its deadline. */
-    if (noscript && batch_append(p, m, b, r->slot, now, r->deadline_us) == 0)
-        return;   /* the batch's reference moves to the new record */
     master_reply mr;
     convert_reply(rr, &mr, b->script->long_reply);
     mr.quarantined = master_guard(p, m, b->script, &mr);

@@ -108,6 +108,8 @@ void master_fail(mpool *p, struct master *m, const char *why_in, uint64_t now)
         free(r);
     }
     m->grp_tail = NULL;
+    m->drain_until = m->redo_tail = NULL;
+    m->undo_after_drain = false;
 }
 
 void master_connect(mpool *p, struct master *m, uint64_t now)
@@ -182,7 +184,10 @@ static void master_became_up(mpool *p, struct master *m, uint64_t now)
     /* What m was given while it voted and still holds back (group commit)
      * came before anything remembered while it lagged: it goes first. */
     master_group_flush(p, m, now);
-    master_undo_flush(m, now);
+    if (m->drain_until)
+        m->undo_after_drain = true;   /* they go behind what the drain holds (master_flush) */
+    else
+        master_undo_flush(m, now);
     m->state = M_UP;
     m->lagging = false;
     m->backoff_us = MASTER_BACKOFF_MIN_US;
@@ -315,6 +320,8 @@ static int master_dispatch(mpool *p, struct master *m, redisReply *rr, uint64_t 
         master_fail(p, m, "reply without a command", now);
         return -1;
     }
+    if (r == m->drain_until)
+        m->drain_until = NULL;   /* what a NOSCRIPT sent again may go (master_flush) */
     atomic_fetch_add(&m->replies, 1);
     atomic_fetch_add(&m->reply_us_sum, now > r->sent_us ? now - r->sent_us : 0);
     if (now > r->due_us)
@@ -404,6 +411,10 @@ void master_flush(mpool *p, struct master *m, uint64_t now)
      * client: nothing in flight) is never held. */
     if (m->grp_head && !(m->head && m->head->out))
         master_group_flush(p, m, now);
+    if (m->undo_after_drain && !m->drain_until) {
+        m->undo_after_drain = false;
+        master_undo_flush(m, now);
+    }
     if (!m->want_write)
         return;
     bool done = false;

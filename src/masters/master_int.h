@@ -117,6 +117,8 @@ struct mrecord {
     struct mrecord *members;    /* REC_GROUP: the REC_BATCH records its one call carries, in
                                    order (chained by next); each holds its batch's reference */
     int nmembers;
+    bool body;                  /* REC_BATCH, REC_GROUP: written with its script's body (EVAL),
+                                   so it runs even where the script cache was flushed */
 };
 
 struct master {
@@ -141,6 +143,13 @@ struct master {
                                    master, not from when this process queued it */
     uint32_t cached;            /* scripts (bits of mpool.scripts) this connection was sent
                                    with their body: EVALSHA is safe for those */
+    struct mrecord *drain_until; /* NOSCRIPT answered (SCRIPT FLUSH on this connection): nothing
+                                   held is written until this record, the newest in flight
+                                   then, has answered; NULL: none (master_batch_reply) */
+    struct mrecord *redo_tail;  /* the last command sent again in its place at the head of
+                                   the held list in this drain (NULL: none) */
+    bool undo_after_drain;      /* back from a lag during a drain: its remembered releases go
+                                   once the drain is over, behind what it held */
     struct undo *undo_head, *undo_tail; /* run when it is up again */
     size_t nundo;               /* entries from undo_head */
     uint64_t next_connect_us;   /* monotonic: M_DOWN reconnects then */
@@ -261,8 +270,8 @@ void master_log_error(struct master *m, const char *script, const char *error, u
 void master_undo_keep(struct master *m, struct undo *u, uint64_t now);
 /* m could not take batch b: remembers it if its script is redo_when_back. */
 void master_undo_redo(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
-/* m answered NOSCRIPT to b after b was complete: sends a redo_when_back
- * script again, with its body. */
+/* m answered NOSCRIPT to b, which cannot go again in its place: sends a
+ * redo_when_back script again at once, with its body, as its replay. */
 void master_undo_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now);
 /* Writes m's remembered releases on its new connection, before anything else. */
 void master_undo_flush(struct master *m, uint64_t now);

@@ -2,10 +2,10 @@
  * could not take (down, lagging, or its connection dropped before the
  * answer) waits in that master's queue (undo_head..undo_tail) and is written
  * first on its next connection, before any command sent after it, for up to
- * the pool's redo_us. One that a master answered NOSCRIPT after its batch
- * was over (master_undo_resend) goes out again at once, with its body,
- * behind what was sent since: safe because it replays as redo_as, which
- * matches one grant's own value only.
+ * the pool's redo_us. One that a master answered NOSCRIPT and that cannot
+ * go again in its place (master_batch.c: a command sent after it ran
+ * first) goes out at once, with its body (master_undo_resend): safe because
+ * it replays as redo_as, which matches one grant's own value only.
  *
  * Depends on master_pipeline.c (packing, appending to the connection).
  */
@@ -105,11 +105,12 @@ static int undo_send(struct master *m, struct undo *u, uint64_t now)
     return 0;
 }
 
-/* m answered NOSCRIPT to batch b after b had been answered without it (m
- * was paused or slow past the deadline, and had lost its script cache): a
- * redo_when_back script still has to run there, so it goes out again now,
- * with its body, as a remembered one would. Left alone, a release would
- * leave the lock on m for its whole TTL. */
+/* m answered NOSCRIPT to batch b (its script cache was flushed while
+ * connected), and b cannot go again in its place: a command written after
+ * it with its body has run already (master_batch.c). A redo_when_back
+ * script still has to run there, so it goes out again now, with its body,
+ * as its replay (redo_as). Left alone, a release would leave the lock on
+ * m for its whole TTL. */
 void master_undo_resend(mpool *p, struct master *m, const struct mbatch *b, uint64_t now)
 {
     struct undo *u = undo_of(p, m, b, now);

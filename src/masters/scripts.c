@@ -8,6 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The first line of every script that writes what takes memory (a lock, a
+ * ticket, a counter, an owner record, a limit). With it, Redis checks
+ * maxmemory before the script runs at all and refuses it whole (OOM);
+ * without it, only at the script's first write, and a first write that
+ * takes no memory (a ZREM of expired tickets, a PEXPIRE) lets every write
+ * after it past maxmemory. Scripts that only delete, extend, read or
+ * publish go without: they must run on a master over its limit. */
+#define TAKES_MEMORY "#!lua\n"
+
 /* The marker check every vote script starts with (scripts.h). */
 #define GUARD \
     "if ARGV[#ARGV] == '1' then\n" \
@@ -25,6 +34,7 @@
 #define COUNTER_BAD(n) "(not " n " or " n " < 0 or " n " >= 9007199254740991 or " n " ~= math.floor(" n "))"
 
 mscript script_acquire = {"acquire",
+    TAKES_MEMORY
     GUARD
     /* Fair order (scripts.h): a waiter's ticket joins the name's queue when
      * it cannot take the name at once; only the oldest live ticket may take
@@ -106,6 +116,7 @@ mscript script_dequeue = {"dequeue",
     "return 1\n", "", true, false, NULL, false, NULL, 0, false};
 
 mscript script_settle = {"settle",
+    TAKES_MEMORY
     GUARD
     "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('PTTL', KEYS[1]) > 0 then\n"
     "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
@@ -137,6 +148,7 @@ mscript script_extend = {"extend",
  * free (scripts.h). The fence counter is raised to the holder's fence,
  * never lowered, so every later grant's fence still exceeds it. */
 mscript script_renew = {"renew",
+    TAKES_MEMORY
     GUARD
     EXTEND_HELD
     "local raw = redis.call('GET', KEYS[2])\n"
@@ -164,6 +176,7 @@ mscript script_inspect = {"inspect",
  * stays. Only where the
  * token (ARGV[1]) is the stored value; the owner key keeps the lock's expiry. */
 mscript script_proclaim = {"proclaim",
+    TAKES_MEMORY
     GUARD
     "local v = redis.call('GET', KEYS[1])\n"
     "if v and v == ARGV[1] then\n"
@@ -184,6 +197,7 @@ mscript script_publish = {"publish", "redis.call('PUBLISH', ARGV[1], KEYS[1] .. 
 
 /* A semaphore's limit (scripts.h). */
 mscript script_sem_limit = {"sem_limit",
+    TAKES_MEMORY
     GUARD
     "local v = redis.call('GET', KEYS[1])\n"
     "if ARGV[1] == '0' then return {1, tonumber(v or '0') or 0} end\n"

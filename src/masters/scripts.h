@@ -50,7 +50,8 @@
  * The marker (a hash) says whether a master may vote: state "pending" (a new
  * cluster being set up: no votes) or "ready" with "until", the master's TIME
  * in microseconds before which it sits out (0: votes now), and "run_id", the
- * server it was last seen as. Every vote script starts with the guard: no
+ * server it was last seen as. Every vote script starts with the guard
+ * (after its `#!lua` line, for one that takes memory: scripts.c): no
  * marker, a pending one, or an "until" still ahead answers {-100} or
  * {-101, ms_left}, which is no vote. See marker.h for who writes it.
  */

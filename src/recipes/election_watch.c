@@ -5,7 +5,13 @@
  * proclaim, on any instance) starts a read at once when none is under way;
  * the timer armed before it is then stale (its gen is old) and only lets
  * go of its reference. References: the connection's, one per read in
- * flight, one per armed timer. */
+ * flight, one per armed timer.
+ *
+ * A watch keeps the newest state it read and the state it last handed to
+ * its client, never a queue of events: a client that reads slowly (or not
+ * at all) is handed one event that takes it from the one to the other, as
+ * a held stream's renewals are (hold.c, format_next). Its memory is the
+ * watch and at most one event's line. */
 #include "election_watch.h"
 
 #include <pthread.h>
@@ -27,11 +33,14 @@ struct election_watch {
     rl_request req;                 /* the inspect */
     char key[RL_INTERNAL_NAME_MAX + 64]; /* the lock's key, as notices carry it */
     char label[RL_NAME_MAX + 1];
-    bool said;                      /* "state" has been queued */
-    long long confirming;           /* a new term read once: told only when read again */
+    bool have;                      /* a state has been read (last) */
+    long long confirming;           /* a new term read once: taken only when read again */
     int confirms;                   /* reads in a row that showed another new term */
-    election_state last;            /* as last told (a vacant one keeps the last term) */
-    char *out;                      /* events not yet read */
+    election_state last;            /* the newest state read (a vacant one keeps the last term) */
+    bool said;                      /* the client has been handed "state" */
+    election_state told;            /* the state as last handed to the client */
+    char *out;                      /* the rest of an event the client's buffer did not take
+                                       (NULL: none) */
     size_t len, off;
     bool want_wake;
     void (*wake)(void *);
@@ -89,21 +98,9 @@ static void tick_fired(void *arg)
     unref(w);   /* the timer's */
 }
 
-/* w->mu held. Queues line (taken). */
-static void queue_line(election_watch *w, char *line)
+/* w->mu held: the client may read what changed. */
+static void notify(election_watch *w)
 {
-    size_t n = strlen(line);
-    if (w->off == w->len)
-        w->off = w->len = 0;
-    char *grown = realloc(w->out, w->len + n);
-    if (!grown) {
-        free(line);
-        return;
-    }
-    w->out = grown;
-    memcpy(w->out + w->len, line, n);
-    w->len += n;
-    free(line);
     if (w->want_wake && !w->closed) {
         w->want_wake = false;
         w->wake(w->arg);
@@ -121,8 +118,8 @@ static void poll_done(void *arg, const rl_result *res)
         election_state_of(res, &now);
         if (!now.held)
             now.term = w->last.term;
-        const char *ev = election_change(!w->said, &w->last, &now);
-        /* A new term is told only once a second read shows it too: while a
+        const char *ev = election_change(!w->have, &w->last, &now);
+        /* A new term is taken only once a second read shows it too: while a
          * grant raises the fence counters of its masters (or a late master
          * settles), a read can see a majority agree on a counter that is not
          * the grant's fence; that takes less than a read's round trip. */
@@ -136,11 +133,11 @@ static void poll_done(void *arg, const rl_result *res)
             w->confirms = 0;
         }
         if (ev) {
-            char *line = election_event_line(ev, w->label, &now);
-            if (line)
-                queue_line(w, line);
-            w->said = true;
+            /* The newest state replaces what the client has not read yet:
+             * a slow reader skips to it (election_watch_read). */
+            w->have = true;
             w->last = now;
+            notify(w);
         }
     }
     if (confirm && read_now(w)) {
@@ -194,6 +191,7 @@ election_watch *election_watch_start(rl_engine *e, mpool *pool, const char *lock
     w->e = e;
     w->pool = pool;
     w->req.op = RL_INSPECT;
+    w->req.queued = true;   /* each read waits for a place among --max-inflight */
     snprintf(w->req.name, sizeof w->req.name, "%s", lock_name);
     rl_engine_key(e, lock_name, w->key, sizeof w->key);
     snprintf(w->label, sizeof w->label, "%s", label);
@@ -210,17 +208,39 @@ election_watch *election_watch_start(rl_engine *e, mpool *pool, const char *lock
     return w;
 }
 
+/* The event that takes the client from what it was told to the newest
+ * state, as one line (NULL: nothing changed, or out of memory). w->mu held. */
+static char *next_line(election_watch *w)
+{
+    if (!w->have)
+        return NULL;
+    const char *ev = election_change(!w->said, &w->told, &w->last);
+    w->said = true;
+    w->told = w->last;
+    return ev ? election_event_line(ev, w->label, &w->last) : NULL;
+}
+
 long election_watch_read(election_watch *w, char *buf, size_t cap)
 {
     pthread_mutex_lock(&w->mu);
     long n = 0;
-    if (w->off < w->len) {
+    char *line = NULL;
+    if (!w->out && (line = next_line(w))) {
+        w->out = line;   /* the newest event: kept only while the client reads it */
+        w->len = strlen(line);
+        w->off = 0;
+    }
+    if (w->out) {
         size_t k = w->len - w->off;
         if (k > cap)
             k = cap;
         memcpy(buf, w->out + w->off, k);
         w->off += k;
         n = (long)k;
+        if (w->off == w->len) {
+            free(w->out);
+            w->out = NULL;
+        }
     } else {
         w->want_wake = true;
     }

@@ -6,7 +6,9 @@
  * the engine of the loop serving it) at once when a notice of it arrives
  * (a grant, a proclaim or a release, published on the masters by whichever
  * redlockd made it), and every ELECTION_WATCH_POLL_MS in any case, so that
- * a missed notice heals; terms are reported in increasing order only.
+ * a missed notice heals; terms are reported in increasing order only. A
+ * client that reads slowly skips to the newest state: one event takes it
+ * from what it was last told to what was read last (never a backlog).
  *
  * Who owns what: the watch owns its pending events under its own mutex; the
  * loop's engine answers its reads and its timer runs on that loop; the HTTP

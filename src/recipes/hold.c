@@ -39,22 +39,35 @@ void free_if_done(hold *h)
     free(h);
 }
 
+/* A release or a force of h's grant ran on the masters (its notice, or a
+ * DELETE here): it settles h's own release only when nothing h sent can
+ * land after it. An extension in flight can; so can a repair that has
+ * answered already, since a repair takes free masters back (script_renew)
+ * and its answer may be read before the notice of a release it followed
+ * on the masters. Then the close releases again: a release matches the
+ * grant's exact value, so a second one is harmless. Never unsets a
+ * release h sent itself. s->mu held. */
+static void settled_by_release(hold *h)
+{
+    if (!h->extending && !h->repaired)
+        h->release_sent = true;
+}
+
 /* Its token released it (a DELETE, here or through another instance): the
- * stream ends with "released", and there is nothing left to release, unless
- * an extension was in flight (a repair may take a master back after the
- * release): then the close releases again. s->mu held. */
+ * stream ends with "released". s->mu held. */
 void end_released(hold *h)
 {
-    h->release_sent = !h->extending;
+    settled_by_release(h);
     h->release_when_read = false;
     end_stream(h, END_RELEASED, NULL);
 }
 
 /* An operator force-released its name: as end_released, but the stream
- * says "lost", reason "forced" (the lock was taken from it). s->mu held. */
+ * says "lost", reason "forced" (the lock was taken from it), and what it
+ * holds goes at its close, not when its validity runs out. s->mu held. */
 static void end_forced(hold *h)
 {
-    h->release_sent = !h->extending;
+    settled_by_release(h);
     h->release_when_read = false;
     h->release_at_us = 0;
     end_stream(h, END_LOST, "forced");
@@ -384,6 +397,8 @@ static size_t format_next(hold *h, char *out)
         n = snprintf(out, HOLD_EVENT_MAX, " ");
     } else if (h->end != END_NONE && !h->end_formatted) {
         h->end_formatted = true;
+        if (h->end == END_LOST && testhook_breaks(TESTHOOK_SILENT_LOSS))
+            return 0;   /* test hook (REDLOCKD_TEST_BREAK): the stream ends unsaid */
         const char *what = h->end == END_LOST ? "lost" : h->election ? "resigned" : "released";
         if (h->end_reason)
             n = snprintf(out, HOLD_EVENT_MAX, "{\"event\":\"%s\",\"reason\":\"%s\"}\n", what,

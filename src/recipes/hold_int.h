@@ -68,6 +68,8 @@ struct hold {
     bool extending;                 /* an extension is in flight */
     bool release_after;             /* release once that extension answers */
     bool release_sent;
+    bool repaired;                  /* a repair went out: what it wrote may land after a
+                                       release of the grant (settled_by_release) */
     bool release_when_read;         /* release once the last event has left (hold_read) */
     uint64_t release_at_us;         /* after a loss: release when the validity last
                                        announced, and margin_us, have run out (0: no such

@@ -365,6 +365,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
             rl_request req = request_of(h, RL_EXTEND);
             h->next_try_us = now;   /* the extension's validity counts from here */
             h->extending = true;
+            h->repaired |= req.repair_fence > 0;
             s->extensions++;
             h->engine_refs++;
             if (rl_submit(h->e, &req, extend_done, h, NULL) < 0) {

@@ -39,6 +39,8 @@ def shutting_down(tmp, masters):
                           ("DELETE", "/locks/sd-3", {"Lock-Token": "t"}, b'{}'),
                           ("GET", "/locks/sd-3", {}, b'{}'),
                           ("GET", "/locks", {}, b'{}'),
+                          ("GET", "/elections", {}, b'{}'),
+                          ("GET", "/semaphores", {}, b'{}'),
                           ("POST", "/elections/sd-f", {}, b'{"candidate":"a"}'),
                           ("POST", "/semaphores/sd-s", {}, b'{"limit":2}'),
                           ("PATCH", "/semaphores/sd-s", {"Lock-Token": "0:t"}, b'{}'),
@@ -90,9 +92,7 @@ def shutting_down(tmp, masters):
             c.send(body)
             a = c.read_body(c.read_head(), m)
             conform(m, p, a, what)
-            if p == "/locks":
-                expect(a, 200, what=what)   # a listing waits for no lock
-            elif p.startswith("/locks/") or p.startswith("/elections/") or p.startswith("/semaphores/"):
+            if p.startswith("/locks") or p.startswith("/elections") or p.startswith("/semaphores"):
                 expect(a, 503, "shutting_down", what)
             else:
                 expect(a, 500, "ERR_UNLOCK" if "unlock" in p else "ERR_TRY_LOCK", what)
@@ -109,7 +109,7 @@ def shutting_down(tmp, masters):
 
 def elections(A, B):
     """Every election route and event: A serves masters with auth and
-    --max-holds 1, B has no masters (503)."""
+    --max-holds 2 (a campaign and a watch), B has no masters (503)."""
     n = "el-1"
     c = campaign(A, n, "a", "el-1 campaign")
     if not c:
@@ -125,7 +125,10 @@ def elections(A, B):
     if not first or first.get("event") != "state" or first.get("leader") != "a":
         fail(f"el-1 watch: {first}")
     over = Streamed(A, "POST", f"/elections/{n}", {"candidate": "b"})
-    expect(over.a, 429, "too_many_holds", "a second campaign over --max-holds 1")
+    expect(over.a, 429, "too_many_holds", "a second campaign beside a campaign and a watch, --max-holds 2")
+    over.finish()
+    over = Streamed(A, "GET", f"/elections/{n}?watch=true")
+    expect(over.a, 429, "too_many_holds", "a second watch beside a campaign and a watch, --max-holds 2")
     over.finish()
     g = A.req("GET", f"/elections/{n}?candidate=a")
     if expect(g, 200, what="GET an election") and (g.json().get("term") != term or g.json().get("is_leader") is not True):

@@ -513,6 +513,10 @@ def overloaded(tmp, masters):
             time.sleep(0.1)
             expect(C.req("POST", "/locks/ov-1", {"ttl_ms": 1000}), 503, "overloaded", "acquire behind one in flight")
             expect(C.req("GET", "/locks/ov-2"), 503, "overloaded", "inspect behind one in flight")
+            for kind in ("locks", "elections", "semaphores"):
+                expect(C.req("GET", f"/{kind}?prefix=ov"), 503, "overloaded",
+                       f"a listing's page of {kind} behind one in flight")
+            expect(C.req("GET", "/elections/ov-e"), 503, "overloaded", "an election's GET behind one in flight")
             expect(C.req("PATCH", "/locks/ov-3", {"ttl_ms": 1000}, {"Lock-Token": "t"}), 503, "no_quorum",
                    "an extension does not queue")
             t.join(10)

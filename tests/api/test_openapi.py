@@ -126,8 +126,8 @@ def negative_controls(doc, oas):
     bad += [("a page without next", "GET", "/locks", 200, J, body({"locks": []})),
             ("a listed lock with its token", "GET", "/locks", 200, J,
              body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3, "token": "A" * 22}], "next": None})),
-            ("a listing's no_quorum as shutting_down", "GET", "/elections", 503, J,
-             body({"error": "shutting_down", "message": "m"})),
+            ("a listing's overloaded without its time to wait", "GET", "/elections", 503, J,
+             body({"error": "overloaded", "message": "m"})),
             ("a dashboard without its Content-Security-Policy", "GET", "/ui", 200,
              [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], b"<!doctype html>")]
     for what, m, p, st, h, b in good:
@@ -197,6 +197,11 @@ def main():
         A.wait_ready(5)
         B = Daemon(tmp, "B", [free_port() for _ in range(5)])
         daemons.append(B)
+        # Elections: a campaign and its watch are two of --max-holds.
+        E = Daemon(tmp, "E", [m.port for m in masters], ["--auth-token-file", tf, "--max-waiters", "1",
+                                                          "--max-holds", "2"], auth=AUTH_TOKEN)
+        daemons.append(E)
+        E.wait_ready(5)
         log(f"masters {[m.port for m in masters]}, A on {A.port}, B (no masters) on {B.port}")
         for name, fn in [("operational routes", lambda: operational(A)),
                          ("framing", lambda: framing(A)),
@@ -205,7 +210,7 @@ def main():
                          ("Dapr routes", lambda: dapr(A)),
                          ("request limits", lambda: boundaries(A)),
                          ("held streams", lambda: held_streams(A, masters)),
-                         ("elections", lambda: elections(A, B)),
+                         ("elections", lambda: elections(E, B)),
                          ("semaphores", lambda: semaphores(A, B)),
                          ("heartbeats", lambda: heartbeats(A)),
                          ("listings and the dashboard", lambda: listings(A, masters)),

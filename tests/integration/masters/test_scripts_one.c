@@ -164,3 +164,45 @@ Test(scripts, a_name_is_taken_in_the_order_waiters_arrived)
     freeReplyObject(redisCommand(R, "DEL q"));
     cr_assert_eq(queue_try("vE", "", "0", "0"), 1, "nobody waiting: a try without a ticket takes it");
 }
+
+/* Every script that writes what takes memory is refused whole by a master
+ * over maxmemory, and writes nothing there, whatever its first write would
+ * be: an acquire whose name's queue holds an expired ticket begins with a
+ * ZREM, which Redis lets past maxmemory (and then, without the check
+ * before the script, the SET NX after it too). */
+Test(scripts, scripts_that_take_memory_are_refused_whole_over_maxmemory)
+{
+    flush_both();
+    select_db(0);
+    world_change(0, "m");
+    freeReplyObject(redisCommand(R, "ZADD m\x1f#queue 1 an-expired-ticket"));
+    freeReplyObject(redisCommand(R, "ZADD m\x1f#qdl 1 an-expired-ticket"));
+    freeReplyObject(redisCommand(R, "SET s:m\x1f#limit 2 PX 60000"));
+    struct cmd c[5];
+    set_args(&c[0], &script_acquire, 6, 16, "m", "m\x1f#fence", "m\x1f#owner", "m\x1f#queue", "m\x1f#qdl",
+             SCRIPT_MARKER_KEY, "v1", "40000", "60000", "", "0", "1000000", "tk", "100", "10000", "1");
+    set_args(&c[1], &script_settle, 3, 7, "m", "m\x1f#fence", SCRIPT_MARKER_KEY, "v1", "7", "60000", "1");
+    set_args(&c[2], &script_renew, 4, 10, "m", "m\x1f#fence", "m\x1f#owner", SCRIPT_MARKER_KEY, "t1", "40000",
+             "60000", "1000000000000123", "w1", "1");
+    set_args(&c[3], &script_proclaim, 3, 6, "m", "m\x1f#owner", SCRIPT_MARKER_KEY, "v1", "10.0.0.9:5432", "1");
+    set_args(&c[4], &script_sem_limit, 2, 5, "s:m2\x1f#limit", SCRIPT_MARKER_KEY, "3", "60000", "1");
+    redisReply *before = redisCommand(R, "DBSIZE");
+    freeReplyObject(redisCommand(R, "CONFIG SET maxmemory 1"));
+    for (int i = 0; i < 5; i++) {
+        redisReply *r = run_alone(&c[i]);
+        cr_assert(r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "OOM", 3), "%s over maxmemory: not refused OOM",
+                  c[i].s->name);
+        freeReplyObject(r);
+    }
+    freeReplyObject(redisCommand(R, "CONFIG SET maxmemory 0"));
+    redisReply *after = redisCommand(R, "DBSIZE");
+    cr_assert_eq(after->integer, before->integer, "a script over maxmemory changed the keys");
+    freeReplyObject(before);
+    freeReplyObject(after);
+    cr_assert_eq(zcard("m\x1f#queue"), 1, "the expired ticket is still there: nothing ran");
+    /* Under the limit again, the acquire runs: it drops the expired ticket
+     * and takes the name. */
+    redisReply *r = run_alone(&c[0]);
+    cr_assert_eq(r->element[0]->integer, 1, "taken once the master is under maxmemory");
+    freeReplyObject(r);
+}
