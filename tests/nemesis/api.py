@@ -198,7 +198,10 @@ class Client:
         try:
             r = fn(self.channels[inst][1])
         except grpc.RpcError as e:
-            self.hist.complete(i, None, error=e.code().name)
+            # INTERNAL is redlockd's answer without a quorum (HTTP's 500);
+            # the other codes say no answer came (UNAVAILABLE: refused).
+            code = e.code().name
+            self.hist.complete(i, 500 if code == "INTERNAL" else None, error=code)
             return i, None, None
         out = pick(r)
         self.hist.complete(i, 200, **out)

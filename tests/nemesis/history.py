@@ -26,7 +26,7 @@ class History:
         self.lock = threading.Lock()
         self.records = []
         self.next_id = 1
-        self.f = open(path, "w") if path else None
+        self.f = open(path, "w", buffering=1) if path else None   # a line at a time: complete if killed
 
     def _put(self, rec):
         # under self.lock
