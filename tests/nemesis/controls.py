@@ -48,6 +48,7 @@ JUDGED = {"L1": "L1_judged", "L2": "L2_judged", "L3": "L3_forced_judged"}
 def double_grant(ctx, c):
     _, s1, g1 = c.acquire(0, "nc-double", 4000)
     _, s2, g2 = c.acquire(1, "nc-double", 4000)
+    ctx.sleep(0.3)   # both hold
     for st, g in ((s1, g1), (s2, g2)):
         if st == 201:
             c.release(2, "nc-double", g["token"])
@@ -56,6 +57,7 @@ def double_grant(ctx, c):
 def over_limit(ctx, c):
     _, s1, g1 = c.sem_acquire(0, "nc-limit", 1, 1, 4000)
     _, s2, g2 = c.sem_acquire(1, "nc-limit", 1, 1, 4000)
+    ctx.sleep(0.3)
     for st, g in ((s1, g1), (s2, g2)):
         if st == 201:
             c.sem_release(2, "nc-limit", [p["token"] for p in g["permits"]])
