@@ -65,6 +65,8 @@ class Client:
             out["error"] = js["error"]
             if "reason" in js:
                 out["reason"] = js["reason"]
+            if a.status >= 500 and js.get("message"):
+                out["message"] = str(js["message"])[:300]
         if pick and a.status < 300 and js is not None:
             out.update(pick(js))
         self.hist.complete(i, a.status, **out)

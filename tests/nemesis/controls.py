@@ -126,7 +126,7 @@ def main():
     print(f"control {a.rule}: " + (f"REDLOCKD_TEST_BREAK={a.rule}; the checker must report {want}" if hooked
                                    else f"{bin_path} has no REDLOCKD_TEST_BREAK={a.rule} hook: the directed "
                                    "schedule runs on the plain binary and must come out clean"), flush=True)
-    path, problems, _ = nemesis.run_one(a.rule, 0, 1, a.out, grpc_mods, bin_path=bin_path, env_extra=env,
+    path, problems, _, tmp = nemesis.run_one(a.rule, 0, 1, a.out, grpc_mods, bin_path=bin_path, env_extra=env,
                                         directed=lambda ctx: fn(ctx, api.Client(ctx.hist, ctx.clu, 0, grpc_mods)))
     records = history.load(path)
     res = checker.check(records)
@@ -136,6 +136,7 @@ def main():
         print(report.show_violation(v))
     for p in problems:
         print(f"PROBLEM: {p}")
+    nemesis.done(tmp, bool(problems))
     if problems:
         return 1
     if not hooked:

@@ -73,16 +73,15 @@ def meta_bounds():
     return dict(master_timeout_ms=c["master_timeout_ms"], drift_factor=c["drift_factor"])
 
 
-def run_one(seed, seconds, clients, out, grpc_mods, keep=False, bin_path=None, env_extra=None,
-            directed=None):
+def run_one(seed, seconds, clients, out, grpc_mods, bin_path=None, env_extra=None, directed=None):
     """One run: the cluster, the clients (or directed(ctx) alone) and the
     faults of seed for seconds. Returns (path of the history, problems:
-    the test's own errors and deaths, counts of faults)."""
+    the test's own errors and deaths, counts of faults, the folder of the
+    processes' logs and data: the caller removes it with done())."""
     bin_path = bin_path or os.environ.get("REDLOCKD_BIN", "redlockd")
     path = os.path.join(out, f"nemesis-{seed}.jsonl" if directed is None else f"control-{seed}.jsonl")
     tmp = tempfile.mkdtemp(prefix=f"nemesis-{seed}-")
     problems, fcounts = [], {}
-    failed = True
     hist = history.History(path)
     try:
         t_start = now()
@@ -127,15 +126,21 @@ def run_one(seed, seconds, clients, out, grpc_mods, keep=False, bin_path=None, e
         fcounts = dict(nem.counts)
         for k, v in nem.skipped.items():
             fcounts[k + " (skipped)"] = v
-        failed = bool(problems)
+    except BaseException:
+        log(f"  processes' logs and data kept in {tmp}")
+        raise
     finally:
         hist.close()
         cluster.stop_all()
-        if keep or failed:
-            log(f"  processes' logs and data kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path, problems, fcounts
+    return path, problems, fcounts, tmp
+
+
+def done(tmp, keep):
+    """The processes' logs and data: kept when asked or when the run failed."""
+    if keep:
+        log(f"  processes' logs and data kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def judge(path, seed, seconds, fcounts, problems):
@@ -182,9 +187,10 @@ def main():
     for seed in seeds:
         log(f"nemesis: seed {seed}, {seconds:.0f} s, {a.clients} clients "
             f"(replay: nemesis.py --seed {seed} --seconds {seconds:.0f})")
-        path, problems, fcounts = run_one(seed, seconds, a.clients, a.out, grpc_mods, keep=a.keep)
+        path, problems, fcounts, tmp = run_one(seed, seconds, a.clients, a.out, grpc_mods)
         res = judge(path, seed, seconds, fcounts, problems)
         total.add(history.load(path), res, fcounts)
+        done(tmp, a.keep or res["violations"] or problems)
         if res["violations"] or problems:
             bad = True
             log(f"nemesis: seed {seed} FAILED ({len(res['violations'])} violations, "

@@ -61,13 +61,20 @@ class L1(unittest.TestCase):
         self.assertEqual(h.props(live=True), ["L1"])
 
 
-def l2_history(status=409, answered=9.0, release_at=2.0, wait_ms=8000):
+def l2_history(status=409, answered=9.0, release_at=2.0, wait_ms=8000, before=()):
+    """A holder, its release at release_at, a waiter's tries: before (each
+    (status, sent, answered)), then the last one."""
     h = H()
     hold = h.acquire("w", 0.0, 0.01, "t1", 3, 4000, inst=0)
-    w = h.op("acquire", 1.0, answered, status, dict(error="locked") if status == 409 else
-             dict(token="t2", fence=4, validity_ms=1900), kind="lock", name="w", ttl_ms=2000,
-             wait_ms=wait_ms, inst=1, probe="L2", holder=hold)
-    h.release("w", release_at, release_at + 0.01, "t1", inst=2, probe="L2rel", waiter=w)
+    t0 = 1.0
+    for k, (st, s, a) in enumerate(before):
+        h.op("acquire", s, a, st, dict(error="no_quorum"), kind="lock", name="w", ttl_ms=2000,
+             wait_ms=int(wait_ms - (s - 1.0) * 1000), inst=1, probe="L2", holder=hold, attempt=k)
+        t0 = a + 0.05
+    h.op("acquire", t0, answered, status, dict(error="locked") if status == 409 else
+         dict(token="t2", fence=4, validity_ms=1900), kind="lock", name="w", ttl_ms=2000,
+         wait_ms=int(wait_ms - (t0 - 1.0) * 1000), inst=1, probe="L2", holder=hold, attempt=len(before))
+    h.release("w", release_at, release_at + 0.01, "t1", inst=2, probe="L2rel", holder=hold)
     return h
 
 
@@ -78,6 +85,17 @@ class L2(unittest.TestCase):
 
     def test_a_waiter_served(self):
         self.assertEqual(l2_history(status=201, answered=2.02).props(live=True), [])
+
+    def test_a_503_then_a_grant_is_served(self):
+        h = l2_history(status=201, answered=2.3, before=[(503, 1.0, 2.1)])
+        self.assertEqual(h.props(live=True), [])
+        self.assertEqual(h.check(True)["stats"]["L2_judged"], 1)
+
+    def test_503s_to_the_end_of_the_wait_are_not_served(self):
+        h = l2_history(status=503, answered=8.95, before=[(503, 1.0, 2.1), (None, 2.15, 5.0)])
+        v = h.check(True)["violations"]
+        self.assertEqual([x["property"] for x in v], ["L2"])
+        self.assertIn("503 no_quorum, None", v[0]["message"])
 
     def test_a_release_too_late_in_the_wait_is_not_judged(self):
         self.assertEqual(l2_history(release_at=7.5).props(live=True), [])
