@@ -278,8 +278,10 @@ class Stream:
                 continue
             kind = ev.pop("event", "?")
             ev.pop("name", None)
-            self.hist.event(self.id, kind, t=t, **ev)
             with self.cv:
+                if self.closed:   # the client had left: it never saw this line
+                    return
+                self.hist.event(self.id, kind, t=t, **ev)
                 self.events.append((t, kind, ev))
                 self.cv.notify_all()
 

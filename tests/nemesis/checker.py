@@ -108,6 +108,9 @@ def _stream_grant(key, op, ev, fence, limit=None):
     """A stream's grant with a window per event it read until its last."""
     g = _grant(key, op, ev.get("token"), fence, ev["t"], ev["t"] + ev.get("validity_ms", 0) / 1000.0,
                limit=limit, slot=ev.get("slot"))
+    for e in op["events"]:   # the client's close ends it, wherever it was recorded
+        if e["event"] == "close":
+            g["end"] = min(g["end"], e["t"])
     after = False
     for e in op["events"]:
         if e is ev:

@@ -81,12 +81,12 @@ def l1(m, b, stat):
         end = insp["t1"] if insp is not None and insp["t1"] is not None else p["t1"]
         if touched(m, grant["t0"], end, _insts(grant, rel, p, insp), [p["name"]]):
             continue
-        if p["status"] == 201:
-            stat["L1_judged"] += 1
-            continue
-        if p["status"] != 409 or insp is None or insp["status"] != 200:
+        if p["status"] != 201 and (p["status"] != 409 or insp is None or insp["status"] != 200):
             continue
         stat["L1_judged"] += 1
+        stat["L1_repaired_judged"] += bool(p.get("repaired"))
+        if p["status"] == 201:
+            continue
         fence = _fence_of(grant)
         if insp["res"].get("held") and fence is not None and insp["res"].get("fence") == fence:
             out.append(violation("L1", f"{p['name']!r} still held by the released grant (fence {fence}) "
@@ -203,6 +203,6 @@ def l3(m, b, stat):
 
 def check(m, grants):
     b = bounds(m["meta"])
-    stat = dict(L1_judged=0, L2_judged=0, L3_forced_judged=0, L3_validity_judged=0)
+    stat = dict(L1_judged=0, L1_repaired_judged=0, L2_judged=0, L3_forced_judged=0, L3_validity_judged=0)
     out = l1(m, b, stat) + l2(m, b, stat) + l3(m, b, stat)
     return out, stat

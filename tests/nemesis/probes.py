@@ -24,19 +24,20 @@ import time
 
 import api
 import checker_live
+import cluster
 from api import q
 from history import now
 
 L1_PROBE_TTL_MS = 1000
 
 
-def l1_probe(ctx, c, inst, name, rel_id, grant_id, ttl_ms):
+def l1_probe(ctx, c, inst, name, rel_id, grant_id, ttl_ms, **tags):
     """Waits out the L1 bound after the release's answer (now), then
     probes."""
     bound = checker_live.l1_bound_ms(checker_live.bounds({}), ttl_ms) / 1000.0 + 0.05
     if not ctx.sleep(bound):
         return None
-    i, st, js = c.acquire(inst, name, L1_PROBE_TTL_MS, probe="L1", ref=rel_id, grant=grant_id)
+    i, st, js = c.acquire(inst, name, L1_PROBE_TTL_MS, probe="L1", ref=rel_id, grant=grant_id, **tags)
     if st == 409:
         c.inspect(inst, name, probe="L1i", ref=i)
     elif st == 201:
@@ -81,6 +82,12 @@ def l1_stream(ctx, c, name, a, b, p, ttl_ms, plant_master, plant_px, renewals, e
         token = s.events[0][2]["token"] if s.events and s.events[0][1] == "acquired" else None
         if token is None:
             return None
+        repaired = None
+        if plant_master is not None:   # did a renewal take the planted master back?
+            try:
+                repaired = ctx.clu.masters[plant_master].cmd("GET", cluster.KEY_PREFIX + name, timeout=1.0) == token
+            except (OSError, RuntimeError, EOFError):
+                pass
         if end == "force":
             rel, st, _ = c.force(b, "lock", name, probe="L3", stream=s.id)
             s.wait_for({"lost", "released"}, 4.0)
@@ -89,7 +96,8 @@ def l1_stream(ctx, c, name, a, b, p, ttl_ms, plant_master, plant_px, renewals, e
             s.wait_for({"released", "lost"}, 3.0)
         if st != 204:
             return None
-        return l1_probe(ctx, c, p, name, rel, s.id, ttl_ms)
+        return l1_probe(ctx, c, p, name, rel, s.id, ttl_ms, **({} if repaired is None else
+                                                                {"repaired": repaired}))
     finally:
         s.close()
 

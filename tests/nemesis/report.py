@@ -9,7 +9,7 @@ EXPECTED_OPS = [
     "dapr_lock/http", "dapr_lock/grpc", "dapr_unlock/http", "dapr_unlock/grpc", "list", "plant",
 ]
 COLS = ["sent", "2xx", "409", "503", "other", "no answer"]
-JUDGED = ["L1_judged", "L2_judged", "L3_forced_judged", "L3_validity_judged"]
+JUDGED = ["L1_judged", "L1_repaired_judged", "L2_judged", "L3_forced_judged", "L3_validity_judged"]
 
 
 def op_kind(r):

@@ -182,6 +182,15 @@ class MutualExclusion(unittest.TestCase):
              events=[ev(0.01, "campaigning"), ev(0.5, "elected", term=6, token="b", validity_ms=900)])
         self.assertEqual(h.props(), ["mutual_exclusion"])
 
+    def test_a_grant_read_after_the_client_closed_is_no_claim(self):
+        h = H()
+        h.op("campaign", 0.0, 0.01, 201, kind="election", name="e",
+             events=[ev(0.01, "campaigning"), ev(2.0, "close"),
+                     ev(2.0001, "elected", term=5, token="a", validity_ms=900)])
+        h.op("campaign", 2.5, 2.51, 201, kind="election", name="e", client=1,
+             events=[ev(2.51, "campaigning"), ev(2.52, "elected", term=6, token="b", validity_ms=900)])
+        self.assertEqual(h.props(), [])
+
     def test_a_resign_sent_ends_the_leadership(self):
         h = H()
         h.op("campaign", 0.0, 0.01, 201, kind="election", name="e",
