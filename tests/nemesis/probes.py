@@ -111,6 +111,8 @@ def probe_l1(ctx, c, r, n):
     ttl = r.choice([1000, 1500, 2000])
     plant = r.randrange(5) if r.random() < 0.8 else None
     px, renewals, hold = r.randint(700, 1400), r.randint(2, 4), r.uniform(0, 0.3)
+    if r.random() < 0.75:   # mostly after the planted value expired and a renewal took its master back
+        renewals = max(renewals, int(px * 3 / ttl) + 2)
     if variant == "plain":
         l1_plain(ctx, c, name, a, r.randrange(ctx.ninst), p, ttl, hold)
     else:
