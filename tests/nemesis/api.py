@@ -6,6 +6,7 @@ reads and stamps with the time they were read.
 A Client belongs to one client thread (its gRPC channels too); a Stream's
 reader thread touches only its own socket and the shared history."""
 import json
+import socket
 import threading
 import urllib.parse
 
@@ -250,8 +251,8 @@ class Stream:
         if a.status == 201 and self.s.chunked:
             c.hist.complete(self.id, 201)
             self.ok = True
-            self.t = threading.Thread(target=self._read, daemon=True)
-            self.t.start()
+            self.reader = threading.Thread(target=self._read, daemon=True)
+            self.reader.start()
         else:
             js = _json(a)
             c.hist.complete(self.id, a.status, **({"error": js.get("error")} if isinstance(js, dict) else {}))
@@ -319,7 +320,6 @@ class Stream:
             if not self.ended:
                 self.hist.event(self.id, "close")
         try:
-            import socket
             self.s.conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
