@@ -15,10 +15,12 @@
  *
  *   bench [--seconds S] [--levels 1,8,64,256] [--json FILE]
  *         [--redlockd PATH] [--masters host:port,...] [--label TEXT]
- *         [--no-node] [--node-dir DIR] [--leases N]
+ *         [--no-node] [--node-dir DIR] [--leases N] [--lease-window W]
  *
  * --leases N adds the leases row (bench_leases.c): N held streams renewed
- * every second on a redlockd of their own, for --seconds (at least 5).
+ * every second on a redlockd of their own, for --seconds (at least 5),
+ * opened W at a time as a client pool of W connections opens them
+ * (--lease-window, 256 by default; 0: all at once).
  *
  * Starts five redis-server masters on free loopback ports (no persistence)
  * unless --masters is given, and the redlockd binary. For every row it reads
@@ -97,7 +99,7 @@ int main(int argc, char **argv)
     const char *json_path = "bench-result.json", *bin = "build/src/redlockd", *masters_arg = NULL;
     const char *label = "", *node_dir = BENCH_NODE_DIR;
     bool use_node = true;
-    int leases = 0;
+    int leases = 0, lease_window = 256;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
             seconds = atof(argv[++i]);
@@ -119,10 +121,12 @@ int main(int argc, char **argv)
             node_dir = argv[++i];
         } else if (!strcmp(argv[i], "--leases") && i + 1 < argc) {
             leases = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--lease-window") && i + 1 < argc) {
+            lease_window = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench [--seconds S] [--levels 1,8,64,256] [--json FILE] "
                             "[--redlockd PATH] [--masters h:p,...] [--label TEXT] [--no-node] [--node-dir DIR] "
-                            "[--leases N]\n");
+                            "[--leases N] [--lease-window W]\n");
             return 2;
         }
     }
@@ -239,7 +243,8 @@ int main(int argc, char **argv)
     print_handoffs(&run);
 
     if (leases > 0) {
-        lease_result lr = run_leases(bin, masters, dir, leases, seconds < 5 ? 5 : seconds);
+        lease_result lr = run_leases(bin, masters, dir, leases, lease_window > 0 ? lease_window : leases,
+                                     seconds < 5 ? 5 : seconds);
         print_leases(&lr);
     }
 

@@ -70,7 +70,7 @@ double healthz_p50_ms(int port, int n)
     samples s = {0};
     for (int i = 0; i < n; i++) {
         uint64_t t0 = now_us();
-        if (blocking_call(fd, "GET /healthz HTTP/1.1\r\nHost: bench\r\n\r\n", NULL, 0) != 200)
+        if (blocking_call(fd, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", NULL, 0) != 200)
             die("GET /healthz");
         sample_add(&s, now_us() - t0);
     }
@@ -93,7 +93,7 @@ static void *handoff_waiter(void *arg)
         die("connect");
     const char *body = "{\"wait_ms\":10000,\"ttl_ms\":10000}";
     char acq[256];
-    snprintf(acq, sizeof acq, "POST /locks/handoff HTTP/1.1\r\nHost: b\r\nContent-Length: %zu\r\n\r\n%s",
+    snprintf(acq, sizeof acq, "POST /locks/handoff HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(body), body);
     while (!*h->stop && h->n < HANDOFF_MAX_EVENTS) {
         char token[300] = "", rel[512];
@@ -104,7 +104,7 @@ static void *handoff_waiter(void *arg)
             h->errors++;
             continue;
         }
-        snprintf(rel, sizeof rel, "DELETE /locks/handoff HTTP/1.1\r\nHost: b\r\nLock-Token: %s\r\n"
+        snprintf(rel, sizeof rel, "DELETE /locks/handoff HTTP/1.1\r\nHost: 127.0.0.1\r\nLock-Token: %s\r\n"
                  "Content-Length: 0\r\n\r\n", token);
         st = blocking_call(fd, rel, NULL, 0);
         if (st != 204)

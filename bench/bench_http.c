@@ -44,11 +44,11 @@ static void h_request(hclient *c)
     }
     if (c->st == H_ACQ)
         c->outlen = (size_t)snprintf(c->out, sizeof c->out,
-                                     "POST /locks/%s HTTP/1.1\r\nHost: bench\r\nContent-Length: 0\r\n\r\n",
+                                     "POST /locks/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
                                      name);
     else
         c->outlen = (size_t)snprintf(c->out, sizeof c->out,
-                                     "DELETE /locks/%s HTTP/1.1\r\nHost: bench\r\nLock-Token: %s\r\n"
+                                     "DELETE /locks/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nLock-Token: %s\r\n"
                                      "Content-Length: 0\r\n\r\n", name, c->token);
     c->outoff = 0;
     c->inlen = 0;
@@ -98,7 +98,7 @@ static double metric_value(int port, const char *family)
             close(fd);
         return -1;
     }
-    const char *req = "GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
         close(fd);
         return -1;

@@ -72,7 +72,7 @@ typedef struct result {
 /* The leases row (bench --leases N, bench_leases.c). */
 typedef struct lease_result {
     bool ran;
-    int leases, acquired, lost;
+    int leases, window, acquired, lost;   /* window: opened that many at a time */
     double open_s;                  /* from the first connect to the last acquired event */
     double calls_per_s_min, calls_per_s_max;   /* script calls per second, over the masters */
     double cpu_pct;                 /* redlockd's CPU, percent of one core */
@@ -142,7 +142,8 @@ double healthz_p50_ms(int port, int n);
 handoff_result run_handoff(int port_a, int port_b, double seconds);
 
 /* bench_leases.c */
-lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, double seconds);
+lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, int window,
+                        double seconds);
 void print_leases(const lease_result *lr);
 
 /* bench_report.c */

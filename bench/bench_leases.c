@@ -26,9 +26,10 @@ static long long script_calls(int m)
     return n;
 }
 
-lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, double seconds)
+lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, int window,
+                        double seconds)
 {
-    lease_result lr = {.leases = n};
+    lease_result lr = {.leases = n, .window = window};
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         rl.rlim_cur = rl.rlim_max;
@@ -53,7 +54,7 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     lr.idle_rss_kib = proc_kib(d, "VmRSS:");
 
     uint64_t t0 = now_us();
-    h_leases *ls = h_leases_open(port, n, LEASE_TTL_MS, "lease");
+    h_leases *ls = h_leases_open_window(port, n, LEASE_TTL_MS, "lease", window);
     /* every stream's acquired event, within 60 s */
     while (ls->got < n && now_us() - t0 < 60000000ULL)
         h_leases_read(ls, 100);
@@ -113,8 +114,9 @@ void print_leases(const lease_result *lr)
 {
     if (!lr->ran)
         return;
-    printf("\nleases: %d held streams (ttl %d ms, renewed every %d ms), %d acquired in %.1f s, %d lost\n",
-           lr->leases, LEASE_TTL_MS, LEASE_TTL_MS / 3, lr->acquired, lr->open_s, lr->lost);
+    printf("\nleases: %d held streams (ttl %d ms, renewed every %d ms, opened %d at a time), %d acquired in "
+           "%.1f s, %d lost\n", lr->leases, LEASE_TTL_MS, LEASE_TTL_MS / 3, lr->window, lr->acquired, lr->open_s,
+           lr->lost);
     printf("  script calls/s per master: %.0f to %.0f; redlockd CPU %.0f%% of a core, the five masters' %.0f%%\n",
            lr->calls_per_s_min, lr->calls_per_s_max, lr->cpu_pct, lr->masters_cpu_pct);
     printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), peak %.1f MiB, "

@@ -124,7 +124,7 @@ try:
     for _ in range(args.waiters):
         s = socket.create_connection(("127.0.0.1", port))
         b = '{"wait_ms":20000}'
-        s.sendall(f"POST /locks/held HTTP/1.1\r\nHost: t\r\nContent-Length: {len(b)}\r\n\r\n{b}".encode())
+        s.sendall(f"POST /locks/held HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(b)}\r\n\r\n{b}".encode())
         socks.append(s)
     time.sleep(1.5)
 
@@ -182,7 +182,7 @@ try:
     for _ in range(1000):
         try:
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             conns.append(s)
         except OSError:
             break
@@ -208,7 +208,7 @@ try:
     for i in range(args.holds):
         try:
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /locks/bench-hold-%d HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /locks/bench-hold-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n%s" % (i, len(body), body))
             streams.append(s)
         except OSError:

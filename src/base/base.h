@@ -16,6 +16,9 @@
  *   listener.h  stopping a listener without resetting its queue
  *   deadline.h  an absolute time for pthread_cond_timedwait
  *   dlist.h     intrusive doubly linked lists, guarded by their owner
+ *   principals.h  who may do what to which names (--principals-file)
+ *   audit.h     the audit log (--audit-log): one JSON line per grant,
+ *               release, force, loss, term and refusal, from any thread
  *   testhook.h  REDLOCKD_TEST_BREAK: a promise broken on purpose, for the
  *               nemesis suite's negative controls
  *
@@ -29,6 +32,7 @@
 #ifndef RL_BASE_H
 #define RL_BASE_H
 
+#include "audit.h"
 #include "conf.h"
 #include "deadline.h"
 #include "dlist.h"
@@ -37,6 +41,7 @@
 #include "log.h"
 #include "loop.h"
 #include "metrics.h"
+#include "principals.h"
 #include "rules.h"
 #include "testhook.h"
 #include "token.h"

@@ -12,7 +12,7 @@
 
 enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
                 OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_STORES, OPT_CHOICE,
-                OPT_FLAG, OPT_TEXT };
+                OPT_FLAG, OPT_TEXT, OPT_ALLOW };
 
 struct opt {
     const char *name;     /* flag without the leading dashes */
@@ -66,6 +66,16 @@ static const struct opt opts[] = {
     {"admin-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token of an operator's force release (DELETE ?force=true); "
      "without it force is refused (default: none)"},
+    {"allow-origin", OPT_ALLOW, 0, 0, 0, 0,
+     "an origin, http://HOST[:PORT] or https://HOST[:PORT], whose pages may call this service "
+     "besides its own (http:// and the Host it was reached at); repeat it or separate with "
+     "commas. A request with another Origin header is answered 403 forbidden_origin; one "
+     "without (curl, SDKs) is served (default: none)"},
+    {"allow-host", OPT_ALLOW, 0, 0, 0, 0,
+     "a Host to serve besides localhost and the loopback addresses (a name or address, any "
+     "port); repeat it or separate with commas. On a loopback --listen another Host is "
+     "answered 403 forbidden_host (DNS rebinding); on another address every Host is served "
+     "until this is given (default: none)"},
     {"redis-password", OPT_SECRET, 0, 0, 0, 0, "password sent with AUTH to every master (default: none)"},
     {"redis-username", OPT_TEXT, 0, 0, 0, 0,
      "Redis ACL user sent with AUTH user password (needs --redis-password; default: none, "
@@ -310,6 +320,16 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         }
         return 0;
     }
+    case OPT_ALLOW: {
+        bool origins = !strcmp(o->name, "allow-origin");
+        char ***list = origins ? &c->allow_origins : &c->allow_hosts;
+        int *n = origins ? &c->nallow_origins : &c->nallow_hosts;
+        if (val[0] == '\0') {
+            free_allowed(list, n);   /* an empty setting: none */
+            return 0;
+        }
+        return parse_allowed(from, val, origins, list, n, err, errlen);
+    }
     case OPT_FLAG:
         return 0;
     }
@@ -398,6 +418,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     }
 
     enum conf_result result = CONF_OK;
+    bool origin_flag = false, host_flag = false;   /* a flag given: the variable's entries go */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0) {
@@ -437,6 +458,14 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
             }
             val = argv[++i];
         }
+        if (o->kind == OPT_ALLOW) {
+            bool origins = !strcmp(o->name, "allow-origin");
+            bool *seen = origins ? &origin_flag : &host_flag;
+            if (!*seen)
+                free_allowed(origins ? &c->allow_origins : &c->allow_hosts,
+                             origins ? &c->nallow_origins : &c->nallow_hosts);
+            *seen = true;
+        }
         if (apply(c, o, val, from, err, errlen) < 0)
             return CONF_ERROR;
     }
@@ -445,6 +474,12 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
 
     if (check_redis_auth(c, err, errlen) < 0)
         return CONF_ERROR;
+    /* Every client with the ordinary token could force releases. */
+    if (c->admin_token && c->auth_token && !strcmp(c->admin_token, c->auth_token)) {
+        snprintf(err, errlen, "--admin-token-file holds the same token as --auth-token-file: an "
+                 "operator's force release needs a token of its own");
+        return CONF_ERROR;
+    }
     if (c->default_ttl_ms > c->max_ttl_ms) {
         snprintf(err, errlen, "--default-ttl-ms (%lld) is above --max-ttl-ms (%lld)",
                  c->default_ttl_ms, c->max_ttl_ms);
@@ -478,6 +513,8 @@ void conf_free(conf *c)
     free(c->redis_tls_server_name);
     c->redis_username = c->redis_tls_ca_file = c->redis_tls_cert_file = c->redis_tls_key_file =
         c->redis_tls_server_name = NULL;
+    free_allowed(&c->allow_origins, &c->nallow_origins);
+    free_allowed(&c->allow_hosts, &c->nallow_hosts);
 }
 
 void conf_masters_str(const conf *c, char *out, size_t outlen)

@@ -49,6 +49,9 @@
 #define CONF_MAX_DAPR_STORES 255
 #define CONF_DAPR_NAME_MAX 64   /* bytes of a Dapr store name, keyPrefix or app id */
 #define CONF_DAPR_SEP "||"      /* daprd's, between a lock key's prefix and its resourceId */
+#define CONF_MAX_ALLOWED 64     /* entries of --allow-origin, and of --allow-host */
+#define CONF_HOST_MAX 255       /* bytes of a host name (DNS: 253), or of [an IPv6 address] */
+#define CONF_ORIGIN_MAX (8 + CONF_HOST_MAX + 6)   /* "https://" host ":65535" */
 
 enum conf_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
@@ -98,6 +101,10 @@ typedef struct conf {
     char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock stores: NAME[=KEYPREFIX], comma-separated */
     char *dapr_app_id;             /* the app's id, for keyPrefix "appid"; NULL: none */
     conf_addr dapr_grpc_listen;    /* Dapr's gRPC API (grpc.h); port 0: off */
+    char **allow_origins;          /* --allow-origin, each in conf_origin_norm's form */
+    int nallow_origins;
+    char **allow_hosts;            /* --allow-host, each in conf_host_norm's form */
+    int nallow_hosts;
     enum conf_log_level log_level;
     enum conf_log_format log_format;
 } conf;
@@ -127,5 +134,28 @@ bool conf_tls_used(const conf *c);
 
 /* Masters as "host:port,host:port" for logs. */
 void conf_masters_str(const conf *c, char *out, size_t outlen);
+
+/* Who may call the HTTP front from a browser (--allow-origin, --allow-host,
+ * and the Host and Origin headers they are compared with: front/api.h's
+ * api_origin_verdict). Pure. */
+
+/* The host of s (len bytes): a DNS name (A-Z a-z 0-9 . - _), an IPv4
+ * address or an IPv6 address in brackets, then ":PORT" when port is not
+ * NULL (*port the number, or -1 when none is given). Into out (cap bytes)
+ * lowercased, without the port, so that equal hosts compare equal as
+ * strings. Returns 0, or -1 when s is not one (a port where port is NULL,
+ * a port that is not 1 to 65535, a user part, a path, an empty host). */
+int conf_host_norm(const char *s, size_t len, char *out, size_t cap, int *port);
+
+/* An origin as a browser writes it in Origin: "http://" or "https://", a
+ * host as conf_host_norm reads it, an optional ":PORT", nothing after. Into
+ * out (cap bytes) lowercased and without its scheme's default port (80,
+ * 443). Returns 0, or -1 when s (len bytes) is not one ("null" among them). */
+int conf_origin_norm(const char *s, size_t len, char *out, size_t cap);
+
+/* Is host (conf_host_norm's form, or --listen's, whose IPv6 address has no
+ * brackets) "localhost" or a loopback address: 127.0.0.0/8, ::1, or ::1's
+ * IPv4-mapped 127.0.0.0/8? Other spellings (127.1, 2130706433) are not. */
+bool conf_host_loopback(const char *host);
 
 #endif

@@ -23,4 +23,12 @@ char *read_token_file(const char *flag, const char *path, char *err, size_t errl
 /* Is val a good --dapr-stores (NAME[=KEYPREFIX],...)? */
 bool stores_valid(const char *val);
 
+/* Appends the comma-separated entries of val (--allow-origin when origins,
+ * else --allow-host; from names the source in err) to *list (*n entries),
+ * each in conf_origin_norm's or conf_host_norm's form. Returns 0, or -1
+ * with err set (the entries before the bad one stay in the list). */
+int parse_allowed(const char *from, const char *val, bool origins, char ***list, int *n, char *err,
+                  size_t errlen);
+void free_allowed(char ***list, int *n);
+
 #endif

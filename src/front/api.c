@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/base.h"
 
@@ -29,7 +30,28 @@ const struct api_err_entry api_errors[API_E_COUNT] = {
     [API_E_LIMIT_MISMATCH] = {409, "limit_mismatch"},
     [API_E_NOT_IMPLEMENTED] = {501, "not_implemented"},
     [API_E_FORBIDDEN] = {403, "forbidden"},
+    [API_E_FORBIDDEN_ORIGIN] = {403, "forbidden_origin"},
+    [API_E_FORBIDDEN_HOST] = {403, "forbidden_host"},
 };
+
+const char *api_reason_class(const char *reason)
+{
+    if (!reason || !*reason)
+        return "";
+    if (!strncmp(reason, "AUTH refused", 12))
+        return "auth_refused";
+    if (strstr(reason, " refused: "))
+        return "command_refused";   /* "PING refused: NOPERM ..." */
+    if (strstr(reason, "timed out") || strstr(reason, "no reply"))
+        return "timeout";
+    if (!strncmp(reason, "TLS", 3))
+        return "tls";
+    if (!strcasecmp(reason, "Connection refused"))
+        return "connection_refused";
+    if (!strcmp(reason, "stopping"))
+        return "stopping";
+    return "connection_error";
+}
 
 #define LOCKS_PREFIX "/locks/"
 
@@ -109,6 +131,14 @@ enum api_route api_route_of(const char *path, const char **name)
         }
     }
     return ROUTE_NOT_FOUND;
+}
+
+enum api_route api_force_route_of(const char *path)
+{
+    return !strcmp(path, LOCKS_PREFIX)       ? ROUTE_LOCK
+           : !strcmp(path, "/elections/")    ? ROUTE_ELECTION
+           : !strcmp(path, "/semaphores/")   ? ROUTE_SEMAPHORE
+                                             : ROUTE_NOT_FOUND;
 }
 
 const char *api_allowed_methods(enum api_route r)

@@ -54,6 +54,8 @@ enum api_err {
     API_E_LIMIT_MISMATCH, /* a semaphore's limit differs from the one stored */
     API_E_NOT_IMPLEMENTED, /* a Transfer-Encoding other than chunked: closes */
     API_E_FORBIDDEN,     /* a force release without the admin token (or without --admin-token-file) */
+    API_E_FORBIDDEN_ORIGIN, /* an Origin neither the service's own nor --allow-origin's (api_origin.c) */
+    API_E_FORBIDDEN_HOST,   /* on a loopback listener, a Host neither loopback nor --allow-host's */
     API_E_COUNT
 };
 
@@ -79,6 +81,15 @@ typedef struct api_limits {
  * for ROUTE_ELECTION_VALUE it goes on with "/value"; for ROUTE_HEARTBEAT
  * *name is the path itself). */
 enum api_route api_route_of(const char *path, const char **name);
+
+/* A force release's query form, DELETE /locks/?force=true&name=NAME (and
+ * /elections/, /semaphores/), for the names a browser cannot put in a path:
+ * "." and ".." (a WHATWG URL parser takes %2E and %2E%2E for dot segments
+ * too, and removes them). Of such a path (the name then comes from the
+ * query, percent-encoded once; the path serves DELETE only, always as a
+ * force release): ROUTE_LOCK, ROUTE_ELECTION or ROUTE_SEMAPHORE; of any
+ * other, ROUTE_NOT_FOUND. */
+enum api_route api_force_route_of(const char *path);
 
 /* Of a ROUTE_HEARTBEAT path: which kind of stream ('l' lock, 'e' election,
  * 's' semaphore), and where its name begins and how long it is. */
@@ -129,6 +140,36 @@ int api_framing_verdict(const api_framing *f, bool http11, char *msg, size_t msg
  * chosen one is not a possible token. */
 int api_pick_token(const char *header, const char *query, bool have_body, rl_request *req,
                    char *msg, size_t msglen);
+
+/* ---- browsers: Host and Origin (api_origin.c; issue 41) ----
+ * A page of another origin can POST without a preflight (a form, or fetch
+ * with text/plain), and a page whose name an attacker rebinds to 127.0.0.1
+ * is same-origin with what it loads from there. So, judged before anything
+ * else of a request (after its framing):
+ *   Host    on a loopback listener (loopback: conf_host_loopback of
+ *           --listen's host), the Host header's host must be localhost, a
+ *           loopback address or one of --allow-host (any port); on another
+ *           listener any Host goes until --allow-host is given, and then
+ *           only those and the loopback ones. A request without Host
+ *           (HTTP/1.0) goes. Every route but /healthz and Dapr's healthz.
+ *   Origin  absent (curl, SDKs: no browser's request) goes; present, it must
+ *           be the service's own, "http://" and the Host header, or one of
+ *           --allow-origin. Every route but /healthz, /readyz, /metrics and
+ *           Dapr's healthz (they change nothing, and without a CORS header,
+ *           which redlockd never sends, a page cannot read them). */
+
+/* Returns -1 when the request may go on, else API_E_FORBIDDEN_HOST or
+ * API_E_FORBIDDEN_ORIGIN with msg (naming the header's value, printable
+ * ASCII only). host, origin: the headers' values, NULL when absent. */
+int api_origin_verdict(const conf *cfg, bool loopback_listener, enum api_route route, const char *host,
+                       const char *origin, char *msg, size_t msglen);
+
+/* The class of a master's reason for being down (master_status.reason, the
+ * server's or the library's text, which can name an ACL user or a rule):
+ * "auth_refused", "command_refused" (PING and the like), "connection_refused",
+ * "timeout", "tls", "stopping", else "connection_error"; "" for "". What an
+ * unauthenticated /readyz shows when --auth-token-file is set. */
+const char *api_reason_class(const char *reason);
 
 /* The status and error of an engine outcome (RL_OK has no error: returns -1). */
 int api_err_of_outcome(enum rl_outcome o);

@@ -262,6 +262,14 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         /* Routed once: the path, and the name in it, stay as they are
          * while the body arrives (url points into the connection). */
         ctx->route = api_route_of(url, &ctx->route_name);
+        enum api_route by_query = api_force_route_of(url);
+        if (by_query != ROUTE_NOT_FOUND) {
+            /* the force release's query form, for "." and ".." (api.h) */
+            const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "name");
+            ctx->route = by_query;
+            ctx->route_name = q ? q : "";
+            ctx->force_query = true;
+        }
         decode_route_name(ctx, url);
         ctx->mroute = ctx->route == ROUTE_HEALTHZ  ? METRICS_ROUTE_HEALTHZ
                       : ctx->route == ROUTE_READYZ ? METRICS_ROUTE_READYZ
@@ -321,8 +329,18 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
 
     const char *name = ctx->route_name;
     enum api_route route = ctx->route;
+    /* A browser's page of another origin, or of a rebound name (api.h):
+     * before anything else, so that nothing is read or changed for it. */
+    char why[300];
+    int foreign = api_origin_verdict(s->cfg, s->loopback, route,
+                                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+                                     MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), why, sizeof why);
+    if (foreign >= 0)
+        return send_error(ctx, (enum api_err)foreign, why, NULL);
     if (route == ROUTE_NOT_FOUND)
         return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
+    if (ctx->force_query && strcmp(method, "DELETE"))
+        return send_error(ctx, API_E_METHOD, "the method is not allowed on this path", "DELETE");
     if (!api_method_allowed(route, method))
         return send_error(ctx, API_E_METHOD, "the method is not allowed on this path",
                           api_allowed_methods(route));
@@ -336,7 +354,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
     case ROUTE_METRICS:
         return serve_metrics(ctx);
     case ROUTE_LOCK:
-        if (force_asked(ctx, method))
+        if (ctx->force_query || force_asked(ctx, method))
             return force_dispatch(ctx, name);   /* the admin token instead */
         if (!authorized(ctx, false))
             return unauthorized(ctx);
@@ -354,14 +372,14 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
                              NULL, 0, true);
         return dapr_dispatch(ctx, name);
     case ROUTE_SEMAPHORE:
-        if (force_asked(ctx, method))
+        if (ctx->force_query || force_asked(ctx, method))
             return force_dispatch(ctx, name);
         if (!authorized(ctx, false))
             return unauthorized(ctx);
         return sem_dispatch(ctx, method, name);
     case ROUTE_ELECTION:
     case ROUTE_ELECTION_VALUE:
-        if (ctx->route == ROUTE_ELECTION && force_asked(ctx, method))
+        if (ctx->route == ROUTE_ELECTION && (ctx->force_query || force_asked(ctx, method)))
             return force_dispatch(ctx, name);
         if (!authorized(ctx, false))
             return unauthorized(ctx);

@@ -65,7 +65,7 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *name)
     ctx->mroute = METRICS_ROUTE_RELEASE;   /* (refused ones too) */
     char buf[16];
     const char *force = http_query_arg(ctx, "force", buf, sizeof buf);
-    if (strcmp(force, "true"))
+    if (!force || strcmp(force, "true"))   /* (absent: the query form without it) */
         return send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
     if (!s->cfg->admin_token)
         return send_error(ctx, API_E_FORBIDDEN, "force release is off: the service has no --admin-token-file",
@@ -165,8 +165,11 @@ enum MHD_Result list_dispatch(req_ctx *ctx)
             return send_error(ctx, API_E_BAD_REQUEST, "limit must be an integer from 1 to 1000", NULL);
         req.limit = (int)v;
     }
+    /* A cursor that does not decode (a broken escape) is no cursor this
+     * service gave: refused, not read as "" (which starts the walk over). */
     const char *cursor = http_query_arg(ctx, "cursor", buf, sizeof buf);
-    if (list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
+    raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "cursor");
+    if ((raw && *raw && !*cursor) || list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
         return send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
     ctx->list = true;
     ctx->list_req = req;

@@ -120,6 +120,8 @@ struct http_server {
     metrics *m;
     hold_set *holds;            /* held streams; wakes resume their connections */
     api_limits limits;
+    bool loopback;              /* --listen is a loopback address: foreign Hosts are refused
+                                   (api_origin_verdict) */
     atomic_bool quiescing;      /* SIGTERM seen: no new connections */
 
     pthread_mutex_t reg_lock;
@@ -188,6 +190,8 @@ typedef struct req_ctx {
     election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
     bool election;            /* an election route: answered by election_answer */
     bool force;               /* an operator's force release (http_admin.c) */
+    bool force_query;         /* DELETE /locks/?force=true&name=...: the query form of a
+                                 force release (api_force_route_of); route_name from name */
     bool list;                /* a listing's page (http_admin.c): its body once done */
     list_request list_req;    /* ... the page asked */
     rl_handle *list_turn;     /* ... its place among --max-inflight, until list_done */

@@ -213,6 +213,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
     s->m = m;
     s->nshards = nloops;
     s->limits = (api_limits){cfg->default_ttl_ms, cfg->max_ttl_ms, cfg->max_wait_ms, cfg->dapr_app_id};
+    s->loopback = conf_host_loopback(cfg->listen.host);
     s->holds = hold_set_new(cfg->max_holds);
     if (!s->holds) {
         snprintf(err, errlen, "out of memory");

@@ -45,6 +45,11 @@ void http_master_status(http_server *s, int i, master_status *out)
 enum MHD_Result serve_readyz(req_ctx *ctx)
 {
     mpool *p = ctx->s->pool;
+    /* /readyz is open; a master's reason is the server's text, which can
+     * name an ACL user or a rule: without the token (when there is one) a
+     * caller gets its class only. */
+    const char *want = ctx->s->cfg->auth_token;
+    bool full = !want || http_secret_is(want, http_bearer(ctx));
     int n = mpool_size(p), up = 0, voting = 0, refusing = 0, quarantined = 0, marked = 0;
     char refusal[sizeof ((master_status *)0)->refusal] = "";
     char down[sizeof ((master_status *)0)->addr + sizeof ((master_status *)0)->reason + 4] = "";
@@ -60,15 +65,16 @@ enum MHD_Result serve_readyz(req_ctx *ctx)
         marked += st.marker == QMARK_PENDING || st.marker == QMARK_READY;
         if (st.refusing && !refusal[0])
             memcpy(refusal, st.refusal, sizeof refusal);
+        const char *reason = full ? st.reason : api_reason_class(st.reason);
         if (!st.up && st.reason[0] && !down[0])
-            snprintf(down, sizeof down, "%s: %s", st.addr, st.reason);
+            snprintf(down, sizeof down, "%s: %s", st.addr, reason);
         cJSON *mo = cJSON_CreateObject();
         if (!mo)
             break;
         cJSON_AddStringToObject(mo, "addr", st.addr);
         cJSON_AddBoolToObject(mo, "up", st.up);
         if (!st.up && st.reason[0])
-            cJSON_AddStringToObject(mo, "reason", st.reason);
+            cJSON_AddStringToObject(mo, "reason", reason);
         cJSON_AddBoolToObject(mo, "tls", st.tls);
         cJSON_AddBoolToObject(mo, "quarantined", st.quarantined);
         cJSON_AddBoolToObject(mo, "notices", st.subscribed);

@@ -20,10 +20,13 @@ enum MHD_Result ui_page(req_ctx *ctx)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     /* Nothing from elsewhere: the page's own script and style, and calls
-     * to this service only. */
+     * to this service only. And in no frame of another page, whose
+     * overlay could steer a click onto a force release (X-Frame-Options
+     * for browsers that predate frame-ancestors). */
     MHD_add_response_header(r, "Content-Security-Policy",
                             "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                            "connect-src 'self'; img-src data:");
+                            "connect-src 'self'; img-src data:; frame-ancestors 'none'");
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
     return send_response(ctx, 200, r);
 }
 

@@ -187,6 +187,10 @@ enum master_persistence { MPERSIST_UNKNOWN, MPERSIST_OFF, MPERSIST_ALWAYS, MPERS
 typedef struct master_status {
     char addr[280];
     bool up;                    /* answered PING on its current connection */
+    bool late;                  /* connected and past its handshake, but a reply is overdue
+                                   (up is false meanwhile): it takes no votes until it has
+                                   answered what it owes, and is dropped (down) after 1 s
+                                   more without an answer */
     bool quarantined;           /* up, but its votes do not count */
     long long quarantine_left_ms; /* until its votes count; 0 when not quarantined
                                      or when it waits for a marker */

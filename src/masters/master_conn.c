@@ -435,6 +435,7 @@ void mpool_status(mpool *p, int i, master_status *out)
     struct master *m = &p->masters[i];
     snprintf(out->addr, sizeof out->addr, "%s", m->name);
     out->up = atomic_load(&m->up);
+    out->late = atomic_load(&m->lagging);
     uint64_t until = atomic_load(&m->quarantine_until_us), now = loop_now_us();
     out->marker = atomic_load(&m->marker);
     out->may_lose_locks = atomic_load(&m->may_lose);

@@ -157,7 +157,8 @@ struct master {
     uint64_t connect_deadline_us; /* monotonic: M_CONNECTING fails then */
     uint64_t next_ping_us;      /* monotonic: the idle ping */
     bool want_write;            /* the output buffer holds unwritten commands */
-    bool lagging;               /* M_UP with a reply overdue: no votes until it catches up */
+    atomic_bool lagging;        /* M_UP with a reply overdue: no votes until it catches up;
+                                   written on the loop, read by mpool_status (late) */
     bool logged_down;           /* "down" logged since it was last up */
     quarantine_info info;       /* from INFO on the current connection; loop thread */
     bool persists;              /* appendonly yes with appendfsync always */

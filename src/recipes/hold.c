@@ -39,14 +39,11 @@ void free_if_done(hold *h)
     free(h);
 }
 
-/* A release or a force of h's grant ran on the masters (its notice, or a
- * DELETE here): it settles h's own release only when nothing h sent can
- * land after it. An extension in flight can; so can a repair that has
- * answered already, since a repair takes free masters back (script_renew)
- * and its answer may be read before the notice of a release it followed
- * on the masters. Then the close releases again: a release matches the
- * grant's exact value, so a second one is harmless. Never unsets a
- * release h sent itself. s->mu held. */
+/* A release or force of h's grant ran (a notice, or a DELETE here): it is
+ * h's own release only if nothing h sent can land after it: not with an
+ * extension in flight, nor once a repair went out (it takes free masters
+ * back, and its answer may be read before the notice). Else the close
+ * releases again, harmlessly (exact value). s->mu held. */
 static void settled_by_release(hold *h)
 {
     if (!h->extending && !h->repaired)

@@ -1,8 +1,11 @@
 /* listing.c - a page of a listing on a pool's loop (listing.h), in rounds:
  * a scan of one master, an EXISTS of its names on the masters scanned
  * before (from the second master on), then a read of the rest on every
- * master; until the page holds limit names, the walk is over, a master
- * scanned was late, or LIST_ROUNDS_MAX rounds or LIST_PAGE_MS passed. */
+ * master; until the page holds limit names, the walk is over, or
+ * LIST_ROUNDS_MAX rounds or LIST_PAGE_MS passed. A round that needed the
+ * answer of a master that runs but was late (list_decide's LIST_UNSURE)
+ * lists nothing: the walk stands where the round began, and the round is
+ * tried again (round_late). */
 #include "listing_run.h"
 
 #include <cjson/cJSON.h>
@@ -25,9 +28,10 @@ typedef struct list_task {
     char *names[LIST_ROUND_NAMES];
     int nnames;
     int scanned;                /* the master those names came from */
+    list_pos round_pos;         /* where the walk stood when this round's scan was sent */
     uint64_t read_us;           /* when their read was sent */
     bool read_any;              /* a read went to every master this page */
-    bool stalled;               /* the master scanned is up but was late: the page ends */
+    bool stalled;               /* a master that runs was late: the page ends */
     uint64_t start_us;          /* when the page began (LIST_PAGE_MS) */
     list_copy *copies;          /* one per master */
     list_done_fn done;
@@ -78,6 +82,61 @@ static void finish(list_task *t, enum rl_outcome outcome)
 }
 
 static void read_step(list_task *t);
+static void go_on(list_task *t);
+
+static bool answered(const master_reply *r)
+{
+    return r->kind == MREPLY_VALUE && !r->quarantined && r->blob && r->nints >= 1 && r->ints[0] == 0;
+}
+
+/* Whether master i, which gave r no answer, runs but was late: it keeps its
+ * connection while it catches up (master_status.late), or it is up and
+ * answered this batch late. Down, in quarantine or refusing: false. */
+static bool late(list_task *t, int i, const master_reply *r)
+{
+    master_status st;
+    mpool_status(t->pool, i, &st);
+    return r->kind == MREPLY_FAIL && (st.up || st.late) && !st.quarantined;
+}
+
+/* The masters of a batch that gave no answer because they were late. */
+static unsigned late_mask(list_task *t, const master_reply *replies)
+{
+    unsigned m = 0;
+    for (int i = 0; i < t->n; i++)
+        if (!answered(&replies[i]) && late(t, i, &replies[i]))
+            m |= 1u << i;
+    return m;
+}
+
+static void retry_round(void *arg)
+{
+    list_task *t = arg;
+    if (loop_stopping(mpool_loop(t->pool)))
+        finish(t, RL_SHUTTING_DOWN);
+    else
+        scan_step(t);
+}
+
+/* A master that runs was late for what this round needed (its scan, or a
+ * read whose answer it could change): nothing of the round is listed, and
+ * the walk stands where the round began. A page that holds nothing yet
+ * tries the round again every LIST_LATE_RETRY_MS while its LIST_PAGE_MS
+ * lasts (a late master catches up, or is dropped and passed as down,
+ * within about a second), so that a client does not spin on empty pages;
+ * otherwise the page ends here, and the next one asks again. */
+static void round_late(list_task *t)
+{
+    t->req.pos = t->round_pos;
+    free(t->blob);
+    t->blob = NULL;
+    t->nnames = 0;
+    if (t->count == 0 && loop_now_us() - t->start_us < LIST_PAGE_MS * 1000ULL &&
+        loop_after(mpool_loop(t->pool), LIST_LATE_RETRY_MS * 1000ULL, retry_round, t) == 0)
+        return;
+    t->stalled = true;
+    go_on(t);   /* (a page that read nothing still asks whether a majority runs) */
+}
 
 /* Another scan, or the page is done. A page whose scans found no names
  * (or could reach no master) still reads, with no names, so that it
@@ -96,11 +155,6 @@ static void go_on(list_task *t)
         finish(t, RL_OK);
 }
 
-static bool answered(const master_reply *r)
-{
-    return r->kind == MREPLY_VALUE && !r->quarantined && r->blob && r->nints >= 1 && r->ints[0] == 0;
-}
-
 static void read_done(void *arg, const master_reply *replies)
 {
     list_task *t = arg;
@@ -113,11 +167,28 @@ static void read_done(void *arg, const master_reply *replies)
         p[i] = voted[i] ? replies[i].blob : NULL;
         end[i] = voted[i] ? replies[i].blob + replies[i].blob_len : NULL;
     }
-    if (votes < quorum_of(t->n)) {
+    unsigned late = late_mask(t, replies);
+    if (votes + __builtin_popcount(late) < quorum_of(t->n)) {
         finish_why(t, RL_NO_QUORUM, replies, votes);
         return;
     }
+    if (votes < quorum_of(t->n)) {
+        /* A majority runs, some of it late: no name can be decided. */
+        if (t->nnames)
+            round_late(t);
+        else
+            go_on(t);
+        return;
+    }
+    /* The round's entries are kept aside until every name is decided: a
+     * round a late master could change lists none of them. */
+    cJSON *round = cJSON_CreateArray();
+    if (!round) {
+        finish(t, RL_INTERNAL);
+        return;
+    }
     long long elapsed_us = (long long)(loop_now_us() - t->read_us);
+    int added = 0;
     for (int k = 0; k < t->nnames; k++) {
         const list_copy *c[MASTER_MAX];
         for (int i = 0; i < t->n; i++) {
@@ -125,14 +196,23 @@ static void read_done(void *arg, const master_reply *replies)
                 voted[i] = false;   /* not well formed: no vote from here on */
             c[i] = voted[i] ? &t->copies[i] : NULL;
         }
-        int added = list_decide(t->req.kind, t->names[k], c, t->n, t->scanned, t->req.pos.skipped, elapsed_us,
-                                t->cfg->drift_factor, t->items);
-        if (added < 0) {
-            finish(t, RL_INTERNAL);
+        int one = list_decide(t->req.kind, t->names[k], c, t->n, t->scanned, t->req.pos.skipped, late, elapsed_us,
+                              t->cfg->drift_factor, round);
+        if (one < 0 || one == LIST_UNSURE) {
+            cJSON_Delete(round);
+            if (one < 0)
+                finish(t, RL_INTERNAL);
+            else
+                round_late(t);
             return;
         }
-        t->count += added;
+        added += one;
     }
+    cJSON *item;
+    while ((item = cJSON_DetachItemFromArray(round, 0)))
+        cJSON_AddItemToArray(t->items, item);
+    cJSON_Delete(round);
+    t->count += added;
     go_on(t);
 }
 
@@ -242,11 +322,11 @@ static void scan_done(void *arg, const master_reply *replies)
          * (a majority of those that vote still meets one of the rest). One
          * that is up but late: the page ends here, and the next asks it
          * again. */
-        master_status st;
-        mpool_status(t->pool, t->req.pos.master, &st);
-        if (r->kind == MREPLY_FAIL && st.up && !st.quarantined) {
-            t->stalled = true;
-        } else if (!list_next_master(&t->req.pos, t->n, true)) {
+        if (late(t, t->req.pos.master, r)) {
+            round_late(t);
+            return;
+        }
+        if (!list_next_master(&t->req.pos, t->n, true)) {
             finish_why(t, RL_NO_QUORUM, replies, voting_now(t));   /* too few left to scan */
             return;
         }
@@ -292,6 +372,7 @@ static void scan_done(void *arg, const master_reply *replies)
 
 static void scan_step(list_task *t)
 {
+    t->round_pos = t->req.pos;
     char pattern[(RULES_NAME_MAX + CONF_MAX_KEY_PREFIX) * 2 + 32], limit[24], plen[24], count[24];
     if (list_pattern(t->req.kind, t->cfg->key_prefix, t->req.prefix, pattern, sizeof pattern) < 0) {
         finish(t, RL_INTERNAL);

@@ -10,8 +10,11 @@
  * master is not listed again. A master the walk reaches that is down (or
  * in quarantine, or refusing) is passed, and the next after the first
  * n - quorum + 1 is scanned in its place; when too few are left, the page
- * answers no quorum. One that is up but late ends the page where it
- * stands, to be asked again by the next. The cursor a page gives is where the walk
+ * answers no quorum. One that runs but is late (it missed the deadline and
+ * keeps its connection while it catches up) is never passed: a round that
+ * needed its answer (its scan, or a read it could change) lists nothing,
+ * and the page ends where that round began, to be asked again (a page that
+ * holds nothing waits for it a while first). The cursor a page gives is where the walk
  * goes on: the master, its SCAN cursor and, where a page ended inside a
  * batch (script_list_scan), the last name it took. As with SCAN, a name
  * held for the whole walk is listed once; one taken or freed meanwhile may
@@ -42,6 +45,8 @@ enum list_kind { LIST_LOCKS, LIST_ELECTIONS, LIST_SEMAPHORES };
 #define LIST_ROUNDS_MAX 64      /* a page scans again while it has fewer than limit names,
                                    at most this many times ... */
 #define LIST_PAGE_MS 200        /* ... and, after the first, for at most this long */
+#define LIST_LATE_RETRY_MS 10   /* a page that holds nothing tries a round again this much
+                                   after a master that runs was late for it */
 #define LIST_ROUND_NAMES 100    /* names a round scans and reads: a master's share of a round
                                    stays well under a millisecond, so acquires on the same
                                    connections wait little behind it */
@@ -107,14 +112,19 @@ int list_copy_next(enum list_kind kind, const char **p, const char *end, long lo
 
 /* One name of a page, from every master's copy (c[i] is master i's; NULL
  * where it gave no vote), read elapsed_us ago, met in the scan of master
- * scanned, the masters of skipped (bits) below it not scanned. Appends the name's entry to items when it is listed (returns 1),
- * else returns 0 (-1: out of memory):
+ * scanned, the masters of skipped (bits) below it not scanned. late (bits):
+ * masters without a copy that run but answered late, so their copies may
+ * hold anything. Appends the name's entry to items when it is listed
+ * (returns 1), else returns 0; LIST_UNSURE (nothing appended) when the late
+ * masters' copies could change that, or the entry (a semaphore's holders),
+ * or show that a master scanned before met the name; -1: out of memory.
  *   locks      {"name","validity_ms","fence","owner" (when set)}
  *   elections  {"name","leader","value","term","since","validity_ms"}
  *   semaphores {"name","limit","holders"}: the limit a majority stores, and
  *              its slots that a majority holds */
+#define LIST_UNSURE 2
 struct cJSON;
 int list_decide(enum list_kind kind, const char *name, const list_copy *const *c, int n, int scanned,
-                unsigned skipped, long long elapsed_us, double drift_factor, struct cJSON *items);
+                unsigned skipped, unsigned late, long long elapsed_us, double drift_factor, struct cJSON *items);
 
 #endif

@@ -244,31 +244,72 @@ int list_copy_next(enum list_kind kind, const char **p, const char *end, long lo
     return 0;
 }
 
-/* Whether a master the walk scanned before holds the name: it met it there. */
-static bool met_before(enum list_kind kind, const list_copy *const *c, int scanned, unsigned skipped)
+#define UNSURE (-2)   /* what the late masters' copies could change (list_decide: LIST_UNSURE) */
+
+/* Whether a master the walk scanned before holds the name (it met it
+ * there): 1; 0 when none that answered does; UNSURE when none that
+ * answered does but one of them is late (of late: it may). */
+static int met_before(enum list_kind kind, const list_copy *const *c, int scanned, unsigned skipped, unsigned late)
 {
-    for (int i = 0; i < scanned; i++)
-        if (c[i] && !(skipped >> i & 1u) && (kind == LIST_SEMAPHORES ? c[i]->limit > 0 : c[i]->lock.value != NULL))
-            return true;
-    return false;
+    bool unsure = false;
+    for (int i = 0; i < scanned; i++) {
+        if (skipped >> i & 1u)
+            continue;
+        if (c[i] && (kind == LIST_SEMAPHORES ? c[i]->limit > 0 : c[i]->lock.value != NULL))
+            return 1;
+        unsure |= !c[i] && (late >> i & 1u);
+    }
+    return unsure ? UNSURE : 0;
 }
 
-static int list_semaphore(const char *name, const list_copy *const *c, int n, long long elapsed_us,
-                          double drift_factor, cJSON *items)
+/* quorum_holder over the copies that answered, where the masters of late
+ * (their copies absent) may hold anything: the holder's index; -1 when no
+ * holder can be, whatever they hold; UNSURE when their copies could
+ * make one (a value that answered copies and late ones together would give
+ * a majority). */
+static int holder_despite(const quorum_copy *c, int n, unsigned late, long long elapsed_us, double drift_factor,
+                          long long *validity, long long *fence)
 {
-    /* The limit a majority stores. */
-    int limit = 0;
-    for (int i = 0; i < n && !limit; i++) {
+    int h = quorum_holder(c, n, elapsed_us, drift_factor, validity, fence);
+    int nlate = __builtin_popcount(late);
+    if (h >= 0 || nlate == 0)
+        return h;
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        int agree = 0;
+        for (int j = 0; c[i].value && j < n; j++)
+            agree += c[j].value && c[j].vlen == c[i].vlen && !memcmp(c[j].value, c[i].value, c[i].vlen);
+        best = agree > best ? agree : best;
+    }
+    return best + nlate >= quorum_of(n) ? UNSURE : -1;
+}
+
+/* The limit a majority stores (0: none), or UNSURE when the late
+ * masters' limits could make one. */
+static int semaphore_limit(const list_copy *const *c, int n, unsigned late)
+{
+    int best = 0;
+    for (int i = 0; i < n; i++) {
         if (!c[i] || !c[i]->limit)
             continue;
         int agree = 0;
         for (int j = 0; j < n; j++)
             agree += c[j] && c[j]->limit == c[i]->limit;
         if (agree >= quorum_of(n))
-            limit = c[i]->limit;
+            return c[i]->limit;
+        best = agree > best ? agree : best;
     }
-    if (!limit)
+    return best + __builtin_popcount(late) >= quorum_of(n) ? UNSURE : 0;
+}
+
+static int list_semaphore(const char *name, const list_copy *const *c, int n, unsigned late, bool unsure_before,
+                          long long elapsed_us, double drift_factor, cJSON *items)
+{
+    int limit = semaphore_limit(c, n, late);
+    if (limit == 0)
         return 0;
+    if (limit == UNSURE || unsure_before)
+        return UNSURE;
     int holders = 0;
     for (int s = 0; s < limit; s++) {
         quorum_copy slot[MASTER_MAX] = {0};
@@ -276,7 +317,10 @@ static int list_semaphore(const char *name, const list_copy *const *c, int n, lo
             if (c[i] && s < c[i]->nslots)
                 slot[i] = c[i]->slots[s];
         long long validity, fence;
-        holders += quorum_holder(slot, n, elapsed_us, drift_factor, &validity, &fence) >= 0;
+        int h = holder_despite(slot, n, late, elapsed_us, drift_factor, &validity, &fence);
+        if (h == UNSURE)
+            return UNSURE;   /* a count that a late master could change */
+        holders += h >= 0;
     }
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddItemToArray(items, o))
@@ -288,20 +332,25 @@ static int list_semaphore(const char *name, const list_copy *const *c, int n, lo
 }
 
 int list_decide(enum list_kind kind, const char *name, const list_copy *const *c, int n, int scanned,
-                unsigned skipped, long long elapsed_us, double drift_factor, cJSON *items)
+                unsigned skipped, unsigned late, long long elapsed_us, double drift_factor, cJSON *items)
 {
-    if (met_before(kind, c, scanned, skipped))
+    int before = met_before(kind, c, scanned, skipped, late);
+    if (before == 1)
         return 0;
-    if (kind == LIST_SEMAPHORES)
-        return list_semaphore(name, c, n, elapsed_us, drift_factor, items);
+    if (kind == LIST_SEMAPHORES) {
+        int r = list_semaphore(name, c, n, late, before == UNSURE, elapsed_us, drift_factor, items);
+        return r == UNSURE ? LIST_UNSURE : r;
+    }
     quorum_copy copies[MASTER_MAX] = {0};
     for (int i = 0; i < n; i++)
         if (c[i])
             copies[i] = c[i]->lock;
     long long validity, fence;
-    int h = quorum_holder(copies, n, elapsed_us, drift_factor, &validity, &fence);
-    if (h < 0)
+    int h = holder_despite(copies, n, late, elapsed_us, drift_factor, &validity, &fence);
+    if (h == -1)
         return 0;
+    if (h == UNSURE || before == UNSURE)
+        return LIST_UNSURE;
     char owner[RL_OWNER_MAX + 1];
     snprintf(owner, sizeof owner, "%.*s", (int)copies[h].olen, copies[h].owner);
     cJSON *o = cJSON_CreateObject();

@@ -4,14 +4,18 @@
 heartbeats, listings and the dashboard, and the metrics text."""
 from oas_harness import *  # noqa: F401,F403
 from oas_routes import *  # noqa: F401,F403
+import oas_browsers
 import oas_harness
+
+
+ADMIN = {"Authorization": f"Bearer {oas_browsers.ADMIN}"}
 
 
 def shutting_down(tmp, masters):
     """SIGTERM: a waiting acquire answers 503 shutting_down at once, a held stream ends
     with released (shutting_down), and a request whose body arrives after the
     engine stopped taking work answers 503 shutting_down."""
-    C = Daemon(tmp, "C", [m.port for m in masters])
+    C = Daemon(tmp, "C", [m.port for m in masters], ["--admin-token-file", oas_browsers.admin_file(tmp)])
     C.wait_ready(len(masters))
     secrets.update(["sd-1", "sd-2", "sd-3"])
     g = C.req("POST", "/locks/sd-1", {"ttl_ms": 20000})
@@ -52,6 +56,9 @@ def shutting_down(tmp, masters):
                           ("PUT", "/locks/sd-3/heartbeat", {"Lock-Token": "t"}, b'{}'),
                           ("PUT", "/elections/sd-f/heartbeat", {"Lock-Token": "t"}, b'{}'),
                           ("PUT", "/semaphores/sd-s/heartbeat", {"Lock-Token": "0:t"}, b'{}'),
+                          ("DELETE", "/locks/?force=true&name=sd-q", ADMIN, b'{}'),
+                          ("DELETE", "/elections/?force=true&name=sd-q", ADMIN, b'{}'),
+                          ("DELETE", "/semaphores/?force=true&name=sd-q", ADMIN, b'{}'),
                           ("POST", "/v1.0-alpha1/lock/lockstore", {},
                            b'{"resourceId":"sd-4","lockOwner":"o","expiryInSeconds":1}'),
                           ("POST", "/v1.0-alpha1/unlock/lockstore", {}, b'{"resourceId":"sd-4","lockOwner":"o"}')]:

@@ -24,14 +24,14 @@ def operational(A):
     expect(A.req("GET", "/v1.0/metadata", auth=None, headers={"dapr-api-token": AUTH_TOKEN}), 200,
            what="metadata with dapr-api-token")
     expect(A.req("GET", "/v1.0/metadata", auth=None), 401, "ERR_UNAUTHORIZED", "metadata without a token")
-    # Unknown paths, /locks and /locks/ among them.
-    for m, p in [("GET", "/locks/"), ("POST", "/locks/"), ("GET", "/elections/"), ("GET", "/ui/state/"),
-                 ("GET", "/nope"),
+    # Unknown paths.
+    for m, p in [("GET", "/ui/state/"), ("GET", "/nope"),
                  ("POST", "/v1.0-alpha1/lock/"), ("POST", "/v1.0-alpha1/unlock"),
                  ("GET", "/v1.0/healthz/x"), ("GET", "/v1.0/healthz/outbound/x"), ("DELETE", "/")]:
         expect(A.req(m, p), 404, "not_found", f"{m} {p}")
     # Known paths, other methods: Allow must name exactly the documented ones.
     for m, p in [("PUT", "/locks/x"), ("HEAD", "/locks/x"), ("OPTIONS", "/locks/x"),
+                 ("GET", "/locks/"), ("POST", "/locks/"), ("GET", "/elections/"), ("PATCH", "/semaphores/"),
                  ("POST", "/healthz"), ("DELETE", "/readyz"), ("POST", "/metrics"),
                  ("GET", "/v1.0-alpha1/lock/lockstore"), ("PUT", "/v1.0-alpha1/unlock/lockstore"),
                  ("POST", "/v1.0/metadata"), ("HEAD", "/v1.0/metadata"), ("POST", "/v1.0/healthz"),

@@ -485,7 +485,13 @@ class Spec:
         declared = [self.resolve(p) for p in item.get("parameters", []) + op.get("parameters", [])]
         for p in declared:
             if p["in"] == "path":
-                v = urllib.parse.unquote_to_bytes(params.get(p["name"], "")).decode("latin-1")
+                # Decoded to text, as a client holds it: a standard validator
+                # applies the schema to Unicode, not to bytes.
+                try:
+                    v = urllib.parse.unquote_to_bytes(params.get(p["name"], "")).decode("utf-8")
+                except UnicodeDecodeError:
+                    probs.append(f"path {p['name']}: not UTF-8, so no client can hold it as text")
+                    continue
             elif p["in"] == "query":
                 if p["name"] not in query:
                     continue

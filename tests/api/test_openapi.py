@@ -34,6 +34,8 @@ import oascheck  # noqa: E402
 import oascheck_doc  # noqa: E402
 from oas_harness import (AUTH_TOKEN, BIN, ROOT, BUILD, Daemon, Master, children, fail,  # noqa: E402
                          failures, free_port, log, oas_schemas)
+from oas_browsers import force_by_query, foreign_callers  # noqa: E402
+from oas_names import listing_docs_agree, utf8_names  # noqa: E402
 from oas_recipes import elections, heartbeats, listings, metrics_text, semaphores, shutting_down  # noqa: E402
 from oas_routes import (boundaries, dapr, force_release, framing, held_streams, native_locks,  # noqa: E402
                         no_quorum, operational, overloaded, waiters)
@@ -120,16 +122,20 @@ def negative_controls(doc, oas):
              ("a valid page", "GET", "/locks?limit=1", 200, J,
               body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3}], "next": "0.0.13"}))]
     csp = ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-           "connect-src 'self'; img-src data:")
-    good += [("a valid dashboard", "GET", "/ui", 200,
-              [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store"), csp], b"<!doctype html>")]
+           "connect-src 'self'; img-src data:; frame-ancestors 'none'")
+    html = [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")]
+    good += [("a valid dashboard", "GET", "/ui", 200, html + [csp, ("X-Frame-Options", "DENY")], b"<!doctype html>")]
+    bad += [("a dashboard that may be framed", "GET", "/ui", 200,
+             html + [(csp[0], csp[1].replace("; frame-ancestors 'none'", "")), ("X-Frame-Options", "DENY")],
+             b"<!doctype html>"),
+            ("a dashboard without X-Frame-Options", "GET", "/ui", 200, html + [csp], b"<!doctype html>")]
     bad += [("a page without next", "GET", "/locks", 200, J, body({"locks": []})),
             ("a listed lock with its token", "GET", "/locks", 200, J,
              body({"locks": [{"name": "x", "validity_ms": 9, "fence": 3, "token": "A" * 22}], "next": None})),
             ("a listing's overloaded without its time to wait", "GET", "/elections", 503, J,
              body({"error": "overloaded", "message": "m"})),
             ("a dashboard without its Content-Security-Policy", "GET", "/ui", 200,
-             [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], b"<!doctype html>")]
+             html + [("X-Frame-Options", "DENY")], b"<!doctype html>")]
     for what, m, p, st, h, b in good:
         probs = s.check(m, p, st, h, b)
         if probs:
@@ -178,6 +184,7 @@ def main():
             fail(f"api/openapi.yaml: {p}")
         negative_controls(doc, oas)
     oas_harness.SPEC = SPEC = oascheck.Spec(doc)
+    listing_docs_agree()
 
     tmp = tempfile.mkdtemp(prefix="redlockd-api-")
     daemons = []
@@ -209,6 +216,8 @@ def main():
                          ("waiters", lambda: waiters(A)),
                          ("Dapr routes", lambda: dapr(A)),
                          ("request limits", lambda: boundaries(A)),
+                         ("UTF-8 names", lambda: utf8_names(A)),
+                         ("foreign origins and hosts", lambda: foreign_callers(A, masters)),
                          ("held streams", lambda: held_streams(A, masters)),
                          ("elections", lambda: elections(E, B)),
                          ("semaphores", lambda: semaphores(A, B)),
@@ -217,6 +226,7 @@ def main():
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("overloaded", lambda: overloaded(tmp, masters)),
                          ("force release", lambda: force_release(tmp, masters, A)),
+                         ("force release by the query", lambda: force_by_query(tmp, masters)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),
                          ("metrics text", lambda: metrics_text(A))]:
             log(f"== {name}")

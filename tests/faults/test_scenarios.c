@@ -79,12 +79,15 @@ static void pause_three(fl_run *r)
 
 /* SIGKILL three masters and start them again at once, with whatever
  * persistence the cluster has. In the long_holder scenarios each kill comes
- * while client 0 holds a name for at least 1.2 s more: without quarantine,
- * the restarted masters then grant that name to another client within
- * its hold, every time. */
+ * while client 0 holds a name for at least 1.2 s more; in the negative
+ * controls, once the masters are up again, the fault thread asks for that
+ * name itself (fl_probe_long_hold): without quarantine the restarted
+ * masters grant it within client 0's hold, every time the ask comes in
+ * time, and the control goes on until one did. */
 static void kill_three(fl_run *r)
 {
     uint64_t ready;
+    int extra = 0;
     do {
         fl_sleep_ms(r, 700);
         if (r->sc->long_holder)
@@ -94,6 +97,8 @@ static void kill_three(fl_run *r)
         uint64_t begin = h_now_us();
         for (int i = 0; i < 3; i++)
             h_master_restart(r->c, i);
+        if (r->sc->long_holder)
+            fl_probe_long_hold(r);
         /* Voting masters only grow from here, so every moment up to the
          * last poll that saw fewer than three was down. */
         uint64_t last_down = fl_wait_voting(r, 3, 15000, &ready);
@@ -102,7 +107,7 @@ static void kill_three(fl_run *r)
         if (ready)
             fl_mark_recovered(r, ready);
         fl_wait_voting(r, 5, 15000, &ready);
-    } while (fl_running(r));
+    } while (fl_running(r) || fl_probe_owed(r, &extra));
 }
 
 static void pexpire_while_paused(fl_run *r)
@@ -139,11 +144,12 @@ static void script_flush(fl_run *r)
  * the peers) are SIGKILLed and started afresh in turn, and between those,
  * three masters are SIGKILLed and restarted empty. A new instance knows
  * nothing of the masters' past; only the markers on the masters keep the
- * restarted ones out of the vote. */
+ * restarted ones out of the vote. The long holder and the probe as in
+ * kill_three. */
 static void churn(fl_run *r)
 {
     uint64_t ready;
-    int next = 0;
+    int next = 0, extra = 0;
     do {
         fl_sleep_ms(r, 400);
         fl_instance_restart(r, next++ % (r->sc->peers + 1));
@@ -155,6 +161,8 @@ static void churn(fl_run *r)
         for (int i = 0; i < 3; i++)
             h_master_restart(r->c, (next + i) % 5);
         fl_instance_restart(r, next++ % (r->sc->peers + 1));
+        if (r->sc->long_holder)
+            fl_probe_long_hold(r);
         uint64_t last_down = fl_wait_voting(r, 3, 15000, &ready);
         if (last_down)
             fl_mark_down(r, begin, last_down);
@@ -162,7 +170,7 @@ static void churn(fl_run *r)
          * follow within a TTL, so this scenario judges safety (and fast
          * 503s while a majority sits out), not how soon grants resume. */
         fl_wait_voting(r, 5, 15000, &ready);
-    } while (fl_running(r));
+    } while (fl_running(r) || fl_probe_owed(r, &extra));
 }
 
 /* Restart quarantine against fence counters kept stale (issue 19, item 3).
@@ -227,6 +235,9 @@ static void stale_counters(fl_run *r, bool old_window)
         freeReplyObject(x);
     }
     fl_sleep_ms(r, 300);
+    /* A grant at F or above is on record: a client's, or the fault
+     * thread's own, so that this does not rest on a client asking in time. */
+    cr_assert(fl_probe_grant(r, 0, 10000), "no grant on masters 0, 1 and 2 after their counters rose");
     h_master_kill(r->c, 0);
     h_master_pause(r->c, 1);
     h_master_pause(r->c, 2);
@@ -270,6 +281,9 @@ static void stale_counters(fl_run *r, bool old_window)
     fl_wait_voting(r, 3, 15000, &ready);
     if (ready)
         fl_mark_recovered(r, ready);
+    /* A grant on 0, 3 and 4, surely: below F in the negative control, above
+     * it once master 0 sat out long enough. */
+    cr_assert(fl_probe_grant(r, 0, 10000), "no grant on masters 0, 3 and 4");
     fl_sleep_ms(r, 1500);   /* grants on 0, 3, 4 */
     h_master_resume(r->c, 1);
     h_master_resume(r->c, 2);

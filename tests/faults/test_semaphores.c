@@ -6,7 +6,8 @@
  * run to: never more than SEM_L holders at once, never two holders of one
  * slot, fences increasing per slot. The negative control flushes three
  * masters with --quarantine off: the checker must find more than SEM_L
- * holders at once. */
+ * holders at once, and by construction (flush_three: the fault thread
+ * flushes while a client holds a permit and asks for SEM_L more itself). */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +31,9 @@ typedef struct sem_run {
     size_t n;
     long attempts, refused, no_quorum;
     void (*fault)(struct sem_run *r);
+    _Atomic uint64_t held_until[SEM_CLIENTS]; /* each client's hold ends then (0: none) */
+    int probes_in_hold;         /* flush_three's asks answered while a client held */
+    bool negative;              /* the scenario's */
 } sem_run;
 
 struct client {
@@ -64,8 +68,10 @@ static void *client_main(void *arg)
         uint64_t step_down = got + (uint64_t)(100 + rand_r(&seed) % 500) * 1000ULL;
         uint64_t until = step_down < valid_until ? step_down : valid_until;
         uint64_t now = h_now_us();
+        atomic_store(&r->held_until[cl->id], until);
         if (until > now)
             usleep((useconds_t)(until - now));
+        atomic_store(&r->held_until[cl->id], 0);
         pthread_mutex_lock(&r->mu);
         if (r->n < SEM_MAX_PERMITS)
             r->permits[r->n++] = (fl_permit){cl->id, slot, fence, got, until};
@@ -113,18 +119,68 @@ static void pause_two(sem_run *r)
     }
 }
 
-/* FLUSHALL on three masters while permits are held: with restart
- * quarantine they sit out (no marker); without it they vote at once and
- * grant the held slots again. */
+/* The latest end of a client's hold now (0: none holds). */
+static uint64_t held_until(sem_run *r)
+{
+    uint64_t most = 0;
+    for (int i = 0; i < SEM_CLIENTS; i++) {
+        uint64_t u = atomic_load(&r->held_until[i]);
+        most = u > most ? u : most;
+    }
+    return most;
+}
+
+/* The fault thread asks for SEM_L permits itself (recorded as client 99
+ * until it releases them, at once). Counts an ask granted before hold_end:
+ * with the permit held until then, more than SEM_L holders at once. */
+static void probe(sem_run *r, uint64_t hold_end)
+{
+    h_resp a = h_http(r->c, "POST", "/semaphores/fs", "{\"limit\":2,\"permits\":2,\"ttl_ms\":1500}", NULL);
+    uint64_t got = h_now_us();
+    if (a.status == 201) {
+        cJSON *ps = cJSON_GetObjectItem(a.json, "permits");
+        char hdr[400] = "Lock-Token: ";
+        for (int i = 0; i < cJSON_GetArraySize(ps); i++)
+            snprintf(hdr + strlen(hdr), sizeof hdr - strlen(hdr), "%s%s", i ? "," : "",
+                     cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(ps, i), "token")));
+        uint64_t until = h_now_us();
+        h_resp d = h_http(r->c, "DELETE", "/semaphores/fs", NULL, hdr, NULL);
+        h_resp_free(&d);
+        pthread_mutex_lock(&r->mu);
+        for (int i = 0; i < cJSON_GetArraySize(ps) && r->n < SEM_MAX_PERMITS; i++) {
+            const cJSON *p = cJSON_GetArrayItem(ps, i);
+            r->permits[r->n++] = (fl_permit){99, (int)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "slot")),
+                                             (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "fence")), got,
+                                             until};
+        }
+        pthread_mutex_unlock(&r->mu);
+        r->probes_in_hold += got < hold_end;
+    }
+    h_resp_free(&a);
+}
+
+/* FLUSHALL on three masters while a client holds a permit (for 300 ms
+ * more at least), then an ask for SEM_L permits: with restart quarantine
+ * the flushed masters sit out (no marker) and it is refused; without it
+ * they vote at once and grant the held slots again. A round whose ask was
+ * not granted within that hold (a client took a slot first) proves
+ * nothing by itself: the negative control goes on until one was (at most
+ * 10 rounds past the run). */
 static void flush_three(sem_run *r)
 {
-    while (running(r)) {
+    int extra = 0;
+    while (running(r) || (r->negative && !r->probes_in_hold && ++extra <= 10)) {
         nap(r, 600);
+        uint64_t end = 0;
+        for (uint64_t give_up = h_now_us() + 5000000; h_now_us() < give_up; usleep(2000))
+            if ((end = held_until(r)) > h_now_us() + 300000)
+                break;
         for (int i = 0; i < 3; i++) {
             redisReply *x = h_redis(r->c, i, "FLUSHALL");
             if (x)
                 freeReplyObject(x);
         }
+        probe(r, end);
         wait_voting(r, 5, 15000);
         nap(r, 500);
     }
@@ -144,6 +200,7 @@ typedef struct sem_scenario {
     bool negative;
 } sem_scenario;
 
+
 static void run(const sem_scenario *sc, int seconds)
 {
     sem_run *r = calloc(1, sizeof *r);
@@ -160,6 +217,7 @@ static void run(const sem_scenario *sc, int seconds)
         pthread_create(&ct[i], NULL, client_main, &cl[i]);
     }
     r->fault = sc->fault;
+    r->negative = sc->negative;
     pthread_create(&ft, NULL, fault_main, r);
     sleep((unsigned)seconds);
     atomic_store(&r->fault_stop, true);
@@ -178,6 +236,7 @@ static void run(const sem_scenario *sc, int seconds)
     h_cluster_free(r->c);
     cr_assert_geq(rep.permits, 5, "%s: too few permits to judge", sc->label);
     if (sc->negative) {
+        cr_assert_gt(r->probes_in_hold, 0, "%s: no flush was followed by an ask within a hold", sc->label);
         cr_assert_gt(rep.over_limit, 0, "%s: the checker found no more than %d holders", sc->label, SEM_L);
     } else {
         cr_assert_eq(rep.over_limit, 0, "%s: more than %d holders at once (%d)", sc->label, SEM_L,

@@ -205,8 +205,7 @@ static void client_log(struct client *cl, const fl_record *rec)
     cl->recs[cl->n++] = *rec;
 }
 
-/* Notes a token a client received. */
-static void keep_token(fl_run *r, const char *token)
+void fl_keep_token(fl_run *r, const char *token)
 {
     pthread_mutex_lock(&r->tok_mu);
     if (r->ntokens == r->captokens) {
@@ -266,13 +265,14 @@ static void stream_attempt(struct client *cl, fl_record *rec, h_cluster *x)
         return;
     }
     rec->answered_us = at;
+    atomic_fetch_add(&r->grants, 1);
     rec->fence = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "fence"));
     rec->ttl_ms = sc->ttl_ms;
     uint64_t valid_until = at + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(ev, "validity_ms")) * 1000ULL;
     char token[300];
     snprintf(token, sizeof token, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(ev, "token")));
     cJSON_Delete(ev);
-    keep_token(r, token);
+    fl_keep_token(r, token);
 
     fl_resource *res = &r->res[rec->name];
     long v = resource_read(res, rec->fence);
@@ -346,6 +346,7 @@ static void *client_main(void *arg)
         rec.status = (int)http(h, "POST", url, body, NULL, &out);
         rec.answered_us = h_now_us();
         if (rec.status == 201) {
+            atomic_fetch_add(&r->grants, 1);
             cJSON *j = cJSON_Parse(out.buf);
             cJSON *t = cJSON_GetObjectItem(j, "token");
             rec.validity_ms = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "validity_ms"));
@@ -354,7 +355,7 @@ static void *client_main(void *arg)
             if (cJSON_IsString(t))
                 snprintf(token, sizeof token, "%s", t->valuestring);
             cJSON_Delete(j);
-            keep_token(r, token);
+            fl_keep_token(r, token);
 
             /* The critical section: read, work, write, all fenced. */
             fl_resource *res = &r->res[rec.name];
@@ -368,6 +369,7 @@ static void *client_main(void *arg)
                 long long used_ms = (long long)(rec.read_us - rec.answered_us) / 1000;
                 long long left = rec.validity_ms - FL_LONG_HOLD_SPARE_MS - used_ms;
                 hold = left > 0 ? (int)left : 0;
+                atomic_store(&r->long_hold_name, rec.name);
                 atomic_store(&r->long_hold_until_us, rec.read_us + (uint64_t)hold * 1000ULL);
             }
             sleep_exact_ms(hold);
@@ -471,6 +473,12 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
     }
     size_t n = 0;
     fl_record *recs = read_jsonl(r->jsonl, &n);
+    if (r->nprobes) {   /* the fault thread's asks are judged as a client's */
+        recs = realloc(recs, (n + (size_t)r->nprobes) * sizeof *recs);
+        cr_assert_not_null(recs);
+        memcpy(recs + n, r->probes, (size_t)r->nprobes * sizeof *recs);
+        n += (size_t)r->nprobes;
+    }
     long lost = 0;
     for (int k = 0; k < sc->names; k++) {
         long acc = fl_accepted_for(recs, n, k);
@@ -493,6 +501,9 @@ void fl_run_scenario(const fl_scenario *sc, int seconds, int clients_override)
                      "where one was expected", sc->label);
     } else if (sc->expect_violation) {
         /* Negative control: the same checks must catch the unsafe setting. */
+        if (sc->long_holder)
+            cr_assert_gt(r->probes_in_hold, 0, "%s: no restart was seen through while client 0 held its name: "
+                         "the control proves nothing", sc->label);
         cr_assert(p.overlaps > 0 || lost > 0,
                   "%s: the checker found no violation where one was expected", sc->label);
     } else {

@@ -15,6 +15,7 @@
 #define FL_MAX_NAMES 8
 #define FL_MAX_PERIODS 64
 #define FL_MAX_PEERS 4
+#define FL_MAX_PROBES 256
 
 /* The protected resource of one name, as a fenced store would do it: every
  * operation carries the holder's fence; a write is accepted only with a fence
@@ -79,6 +80,11 @@ struct fl_run {
     pthread_mutex_t tok_mu;     /* every token a client received, for the ghost check */
     char (*tokens)[24];
     _Atomic uint64_t long_hold_until_us; /* client 0's hold ends then (0: not holding) */
+    atomic_int long_hold_name;  /* ... of this name */
+    fl_record probes[FL_MAX_PROBES]; /* the probes' asks (workload_probe.c), judged as a client's */
+    int nprobes;
+    int probes_in_hold;         /* ... of them answered while client 0 still held the name */
+    atomic_long grants;         /* acquires answered 201 so far, the probes' included */
     size_t ntokens, captokens;
 };
 
@@ -94,6 +100,26 @@ uint64_t fl_wait_voting(fl_run *r, int want, int timeout_ms, uint64_t *ready_us)
 /* Waits until client 0 of a long_holder scenario holds a name with at
  * least left_ms of its hold to go. Returns false on timeout. */
 bool fl_wait_long_holder(fl_run *r, int left_ms, int timeout_ms);
+/* The moment a long_holder negative control rests on, made sure of, once
+ * masters were restarted: waits (up to 15 s) until redlockd has every
+ * master up again (connected and past its handshake), then, while client 0
+ * still holds its name for FL_PROBE_LEFT_MS more, asks for that name
+ * itself, as a client of its own (recorded, released at once). With
+ * quarantine off the empty restarted masters grant it (or granted it to
+ * another client already): two holders at once, every time. Counts in
+ * probes_in_hold an ask answered while client 0 still held; a round whose
+ * hold ended first proves nothing, and the control repeats until one did.
+ * A positive scenario asks nothing (its clients' latencies are judged). */
+#define FL_PROBE_LEFT_MS 300
+void fl_probe_long_hold(fl_run *r);
+/* Waits until a grant is on record that was answered after the call
+ * began: a client's, or its own (it asks for fl-<name> through the first
+ * instance every 20 ms meanwhile, as a client of its own, and releases
+ * what it gets at once). False after timeout_ms. */
+bool fl_probe_grant(fl_run *r, int name, int timeout_ms);
+/* Whether a negative control of a long_holder scenario still owes its
+ * proof (no probe came in time yet, at most 10 rounds past the run). */
+bool fl_probe_owed(fl_run *r, int *extra_rounds);
 /* Polls /readyz until every master in mask reads "up": false (or the
  * timeout): a master just paused still counts as up and voting until a
  * command to it misses its deadline. Returns false on timeout. */

@@ -18,6 +18,9 @@ struct client {
     size_t n, cap;
 };
 
+/* Notes a token a client (or a probe) received, for the ghost check. */
+void fl_keep_token(fl_run *r, const char *token);
+
 /* Writes the n clients' records to path, one JSON object a line. */
 void write_jsonl(const char *path, struct client *cls, int n);
 

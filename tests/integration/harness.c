@@ -288,7 +288,7 @@ static void daemon_startv(h_cluster *c, bool wait_ready, va_list ap)
     size_t o = 0;
     for (int i = 0; i < c->n; i++)
         o += (size_t)snprintf(masters + o, sizeof masters - o, "%s%s%s127.0.0.1:%d", i ? "," : "",
-                              c->scheme ? c->scheme : "", c->scheme ? "://" : "", c->m[i].port);
+                              c->scheme ? c->scheme : "", c->scheme ? "://" : "", h_master_addr_port(c, i));
     char *argv[64];
     int a = 0;
     argv[a++] = (char *)bin;
@@ -480,6 +480,7 @@ void h_cluster_free(h_cluster *c)
             abort();
         }
     }
+    h_proxies_free(c);
     for (int i = 0; i < c->n; i++)
         h_master_kill(c, i);
     if (getenv("H_KEEP")) {

@@ -19,10 +19,13 @@
 
 #define H_MAX_MASTERS 7
 
+typedef struct h_proxy h_proxy;
+
 typedef struct h_master {
     int port;
     pid_t pid;
     char dir[320];
+    h_proxy *proxy;           /* NULL: redlockd reaches the master directly (h_master_proxy) */
 } h_master;
 
 typedef struct h_cluster {
@@ -98,6 +101,21 @@ void h_master_pause(h_cluster *c, int i);    /* SIGSTOP */
 void h_master_resume(h_cluster *c, int i);   /* SIGCONT */
 void h_master_kill(h_cluster *c, int i);     /* SIGKILL and reap */
 void h_master_restart(h_cluster *c, int i);  /* start again on the same port */
+
+/* A slow master, deterministically (harness_proxy.c). h_master_proxy puts
+ * a TCP proxy in front of master i: a redlockd started after the call
+ * (peers too) reaches the master through it, and h_master_addr_port says
+ * where. h_master_slow makes every answer of master i reach redlockd ms
+ * after the master sent it, from now on (0: at once again): above
+ * --master-timeout-ms it is late on every command, yet it answers each,
+ * so redlockd keeps its connection (it lags, then catches up), as a loaded
+ * master does now and then. Tests still reach the master directly
+ * (h_redis, h_master_pause). h_cluster_free stops the proxies
+ * (h_proxies_free). */
+void h_master_proxy(h_cluster *c, int i);
+void h_master_slow(h_cluster *c, int i, int ms);
+int h_master_addr_port(const h_cluster *c, int i);
+void h_proxies_free(h_cluster *c);
 
 /* A command on master i; NULL on error. Free with freeReplyObject. */
 redisReply *h_redis(h_cluster *c, int i, const char *fmt, ...);
@@ -198,6 +216,10 @@ struct h_loader {
  * connection of its own, driven by one poll loop in the calling thread. */
 typedef struct h_leases {
     int n;
+    int opened;                       /* streams asked for so far (pf[0..opened)) */
+    int window;                       /* at most this many asked and not yet acquired */
+    int port, ttl_ms;
+    char prefix[64];
     struct pollfd *pf;                /* one per stream; fd < 0 once it closed */
     bool *acquired, *lost;            /* each stream's "acquired" and "lost" events seen */
     int got;                          /* streams that said "acquired" */
@@ -207,7 +229,11 @@ typedef struct h_leases {
 /* Opens n held streams of ttl_ms on 127.0.0.1:port, named prefix-0 ..
  * prefix-(n-1) (the caller raises RLIMIT_NOFILE first). */
 h_leases *h_leases_open(int port, int n, int ttl_ms, const char *prefix);
-/* Reads the streams' events for up to ms (returns at the first quiet poll). */
+/* The same as a client pool of window connections opens them: window at
+ * once, then one more as each says "acquired" (h_leases_read asks them). */
+h_leases *h_leases_open_window(int port, int n, int ttl_ms, const char *prefix, int window);
+/* Reads the streams' events for up to ms (returns at the first quiet poll),
+ * and asks for more streams while the window has room. */
 void h_leases_read(h_leases *l, int ms);
 /* Closes every stream and frees l. */
 void h_leases_close(h_leases *l);

@@ -484,7 +484,7 @@ int h_raw_post(h_cluster *c, const char *path, const char *body)
     int fd = h_raw_connect(c, NULL);
     char req[1024];
     snprintf(req, sizeof req,
-             "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
              "Content-Length: %zu\r\n\r\n%s", path, strlen(body), body);
     h_raw_send(fd, req);
     return fd;

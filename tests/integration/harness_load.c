@@ -130,37 +130,54 @@ long h_load_sum(const h_loader *l, int n, size_t counter_offset)
 
 /* ---- leases ---- */
 
-h_leases *h_leases_open(int port, int n, int ttl_ms, const char *prefix)
+/* Asks for streams while fewer than l->window are waiting for "acquired". */
+static void leases_ask(h_leases *l)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)l->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    char body[64], req[384];
+    int blen = snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":%d}", l->ttl_ms);
+    while (l->opened < l->n && l->opened - l->got < l->window) {
+        int i = l->opened;
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
+            h_die("connect");
+        int rlen = snprintf(req, sizeof req,
+                            "POST /locks/%s-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                            "application/json\r\nContent-Length: %d\r\n\r\n%s", l->prefix, i, blen, body);
+        if (send(s, req, (size_t)rlen, MSG_NOSIGNAL) != rlen)
+            h_die("send");
+        l->pf[i] = (struct pollfd){.fd = s, .events = POLLIN};
+        l->opened++;
+    }
+}
+
+h_leases *h_leases_open_window(int port, int n, int ttl_ms, const char *prefix, int window)
 {
     h_leases *l = calloc(1, sizeof *l);
     if (!l || !(l->pf = calloc((size_t)n, sizeof *l->pf)) ||
         !(l->acquired = calloc((size_t)n, sizeof *l->acquired)) || !(l->lost = calloc((size_t)n, sizeof *l->lost)))
         h_die("calloc");
     l->n = n;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    char body[64], req[384];
-    int blen = snprintf(body, sizeof body, "{\"hold\":true,\"ttl_ms\":%d}", ttl_ms);
-    for (int i = 0; i < n; i++) {
-        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0)
-            h_die("connect");
-        int rlen = snprintf(req, sizeof req,
-                            "POST /locks/%s-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                            "application/json\r\nContent-Length: %d\r\n\r\n%s", prefix, i, blen, body);
-        if (send(s, req, (size_t)rlen, MSG_NOSIGNAL) != rlen)
-            h_die("send");
-        l->pf[i] = (struct pollfd){.fd = s, .events = POLLIN};
-    }
+    l->window = window;
+    l->port = port;
+    l->ttl_ms = ttl_ms;
+    snprintf(l->prefix, sizeof l->prefix, "%s", prefix);
+    leases_ask(l);
     return l;
+}
+
+h_leases *h_leases_open(int port, int n, int ttl_ms, const char *prefix)
+{
+    return h_leases_open_window(port, n, ttl_ms, prefix, n);
 }
 
 void h_leases_read(h_leases *l, int ms)
 {
-    if (poll(l->pf, (nfds_t)l->n, ms) <= 0)
+    if (poll(l->pf, (nfds_t)l->opened, ms) <= 0)
         return;
     char buf[4096];
-    for (int i = 0; i < l->n; i++) {
+    for (int i = 0; i < l->opened; i++) {
         if (!l->pf[i].revents)
             continue;
         ssize_t k = recv(l->pf[i].fd, buf, sizeof buf, MSG_DONTWAIT);
@@ -178,11 +195,12 @@ void h_leases_read(h_leases *l, int ms)
             l->nlost++;
         }
     }
+    leases_ask(l);
 }
 
 void h_leases_close(h_leases *l)
 {
-    for (int i = 0; i < l->n; i++)
+    for (int i = 0; i < l->opened; i++)
         close(l->pf[i].fd >= 0 ? l->pf[i].fd : -l->pf[i].fd - 1);
     free(l->pf);
     free(l->acquired);

@@ -10,7 +10,14 @@ pasted into it:
   - frees the lock with its force release button (the admin token pasted,
     the confirmation accepted): the waiter is served and the row goes;
   - without the token shows the service's 401 and lists nothing;
-  - logs nothing to the browser's console (no script error, no blocked asset).
+  - logs nothing to the browser's console (no script error, no blocked asset);
+  - at 1280x1000 shows every button whole and no name wrapped, and frees
+    the locks "." and ".." with their buttons (ui_browsers.py, issue 41).
+A second redlockd on the same masters, without tokens (as the README runs
+it), is where a page of another origin POSTs a lock as text/plain (fetch
+and a form, no preflight): nothing is taken and the form's answer is 403
+forbidden_origin; and a name an attacker rebinds to 127.0.0.1 gets 403
+forbidden_host instead of the dashboard.
 How long each took to show is printed, never asserted (the page polls every
 second; a busy machine is slower). A screenshot goes to the build folder
 (dashboard.png; docs/ops-dashboard.png is one such).
@@ -18,6 +25,7 @@ second; a busy machine is slower). A screenshot goes to the build folder
 Usage: test_dashboard.py BUILD_DIR   (REDLOCKD_BIN: the daemon)"""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,9 +33,12 @@ import tempfile
 import time
 import urllib.parse
 
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 import httpraw  # noqa: E402
 from testproc import children, free_port, spawn, wait_serving  # noqa: E402
+import ui_browsers  # noqa: E402
 
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
@@ -96,13 +107,25 @@ def main():
                 "--auth-token-file", os.path.join(tmp, "user"), "--admin-token-file", os.path.join(tmp, "admin")],
                rl_log, env)
     wait_serving(rl, http, rl_log, "redlockd")
+    # The same masters served without tokens, as the README runs redlockd.
+    open_http = free_port()
+    open_log = os.path.join(tmp, "redlockd-open.log")
+    rl_open = spawn([BIN, "--listen", f"127.0.0.1:{open_http}", "--masters",
+                     ",".join(f"127.0.0.1:{p}" for p, _ in masters), "--log-format", "text"], open_log, env)
+    wait_serving(rl_open, open_http, open_log, "redlockd without tokens")
+
+    def refused_403():
+        m = re.search(r'^redlockd_http_requests_total\{route="inspect",status="403"\} (\d+)',
+                      curl(f"http://127.0.0.1:{open_http}/metrics"), re.M)
+        return int(m.group(1)) if m else 0
     base = f"http://127.0.0.1:{http}"
     auth = ["-H", f"Authorization: Bearer {USER}"]
     until("redlockd ready", lambda: '"status":"ready"' in curl(f"{base}/readyz"))
 
     o = Options()
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1280,1000", "--no-first-run", f"--user-data-dir={tmp}/chromium"):
+              "--window-size=1280,1000", "--no-first-run", f"--user-data-dir={tmp}/chromium",
+              "--host-resolver-rules=MAP attacker.example 127.0.0.1"):
         o.add_argument(a)
     o.binary_location = "/usr/bin/chromium"
     o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -147,6 +170,7 @@ def main():
             By.CSS_SELECTOR, '#elections tr[data-name="db-primary"] td')][1:3] == ["node-1", "10.0.0.7:5432"])
         until("the semaphore's holders shown", lambda: [c.text for c in b.find_elements(
             By.CSS_SELECTOR, '#semaphores tr[data-name="gpu"] td')][1:3] == ["3", "4"])
+        ui_browsers.buttons_fully_visible(b, fail, log)
 
         # A master paused: shown down; back up after SIGCONT.
         port, proc = masters[2]
@@ -185,32 +209,39 @@ def main():
             By.CSS_SELECTOR, row + " td")][2:3] == [str(newer["fence"])])
         if "force_release" not in open(rl_log).read():
             fail("no force_release line in the log")
+        ui_browsers.force_dot_names(b, base, auth, fail, until, curl)
 
         errors = [e for e in b.get_log("browser") if e.get("level") == "SEVERE"
                   and "/ui/state" not in e.get("message", "") and " 401 " not in e.get("message", "")]
         if errors:
             fail(f"the browser's console: {errors[:3]}")
+
+        ui_browsers.another_origin(b, tmp, open_http, refused_403, fail, until, curl, free_port, spawn, log)
+        ui_browsers.rebinding(b, open_http, fail, until)
     finally:
         b.quit()
         if stream:
             stream.close()
         if waiter and waiter.poll() is None:
             waiter.kill()
-        rl.send_signal(signal.SIGTERM)
-        try:
-            rc = rl.wait(20)
-        except subprocess.TimeoutExpired:
-            rl.kill()
-            rc = rl.wait()
+        rcs = []
+        for p in (rl, rl_open):
+            p.send_signal(signal.SIGTERM)
+            try:
+                rcs.append(p.wait(20))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rcs.append(p.wait())
         for p in children:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    text = open(rl_log, errors="replace").read()
-    if "Sanitizer" in text or "runtime error:" in text:
-        fail(f"sanitizer report in redlockd's log:\n{text[-4000:]}")
-    if rc != 0:
-        fail(f"redlockd exited {rc}")
+    for path, rc in zip((rl_log, open_log), rcs):
+        text = open(path, errors="replace").read()
+        if "Sanitizer" in text or "runtime error:" in text:
+            fail(f"sanitizer report in {path}:\n{text[-4000:]}")
+        if rc != 0:
+            fail(f"redlockd exited {rc} ({path})")
     for what, took in shown:
         log(f"  {took:6.2f} s  {what}")
     log("dashboard: passed")

@@ -40,8 +40,25 @@ static void log_line(int fd, char kind)
         _exit(90);
 }
 
+/* The "S" lines in the log at path. */
+static int starts_in(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+        n += line[0] == 'S';
+    if (f)
+        fclose(f);
+    return n;
+}
+
 /* CLI_TEST_CHILD=interval: appends "S <ns> <pid> <fence>" to CLI_TEST_LOG,
- * sleeps CLI_TEST_SLEEP_MS, appends "E ...", exits 0 (91 without a token). */
+ * sleeps CLI_TEST_SLEEP_MS, appends "E ...", exits 0 (91 without a token).
+ * Unlocked (CLI_TEST_UNLOCKED, the overlap check's negative control), it
+ * first waits (up to 10 s) for a second "S" in the log: the first CMD is
+ * still running when another starts, so the unlocked runs overlap by
+ * construction, not when scheduling happens to let them. */
 __attribute__((constructor)) static void cli_test_child(void)
 {
     const char *mode = getenv("CLI_TEST_CHILD");
@@ -51,6 +68,8 @@ __attribute__((constructor)) static void cli_test_child(void)
     if (fd < 0)
         _exit(92);
     log_line(fd, 'S');
+    for (int i = 0; getenv("CLI_TEST_UNLOCKED") && i < 1000 && starts_in(getenv("CLI_TEST_LOG")) < 2; i++)
+        usleep(10000);
     long ms = atol(getenv("CLI_TEST_SLEEP_MS") ? getenv("CLI_TEST_SLEEP_MS") : "10");
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);

@@ -94,7 +94,7 @@ Test(limits, per_ip_connection_limit)
     bool eof;
     for (int i = 0; i < 25; i++) {
         fds[i] = h_raw_connect(C, "127.0.0.1");
-        h_raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+        h_raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         h_raw_read_all(fds[i], buf, sizeof buf, 300, &eof);
         if (!strncmp(buf, "HTTP/1.1 200", 12) && !eof)
             served++;
@@ -104,7 +104,7 @@ Test(limits, per_ip_connection_limit)
     cr_assert_eq(served, 20, "%d connections from one address served (limit 20)", served);
     cr_assert_eq(refused, 5, "%d connections over the limit closed", refused);
     int other = h_raw_connect(C, "127.0.0.2");
-    h_raw_send(other, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    h_raw_send(other, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     h_raw_read_all(other, buf, sizeof buf, 1000, &eof);
     cr_assert(!strncmp(buf, "HTTP/1.1 200", 12), "another address is served: %s", buf);
     close(other);
@@ -137,18 +137,18 @@ Test(limits, connection_limit_holds, .timeout = 120)
     static int fds[1000];
     for (int i = 0; i < 999; i++) {
         fds[i] = h_raw_connect(C, NULL);
-        h_raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n");   /* headers never finished */
+        h_raw_send(fds[i], "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n");   /* headers never finished */
     }
     usleep(500000);
     long full = rss_kb(C->daemon);
     int extra = h_raw_connect(C, NULL);
-    h_raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    h_raw_send(extra, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     char buf[512];
     bool eof;
     size_t n = h_raw_read_all(extra, buf, sizeof buf, 1000, &eof);
     cr_assert(n == 0, "a connection past the limit was served: %s", buf);
     close(extra);
-    h_raw_send(first, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    h_raw_send(first, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     n = h_raw_read_all(first, buf, sizeof buf, 1000, &eof);
     cr_assert(!strncmp(buf, "HTTP/1.1 200", 12), "a connection within the limit is served: %s", buf);
     for (int i = 0; i < 999; i++)
@@ -181,22 +181,22 @@ Test(limits, ambiguous_framing_is_refused_and_closed)
 {
     C = h_cluster_start(3, NULL);
     h_daemon_start(C, NULL);
-    expect_400_and_close("POST /locks/sm1 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+    expect_400_and_close("POST /locks/sm1 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
                          "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
-                         "POST /locks/smuggled1 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+                         "POST /locks/smuggled1 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
                          "smuggled1");
     cr_assert_eq(h_keys_left(C, "sm1"), 0);
-    expect_400_and_close("POST /locks/sm2 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n"
+    expect_400_and_close("POST /locks/sm2 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n"
                          "Content-Length: 62\r\n\r\n"
-                         "POST /locks/smuggled2 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+                         "POST /locks/smuggled2 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
                          "smuggled2");
     cr_assert_eq(h_keys_left(C, "sm2"), 0);
     /* A malformed length is refused and the connection closed, by
      * libmicrohttpd itself before redlockd sees the request (0.9.75 writes
      * its 400 header block twice). */
     int fd = h_raw_connect(C, NULL);
-    h_raw_send(fd, "POST /locks/sm3 HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n"
-                 "POST /locks/smuggled3 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    h_raw_send(fd, "POST /locks/sm3 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n"
+                 "POST /locks/smuggled3 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
     char buf[4096];
     bool eof;
     h_raw_read_all(fd, buf, sizeof buf, 1500, &eof);
@@ -206,7 +206,7 @@ Test(limits, ambiguous_framing_is_refused_and_closed)
     cr_assert_eq(h_keys_left(C, "smuggled3") + h_keys_left(C, "sm3"), 0);
     /* The same length twice is one length: served. */
     fd = h_raw_connect(C, NULL);
-    h_raw_send(fd, "POST /locks/sm4 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n");
+    h_raw_send(fd, "POST /locks/sm4 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n");
     h_raw_read_all(fd, buf, sizeof buf, 1000, &eof);
     close(fd);
     cr_assert(!strncmp(buf, "HTTP/1.1 201", 12), "%.80s", buf);
@@ -239,7 +239,7 @@ Test(limits, dropped_connections_do_not_flood_the_log)
     h_daemon_start(C, NULL);
     for (int i = 0; i < 300; i++) {
         int fd = h_raw_connect(C, NULL);
-        h_raw_send(fd, "POST /locks/x HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"ttl");
+        h_raw_send(fd, "POST /locks/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{\"ttl");
         struct linger lg = {1, 0};   /* RST on close */
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
         close(fd);

@@ -49,7 +49,7 @@ Test(overload, shed_before_it_starves_the_vote, .timeout = 180)
         for (int i = 0; i < N; i++) {
             char req[256], body[] = "{\"ttl_ms\":10000}";
             snprintf(req, sizeof req,
-                     "POST /locks/ov-%d-%d HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                     "POST /locks/ov-%d-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", round, i, strlen(body), body);
             h_raw_send(fds[i], req);
         }
@@ -99,7 +99,7 @@ Test(overload, queued_too_long_answers_overloaded)
     for (int i = 0; i < 5; i++)
         h_master_pause(C, i);
     int first = h_raw_connect(C, NULL);
-    h_raw_send(first, "POST /locks/q-0 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    h_raw_send(first, "POST /locks/q-0 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
     usleep(50000);
     enum { N = 3 };
     int fds[N];
@@ -108,7 +108,7 @@ Test(overload, queued_too_long_answers_overloaded)
         char name[16];
         snprintf(name, sizeof name, "q-%d", i + 1);
         char req[256];
-        snprintf(req, sizeof req, "POST /locks/%s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+        snprintf(req, sizeof req, "POST /locks/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                  "Content-Length: 0\r\n\r\n", name);
         fds[i] = h_raw_connect(C, NULL);
         h_raw_send(fds[i], req);

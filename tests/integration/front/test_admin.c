@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -219,4 +220,105 @@ Test(admin, force_is_refused_without_an_admin_token_file)
     cr_assert(h_held(C, "kept"));
     h_resp_free(&f);
     h_resp_free(&a);
+}
+
+/* An admin token that is the ordinary one would let every client force
+ * releases: refused at start, one line, exit 2. */
+Test(admin, an_admin_token_equal_to_the_ordinary_one_is_refused_at_start)
+{
+    C = h_cluster_start(1, NULL);
+    char admin[400], user[400], cmd[1200], out[4096];
+    token_file("admin", "s4me-t0ken", admin, sizeof admin);
+    token_file("user", "  s4me-t0ken  ", user, sizeof user);
+    snprintf(cmd, sizeof cmd, "timeout 5 %s --listen 127.0.0.1:%d --masters 127.0.0.1:%d --admin-token-file %s "
+             "--auth-token-file %s 2>&1",
+             getenv("REDLOCKD_BIN"), h_free_port(), C->m[0].port, admin, user);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit status %d: %s", st, out);
+    char *nl = strchr(out, '\n');
+    cr_assert(nl && nl[1] == '\0', "not one line: %s", out);
+    cr_assert(strstr(out, "--admin-token-file") && strstr(out, "--auth-token-file"), "%s", out);
+}
+
+/* A listing's cursor that does not decode (a broken escape) is refused,
+ * as one the service never gave: the walk does not silently start over. */
+Test(admin, a_cursor_that_does_not_decode_is_bad_request)
+{
+    C = h_cluster_start(3, NULL);
+    h_daemon_start(C, NULL);
+    h_resp a = h_http(C, "POST", "/locks/listed", NULL, NULL);
+    cr_assert_eq(a.status, 201);
+    h_resp_free(&a);
+    const char *routes[] = {"/locks", "/elections", "/semaphores"};
+    const char *bad[] = {"%zz", "%", "0.0.%zz", "%4"};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            char path[80];
+            snprintf(path, sizeof path, "%s?cursor=%s", routes[i], bad[j]);
+            h_resp r = h_http(C, "GET", path, NULL, NULL);
+            cr_assert_eq(r.status, 400, "%s: %ld %s", path, r.status, r.body);
+            cr_assert_str_eq(h_str(&r, "error"), "bad_request", "%s: %s", path, r.body);
+            cr_assert(strstr(h_str(&r, "message"), "cursor"), "%s: %s", path, r.body);
+            h_resp_free(&r);
+        }
+    /* an encoded cursor that decodes to one the service gave is fine */
+    h_resp r = h_http(C, "GET", "/locks?cursor=%30.0.0", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    h_resp_free(&r);
+}
+
+/* The names "." and ".." cannot be put in a browser's path (%2E is a dot
+ * segment to a WHATWG URL parser): the force release's query form frees
+ * them, on the three routes, as the dashboard sends it. */
+Test(admin, the_query_form_frees_dot_names)
+{
+    start(false);
+    const char *kinds[] = {"/locks/", "/elections/", "/semaphores/"};
+    const char *bodies[] = {"{\"ttl_ms\":60000}", NULL, "{\"limit\":1,\"ttl_ms\":60000}"};
+    const char *names[][2] = {{".", "%2E"}, {"..", "%2E%2E"}};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t n = 0; n < 2; n++) {
+            char path[80], status[80];
+            snprintf(path, sizeof path, "%s%s", kinds[k], names[n][1]);
+            if (bodies[k]) {
+                h_resp a = h_http(C, "POST", path, bodies[k], USER, NULL);
+                cr_assert_eq(a.status, 201, "%s: %ld %s", path, a.status, a.body);
+                h_resp_free(&a);
+            }
+            snprintf(status, sizeof status, "%s?force=true&name=%s", kinds[k], names[n][0]);
+            h_resp f = h_http(C, "DELETE", status, NULL, ADMIN, NULL);
+            cr_assert_eq(f.status, 204, "%s: %ld %s", status, f.status, f.body);
+            h_resp_free(&f);
+            if (k == 0)
+                cr_assert_not(held(C, path), "%s still held after %s", path, status);
+            if (k == 2) {
+                h_resp g = h_http(C, "GET", path, NULL, USER, NULL);
+                cr_assert(strstr(g.body, "\"holders\":[]"), "%s after the force: %s", path, g.body);
+                h_resp_free(&g);
+            }
+        }
+    cr_assert(log_has("force_release", "name=..", "kind=semaphore"), "no log line of the query form");
+    /* the path serves DELETE ?force=true&name= only */
+    h_resp r = h_http(C, "DELETE", "/locks/?name=.", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(h_str(&r, "message"), "force must be true");
+    h_resp_free(&r);
+    r = h_http(C, "DELETE", "/locks/?force=true", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(h_str(&r, "error"), "bad_name");
+    h_resp_free(&r);
+    r = h_http(C, "POST", "/locks/?force=true&name=.", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 405, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(r.allow, "DELETE");
+    h_resp_free(&r);
+    r = h_http(C, "DELETE", "/locks/?force=true&name=a%01b", NULL, ADMIN, NULL);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert_str_eq(h_str(&r, "error"), "bad_name");
+    h_resp_free(&r);
+    r = h_http(C, "DELETE", "/locks/?force=true&name=x", NULL, USER, NULL);
+    cr_assert_eq(r.status, 403, "the ordinary token: %ld %s", r.status, r.body);
+    h_resp_free(&r);
 }

@@ -75,7 +75,7 @@ static int raw_half_closed(const char *method, const char *path, const char *hea
     int fd = h_raw_connect(C, NULL);
     char req[1024];
     snprintf(req, sizeof req,
-             "%s %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n%s%s"
+             "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s%s"
              "Content-Length: %zu\r\n\r\n%s", method, path, header ? header : "", header ? "\r\n" : "",
              strlen(body), body);
     h_raw_send(fd, req);

@@ -142,7 +142,7 @@ Test(names, control_bytes_and_broken_utf8_are_refused_and_change_nothing)
     h_resp_free(&r);
     /* A raw control byte in the request line. */
     int fd = h_raw_connect(C, NULL);
-    h_raw_send(fd, "POST /locks/a\x01" "b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    h_raw_send(fd, "POST /locks/a\x01" "b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
     char buf[2000];
     bool closed;
     size_t n = h_raw_read_all(fd, buf, sizeof buf - 1, 3000, &closed);

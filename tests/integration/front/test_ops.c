@@ -246,6 +246,58 @@ Test(ops, masters_answering_errors_are_named)
     cr_assert_eq(refusing, 0, "%lld masters still counted as refusing 2 s after they took writes", refusing);
 }
 
+/* /readyz is open, and a master's error as the server said it can name
+ * what an attacker should not read (an ACL user, a rule). With
+ * --auth-token-file a call without the token gets the class of each
+ * master's problem only (here command_refused: PING is not allowed to the
+ * ACL user); the token shows the server's text. */
+Test(ops, readyz_without_the_token_gives_the_class_of_a_fault)
+{
+    h_cluster_free(C);
+    C = h_cluster_start(3, "--user locker on >pw ~* &* +@all -ping --user default off");
+    char tf[400];
+    snprintf(tf, sizeof tf, "%s/token", C->dir);
+    FILE *f = fopen(tf, "w");
+    fprintf(f, "t0ken\n");
+    fclose(f);
+    h_daemon_start_unready(C, "--redis-username", "locker", "--redis-password", "pw", "--auth-token-file", tf,
+                           NULL);
+    h_resp full = {0};
+    for (int tries = 0; tries < 100; tries++) {
+        h_resp_free(&full);
+        full = h_http(C, "GET", "/readyz", NULL, "Authorization: Bearer t0ken", NULL);
+        int n = 0;
+        cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItem(full.json, "masters")) {
+            const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(m, "reason"));
+            n += why && strstr(why, "PING refused: NOPERM") != NULL;
+        }
+        if (n == C->n)
+            break;
+        usleep(50000);
+    }
+    cr_assert_eq(full.status, 503, "%s", full.body);
+    cr_assert(strstr(h_str(&full, "reason"), "PING refused: NOPERM"), "with the token, the server's text: %s",
+              full.body);
+    h_resp_free(&full);
+    const char *who[] = {NULL, "Authorization: Bearer wrong"};
+    for (int w = 0; w < 2; w++) {
+        h_resp r = h_http(C, "GET", "/readyz", NULL, who[w], NULL);
+        cr_assert_eq(r.status, 503, "%s", r.body);
+        cr_assert_null(strstr(r.body, "NOPERM"), "the server's text without the token: %s", r.body);
+        cr_assert_null(strstr(r.body, "permissions"), "the server's text without the token: %s", r.body);
+        int classed = 0;
+        cJSON *m;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItem(r.json, "masters")) {
+            const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(m, "reason"));
+            classed += why && !strcmp(why, "command_refused");
+        }
+        cr_assert_eq(classed, C->n, "every master's reason is its class: %s", r.body);
+        cr_assert(strstr(h_str(&r, "reason"), "command_refused"), "%s", r.body);
+        h_resp_free(&r);
+    }
+}
+
 Test(ops, metrics_parse_as_prometheus_text_and_move)
 {
     static struct exposition a, b;

@@ -58,7 +58,7 @@ static enum conn_end one_connection(int port, char *why, size_t whylen)
         snprintf(why, whylen, "connect: %s", strerror(e));
         return e == ECONNREFUSED ? CONN_REFUSED : CONN_OTHER;
     }
-    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     enum conn_end end = CONN_OTHER;
     if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1)) {
         end = errno == ECONNRESET || errno == EPIPE ? CONN_RESET : CONN_OTHER;

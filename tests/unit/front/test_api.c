@@ -560,3 +560,18 @@ Test(answers, no_quorum_names_why_masters_are_down)
     api_no_quorum_message(&res, msg, sizeof msg);
     cr_assert(strstr(msg, "answered in time"), "%s", msg);
 }
+
+/* What an unauthenticated /readyz shows of a master's reason: its class. */
+Test(api, reason_classes_hide_the_servers_text)
+{
+    const char *cases[][2] = {
+        {"AUTH refused: WRONGPASS invalid username-password pair", "auth_refused"},
+        {"PING refused: NOPERM User locker has no permissions to run the 'ping' command", "command_refused"},
+        {"Connection refused", "connection_refused"}, {"reply timed out", "timeout"},
+        {"no reply for a second", "timeout"}, {"TLS handshake timed out (a plain port, or a paused master?)", "timeout"},
+        {"TLS handshake failed: certificate verify failed: unable to get local issuer certificate", "tls"},
+        {"stopping", "stopping"}, {"Connection reset by peer", "connection_error"},
+        {"protocol error", "connection_error"}, {"", ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_str_eq(api_reason_class(cases[i][0]), cases[i][1], "%s", cases[i][0]);
+}

@@ -41,7 +41,7 @@ static char *decide(enum list_kind kind, const char *name, const char *const *re
     }
     cJSON *items = cJSON_CreateArray();
     cr_assert_not_null(items);
-    *added = list_decide(kind, name, c, n, scanned, skipped, elapsed_us, DRIFT, items);
+    *added = list_decide(kind, name, c, n, scanned, skipped, 0, elapsed_us, DRIFT, items);
     char *s = cJSON_PrintUnformatted(items);
     cJSON_Delete(items);
     cr_assert_not_null(s);
@@ -335,12 +335,96 @@ Test(decide, appends_to_items)
     }
     cJSON *items = cJSON_CreateArray();
     cr_assert_not_null(items);
-    cr_expect_eq(list_decide(LIST_LOCKS, "a", c, 3, 0, 0, 0, DRIFT, items), 1);
-    cr_expect_eq(list_decide(LIST_LOCKS, "b", c, 3, 0, 0, 0, DRIFT, items), 1);
-    cr_expect_eq(list_decide(LIST_LOCKS, "c", c, 3, 1, 0, 0, DRIFT, items), 0);
+    cr_expect_eq(list_decide(LIST_LOCKS, "a", c, 3, 0, 0, 0, 0, DRIFT, items), 1);
+    cr_expect_eq(list_decide(LIST_LOCKS, "b", c, 3, 0, 0, 0, 0, DRIFT, items), 1);
+    cr_expect_eq(list_decide(LIST_LOCKS, "c", c, 3, 1, 0, 0, 0, DRIFT, items), 0);
     char *s = cJSON_PrintUnformatted(items);
     cr_expect_str_eq(s, "[{\"name\":\"a\",\"validity_ms\":9898,\"fence\":3},"
                         "{\"name\":\"b\",\"validity_ms\":9898,\"fence\":3}]");
     free(s);
     cJSON_Delete(items);
+}
+
+/* ---- masters that run but answered late --------------------------------- */
+
+/* list_decide with late (bits: masters whose record is NULL, late); an
+ * unsure decision must add nothing. */
+static int decide_late(enum list_kind kind, const char *const *rec, int n, int scanned, unsigned late)
+{
+    static list_copy copy[CONF_MAX_MASTERS];
+    const list_copy *c[CONF_MAX_MASTERS];
+    for (int i = 0; i < n; i++) {
+        c[i] = NULL;
+        if (!rec[i])
+            continue;
+        const char *p = rec[i];
+        cr_assert_eq(list_copy_next(kind, &p, p + strlen(p), NO_EXPIRY_MS, &copy[i]), 0, "record %d refused", i);
+        c[i] = &copy[i];
+    }
+    cJSON *items = cJSON_CreateArray();
+    cr_assert_not_null(items);
+    int r = list_decide(kind, "job", c, n, scanned, 0, late, 0, DRIFT, items);
+    cr_expect_eq(cJSON_GetArraySize(items), r == 1, "an entry exactly when listed");
+    cJSON_Delete(items);
+    return r;
+}
+
+Test(decide, late_master_could_make_the_majority)
+{
+    char b[5][128];
+    const char *rec[] = {
+        lock_rec(b[0], 128, 10000, 5, "t", ""),
+        NULL,   /* late */
+        lock_rec(b[2], 128, 10000, 5, "t", ""),
+        "-2",
+        "-2",
+    };
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 2u), LIST_UNSURE, "held on 0 and 2, master 1 late");
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 0), 0, "held on 0 and 2, master 1 down");
+    rec[2] = "-2";
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 2u), 0, "held on 0 only: one late master makes no majority");
+    rec[3] = NULL;
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 2u | 8u), LIST_UNSURE, "held on 0, 1 and 3 late: two more "
+                                                                            "copies would make 3 of 5");
+    rec[2] = lock_rec(b[2], 128, 10000, 5, "t", "");
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 2u | 8u), LIST_UNSURE, "held on 0 and 2, 1 and 3 late");
+    /* A majority that answered decides, late masters or not. */
+    rec[1] = lock_rec(b[1], 128, 10000, 5, "t", "");
+    rec[3] = "-2";
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 16u), 1, "held on 0, 1, 2; master 4 late");
+    rec[4] = NULL;
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 16u), 1, "the same, master 4 late without a record");
+}
+
+Test(decide, late_master_scanned_before)
+{
+    char b[5][128];
+    const char *rec[] = {
+        NULL,   /* scanned before this master, and late now */
+        "-2",
+        lock_rec(b[2], 128, 10000, 5, "t", ""),
+        lock_rec(b[3], 128, 10000, 5, "t", ""),
+        lock_rec(b[4], 128, 10000, 5, "t", ""),
+    };
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 2, 1u), LIST_UNSURE, "master 0 may have met it");
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 2, 0), 1, "master 0 down: listed (maybe again)");
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 0, 1u), 1, "master 0 not scanned before: a majority holds it");
+    rec[1] = lock_rec(b[1], 128, 10000, 5, "t", "");
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 2, 1u), 0, "master 1 met it: not listed again, whatever 0 says");
+    rec[1] = "-2";
+    rec[3] = "-2";
+    rec[4] = "-2";
+    cr_expect_eq(decide_late(LIST_LOCKS, rec, 5, 2, 1u), 0, "held on 2 only: listed nowhere, whatever 0 says");
+}
+
+Test(decide, late_master_and_a_semaphore)
+{
+    const char *rec[] = {"2 30000 2 t1 -2 0 ", "2 30000 2 t1 -2 0 ", NULL, "0", "0"};
+    cr_expect_eq(decide_late(LIST_SEMAPHORES, rec, 5, 0, 4u), LIST_UNSURE, "its limit on 2, master 2 late");
+    cr_expect_eq(decide_late(LIST_SEMAPHORES, rec, 5, 0, 0), 0, "its limit on 2, master 2 down");
+    rec[3] = "2 30000 2 t1 -2 0 ";
+    cr_expect_eq(decide_late(LIST_SEMAPHORES, rec, 5, 0, 4u), 1, "its limit and t1 on 3");
+    rec[3] = "2 -2 0  -2 0 ";
+    cr_expect_eq(decide_late(LIST_SEMAPHORES, rec, 5, 0, 4u), LIST_UNSURE, "t1 on 2: holders 0 or 1");
+    cr_expect_eq(decide_late(LIST_SEMAPHORES, rec, 5, 0, 0), 1, "t1 on 2, master 2 down: holders 0");
 }
