@@ -176,11 +176,11 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
     char *end;
     switch (o->kind) {
     case OPT_ADDR:
-        if (parse_addr(val, !strcmp(o->name, "listen") ? &c->listen : &c->dapr_grpc_listen) < 0)
+        if (conf_parse_addr(val, !strcmp(o->name, "listen") ? &c->listen : &c->dapr_grpc_listen) < 0)
             goto bad;
         return 0;
     case OPT_MASTERS:
-        if (parse_masters(val, c) < 0) {
+        if (conf_parse_masters(val, c) < 0) {
             snprintf(err, errlen, "%s: expected 1 to %d host:port entries (or redis://host:port, "
                      "rediss://host:port for TLS) separated by commas, got \"%s\"",
                      from, CONF_MAX_MASTERS, val);
@@ -254,7 +254,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         *field = NULL;
         if (val[0] == '\0')
             return 0;   /* an empty setting turns it off */
-        *field = read_token_file(o->name, val, err, errlen);
+        *field = conf_read_token_file(o->name, val, err, errlen);
         return *field ? 0 : -1;
     }
     case OPT_SECRET:
@@ -287,7 +287,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         }
         return 0;
     case OPT_STORES: {
-        if (!stores_valid(val)) {
+        if (!conf_stores_valid(val)) {
             snprintf(err, errlen, "%s: expected comma-separated NAME or NAME=KEYPREFIX, each of 1 to %d "
                      "bytes of A-Z a-z 0-9 . _ - (a keyPrefix also : @ /), got \"%s\"",
                      from, CONF_DAPR_NAME_MAX, val);
@@ -325,10 +325,10 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         char ***list = origins ? &c->allow_origins : &c->allow_hosts;
         int *n = origins ? &c->nallow_origins : &c->nallow_hosts;
         if (val[0] == '\0') {
-            free_allowed(list, n);   /* an empty setting: none */
+            conf_free_allowed(list, n);   /* an empty setting: none */
             return 0;
         }
-        return parse_allowed(from, val, origins, list, n, err, errlen);
+        return conf_parse_allowed(from, val, origins, list, n, err, errlen);
     }
     case OPT_FLAG:
         return 0;
@@ -377,8 +377,8 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
                             char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    parse_addr(CONF_DEFAULT_LISTEN, &c->listen);
-    parse_masters(CONF_DEFAULT_MASTERS, c);
+    conf_parse_addr(CONF_DEFAULT_LISTEN, &c->listen);
+    conf_parse_masters(CONF_DEFAULT_MASTERS, c);
     strcpy(c->key_prefix, CONF_DEFAULT_KEY_PREFIX);
     c->default_ttl_ms = CONF_DEFAULT_TTL_MS;
     c->max_ttl_ms = CONF_DEFAULT_MAX_TTL_MS;
@@ -462,7 +462,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
             bool origins = !strcmp(o->name, "allow-origin");
             bool *seen = origins ? &origin_flag : &host_flag;
             if (!*seen)
-                free_allowed(origins ? &c->allow_origins : &c->allow_hosts,
+                conf_free_allowed(origins ? &c->allow_origins : &c->allow_hosts,
                              origins ? &c->nallow_origins : &c->nallow_hosts);
             *seen = true;
         }
@@ -513,8 +513,8 @@ void conf_free(conf *c)
     free(c->redis_tls_server_name);
     c->redis_username = c->redis_tls_ca_file = c->redis_tls_cert_file = c->redis_tls_key_file =
         c->redis_tls_server_name = NULL;
-    free_allowed(&c->allow_origins, &c->nallow_origins);
-    free_allowed(&c->allow_hosts, &c->nallow_hosts);
+    conf_free_allowed(&c->allow_origins, &c->nallow_origins);
+    conf_free_allowed(&c->allow_hosts, &c->nallow_hosts);
 }
 
 void conf_masters_str(const conf *c, char *out, size_t outlen)

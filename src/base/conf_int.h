@@ -11,24 +11,24 @@
 #include "conf.h"
 
 /* HOST:PORT or [V6]:PORT into a. Returns 0, or -1. */
-int parse_addr(const char *s, conf_addr *a);
+int conf_parse_addr(const char *s, conf_addr *a);
 
 /* --masters: comma-separated HOST:PORT into c. Returns 0, or -1. */
-int parse_masters(const char *s, conf *c);
+int conf_parse_masters(const char *s, conf *c);
 
 /* The token in the file at path (flag names it in err): malloc'd, or NULL
  * with err set. */
-char *read_token_file(const char *flag, const char *path, char *err, size_t errlen);
+char *conf_read_token_file(const char *flag, const char *path, char *err, size_t errlen);
 
 /* Is val a good --dapr-stores (NAME[=KEYPREFIX],...)? */
-bool stores_valid(const char *val);
+bool conf_stores_valid(const char *val);
 
 /* Appends the comma-separated entries of val (--allow-origin when origins,
  * else --allow-host; from names the source in err) to *list (*n entries),
  * each in conf_origin_norm's or conf_host_norm's form. Returns 0, or -1
  * with err set (the entries before the bad one stay in the list). */
-int parse_allowed(const char *from, const char *val, bool origins, char ***list, int *n, char *err,
+int conf_parse_allowed(const char *from, const char *val, bool origins, char ***list, int *n, char *err,
                   size_t errlen);
-void free_allowed(char ***list, int *n);
+void conf_free_allowed(char ***list, int *n);
 
 #endif

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int parse_addr(const char *s, conf_addr *a)
+int conf_parse_addr(const char *s, conf_addr *a)
 {
     const char *colon;
     size_t hostlen;
@@ -44,7 +44,7 @@ int parse_addr(const char *s, conf_addr *a)
     return 0;
 }
 
-int parse_masters(const char *s, conf *c)
+int conf_parse_masters(const char *s, conf *c)
 {
     char buf[4096];
     if (strlen(s) >= sizeof buf)
@@ -71,7 +71,7 @@ int parse_masters(const char *s, conf *c)
         if (len && tok[len - 1] == '/')
             tok[--len] = '\0';
         if (n == CONF_MAX_MASTERS || strchr(tok, '@') || strchr(tok, '/') ||
-            parse_addr(tok, &c->masters[n]) < 0)
+            conf_parse_addr(tok, &c->masters[n]) < 0)
             return -1;
         c->masters[n].tls = tls;
         n++;
@@ -82,7 +82,7 @@ int parse_masters(const char *s, conf *c)
     return 0;
 }
 
-char *read_token_file(const char *flag, const char *path, char *err, size_t errlen)
+char *conf_read_token_file(const char *flag, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -118,7 +118,7 @@ char *read_token_file(const char *flag, const char *path, char *err, size_t errl
 /* --dapr-stores: NAME[=KEYPREFIX],... (front/api.h): names of A-Z a-z 0-9 . _ -,
  * prefixes of those and : @ / (so never "||"), each 1 to CONF_DAPR_NAME_MAX
  * bytes. */
-bool stores_valid(const char *val)
+bool conf_stores_valid(const char *val)
 {
     size_t len = strlen(val);
     if (len == 0 || len > CONF_MAX_DAPR_STORES)
@@ -237,7 +237,7 @@ bool conf_host_loopback(const char *host)
     return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
 }
 
-void free_allowed(char ***list, int *n)
+void conf_free_allowed(char ***list, int *n)
 {
     for (int i = 0; i < *n; i++)
         free((*list)[i]);
@@ -246,7 +246,7 @@ void free_allowed(char ***list, int *n)
     *n = 0;
 }
 
-int parse_allowed(const char *from, const char *val, bool origins, char ***list, int *n, char *err,
+int conf_parse_allowed(const char *from, const char *val, bool origins, char ***list, int *n, char *err,
                   size_t errlen)
 {
     for (const char *p = val; *p;) {

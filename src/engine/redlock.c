@@ -14,7 +14,7 @@
 
 /* ---- helpers ---- */
 
-double rng_next(rl_engine *e)
+double rl_rng_next(rl_engine *e)
 {
     uint64_t x = e->rng;
     x ^= x << 13;
@@ -24,11 +24,11 @@ double rng_next(rl_engine *e)
     return (double)(x >> 11) / 9007199254740992.0;
 }
 
-uint32_t all_mask(const rl_engine *e) { return e->n >= 32 ? ~0u : (1u << e->n) - 1u; }
+uint32_t rl_all_mask(const rl_engine *e) { return e->n >= 32 ? ~0u : (1u << e->n) - 1u; }
 
 /* Frees op once nothing points at it: answered, no timer armed, and the
  * caller has let go of its handle. */
-void op_maybe_free(rl_task *op)
+void rl_op_maybe_free(rl_task *op)
 {
     if (!op->answered || op->armed || op->caller_ref)
         return;
@@ -41,7 +41,7 @@ void op_maybe_free(rl_task *op)
  * from a master outside restart quarantine. A quarantined master may have
  * lost keys it held before its restart, so its yes (and its view of who
  * holds a name) never makes a majority. */
-bool is_vote(const master_reply *r, int min_ints)
+bool rl_is_vote(const master_reply *r, int min_ints)
 {
     return r->kind == MREPLY_VALUE && !r->quarantined && r->nints >= min_ints;
 }
@@ -85,14 +85,14 @@ static void count_outcome(rl_task *op)
 
 /* op stops or starts trying (e->active): an acquire that goes to sleep or
  * answers makes room for the next in the admission queue. */
-void set_active(rl_task *op, bool on)
+void rl_set_active(rl_task *op, bool on)
 {
     if (op->active == on)
         return;
     op->active = on;
     op->e->active += on ? 1 : -1;
     if (!on)
-        admit_next(op->e);
+        rl_admit_next(op->e);
 }
 
 /* A waiter that leaves takes its ticket out of the name's queue: on every
@@ -101,7 +101,7 @@ void set_active(rl_task *op, bool on)
 static void dequeue(rl_task *op, bool granted)
 {
     rl_engine *e = op->e;
-    uint32_t mask = all_mask(e) & (granted && op->req.op == RL_ACQUIRE ? ~op->yes_mask : ~0u);
+    uint32_t mask = rl_all_mask(e) & (granted && op->req.op == RL_ACQUIRE ? ~op->yes_mask : ~0u);
     op->ticket_sent = false;
     if (!mask)
         return;
@@ -114,7 +114,7 @@ static void dequeue(rl_task *op, bool granted)
 
 /* Reports op->res to the caller, once. The op is freed once no timer
  * points at it and the caller let go of it (rl_finish). */
-void op_answer(rl_task *op)
+void rl_op_answer(rl_task *op)
 {
     if (op->req.op == RL_ACQUIRE && op->ticket_sent && !op->answered &&
         !(op->res.outcome == RL_LOCKED && op->req.keep_ticket))
@@ -125,11 +125,11 @@ void op_answer(rl_task *op)
         uint64_t now = loop_now_us(), until = op->wn->holder_until_us;
         if (op->res.outcome == RL_LOCKED && until)
             op->res.retry_after_ms = until > now ? (long long)((until - now) / 1000ULL) : 0;
-        wait_leave(op);
+        rl_wait_leave(op);
     }
     rl_engine *e = op->e;
     if (op->req.op != RL_TURN || op->res.outcome != RL_OK || !op->caller_ref)
-        set_active(op, false);   /* (a turn granted keeps its place until rl_finish) */
+        rl_set_active(op, false);   /* (a turn granted keeps its place until rl_finish) */
     if (!op->answered) {
         op->answered = true;
         op->res.masters_total = e->n;
@@ -143,7 +143,7 @@ void op_answer(rl_task *op)
             pthread_cond_broadcast(&e->idle);
         pthread_mutex_unlock(&e->lock);
     }
-    op_maybe_free(op);
+    rl_op_maybe_free(op);
 }
 
 void rl_explain_no_quorum(mpool *pool, bool guard, const master_reply *replies, rl_result *res)
@@ -173,20 +173,20 @@ void rl_explain_no_quorum(mpool *pool, bool guard, const master_reply *replies, 
 }
 
 /* rl_explain_no_quorum into op->res. */
-void explain_no_quorum(rl_task *op, const master_reply *replies)
+void rl_op_explain_no_quorum(rl_task *op, const master_reply *replies)
 {
     rl_explain_no_quorum(op->e->pool, op->e->cfg.guard, replies, &op->res);
 }
 
-void op_no_quorum(rl_task *op, int answered, const master_reply *replies)
+void rl_op_no_quorum(rl_task *op, int answered, const master_reply *replies)
 {
     op->res.outcome = RL_NO_QUORUM;
     op->res.masters_ok = answered;
-    explain_no_quorum(op, replies);
-    op_answer(op);
+    rl_op_explain_no_quorum(op, replies);
+    rl_op_answer(op);
 }
 
-void eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+void rl_eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
                   const char *const *args, mpool_decide_fn decide, mpool_done_fn done)
 {
     size_t lens[16];
@@ -195,19 +195,19 @@ void eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int n
     mpool_eval_decided(op->e->pool, s, mask, nkeys, nargs, args, lens, decide, done, op);
 }
 
-void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+void rl_eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
           const char *const *args, mpool_done_fn done)
 {
-    eval_decided(op, s, mask, nkeys, nargs, args, NULL, done);
+    rl_eval_decided(op, s, mask, nkeys, nargs, args, NULL, done);
 }
 
-/* Yes and no votes among replies: a vote is is_vote with at least min_ints
+/* Yes and no votes among replies: a vote is rl_is_vote with at least min_ints
  * integers, yes when its first is 1. */
 static void count_votes(const rl_engine *e, const master_reply *replies, int min_ints, int *yes, int *no)
 {
     *yes = *no = 0;
     for (int i = 0; i < e->n; i++) {
-        if (!is_vote(&replies[i], min_ints))
+        if (!rl_is_vote(&replies[i], min_ints))
             continue;
         if (replies[i].ints[0] == 1)
             ++*yes;
@@ -220,7 +220,7 @@ static void count_votes(const rl_engine *e, const master_reply *replies, int min
  * that the rest cannot make a majority: the masters still owed then count
  * as late (their command still runs there; acquire_voted settles or
  * releases what they may hold, knowing the grant's value). */
-bool acquire_decided(void *arg, const master_reply *replies)
+bool rl_acquire_decided(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     int yes, no, q = quorum_of(op->e->n);
@@ -251,13 +251,13 @@ static bool release_decided(void *arg, const master_reply *replies)
 }
 
 /* The guard argument of every vote script (scripts.h). */
-const char *guard_arg(const rl_engine *e) { return e->cfg.guard ? "1" : "0"; }
+const char *rl_guard_arg(const rl_engine *e) { return e->cfg.guard ? "1" : "0"; }
 
 /* Releases the grant stored as value on the masters in mask, fire and
  * forget: it goes out ahead of anything sent later, and a master that
  * misses it runs it when it is back (redo_when_back). value is one grant's
  * own, so a late replay can never delete another grant. */
-void release_unwatched(rl_task *op, uint32_t mask, const char *value)
+void rl_release_unwatched(rl_task *op, uint32_t mask, const char *value)
 {
     rl_engine *e = op->e;
     const char *args[] = {op->key, op->owner_key, value, "=", ""};
@@ -275,7 +275,7 @@ void release_unwatched(rl_task *op, uint32_t mask, const char *value)
  * matches it). A master that cannot take one now runs it when it is back;
  * each matches one grant's exact value, one this caller's request matched,
  * so a later grant of the same caller is never touched. */
-void release_values_seen(rl_task *op, const master_reply *replies, uint32_t from,
+void rl_release_values_seen(rl_task *op, const master_reply *replies, uint32_t from,
                          uint32_t mask)
 {
     const char *seen[MASTER_MAX];
@@ -293,12 +293,12 @@ void release_values_seen(rl_task *op, const master_reply *replies, uint32_t from
             seen[nseen++] = r->str;
     }
     for (int k = 0; k < nseen; k++)
-        release_unwatched(op, mask, seen[k]);
+        rl_release_unwatched(op, mask, seen[k]);
 }
 
 /* ---- entry ---- */
 
-void op_start(void *arg)
+void rl_op_start(void *arg)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -340,19 +340,19 @@ void op_start(void *arg)
         else
             e->queue_head = op;
         e->queue_tail = op;
-        if (!e->queue_timer && loop_after(mpool_loop(e->pool), (uint64_t)e->cfg.queue_ms * 1000ULL, queue_expire, e) == 0)
+        if (!e->queue_timer && loop_after(mpool_loop(e->pool), (uint64_t)e->cfg.queue_ms * 1000ULL, rl_queue_expire, e) == 0)
             e->queue_timer = true;
         return;
     }
-    op_run(op);
+    rl_op_run(op);
 }
 
-void op_run(rl_task *op)
+void rl_op_run(rl_task *op)
 {
     rl_engine *e = op->e;
     op->start_us = loop_now_us();
     if (op->req.queued && (op->req.op == RL_ACQUIRE || op->req.op == RL_INSPECT || op->req.op == RL_TURN))
-        set_active(op, true);
+        rl_set_active(op, true);
 
     switch (op->req.op) {
     case RL_ACQUIRE: {
@@ -361,7 +361,7 @@ void op_run(rl_task *op)
         char fresh[TOKEN_TEXT_LEN + 1];
         if (token_new(fresh) < 0) {
             op->res.outcome = RL_INTERNAL;
-            op_answer(op);
+            rl_op_answer(op);
             return;
         }
         if (!op->e->unfair && (op->req.ticket[0] || op->req.wait_ms > 0)) {
@@ -379,7 +379,7 @@ void op_run(rl_task *op)
         snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token_given ? op->req.token : fresh);
         snprintf(op->value, sizeof op->value, "%s%s%s", op->res.token, op->req.token_given ? SCRIPT_VALUE_SEP : "",
                  op->req.token_given ? fresh : "");
-        acquire_attempt(op);
+        rl_acquire_attempt(op);
         return;
     }
     case RL_EXTEND: {
@@ -392,13 +392,13 @@ void op_run(rl_task *op)
             char fence[24];
             snprintf(fence, sizeof fence, "%lld", op->req.repair_fence);
             const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
-                                  op->ttl_str, op->px_str, fence, op->req.owner, guard_arg(e)};
-            eval_decided(op, &script_renew, all_mask(e), 4, 10, args, decide, extend_voted);
+                                  op->ttl_str, op->px_str, fence, op->req.owner, rl_guard_arg(e)};
+            rl_eval_decided(op, &script_renew, rl_all_mask(e), 4, 10, args, decide, rl_extend_voted);
             return;
         }
         const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token,
-                              op->ttl_str, op->px_str, guard_arg(e)};
-        eval_decided(op, &script_extend, all_mask(e), 4, 8, args, decide, extend_voted);
+                              op->ttl_str, op->px_str, rl_guard_arg(e)};
+        rl_eval_decided(op, &script_extend, rl_all_mask(e), 4, 8, args, decide, rl_extend_voted);
         return;
     }
     case RL_RELEASE: {
@@ -408,14 +408,14 @@ void op_run(rl_task *op)
          * lockOwner is stored with a suffix); a later replay on a master
          * that missed it matches only the exact value (scripts.h). */
         const char *args[] = {op->key, op->owner_key, op->req.token, "~", op->channel};
-        eval_decided(op, &script_release, all_mask(e), 2, 5, args, release_decided, release_voted);
+        rl_eval_decided(op, &script_release, rl_all_mask(e), 2, 5, args, release_decided, rl_release_voted);
         return;
     }
     case RL_SEM_LIMIT: {
         char limit[24];
         snprintf(limit, sizeof limit, "%lld", op->req.limit);
-        const char *args[] = {op->key, SCRIPT_MARKER_KEY, limit, op->ttl_str, guard_arg(e)};
-        eval(op, &script_sem_limit, all_mask(e), 2, 5, args, sem_limit_voted);
+        const char *args[] = {op->key, SCRIPT_MARKER_KEY, limit, op->ttl_str, rl_guard_arg(e)};
+        rl_eval(op, &script_sem_limit, rl_all_mask(e), 2, 5, args, rl_sem_limit_voted);
         return;
     }
     case RL_DEQUEUE: {
@@ -423,7 +423,7 @@ void op_run(rl_task *op)
         if (op->ticket[0])
             dequeue(op, op->req.keep_ticket);   /* (granted: nobody to tell) */
         op->res.outcome = RL_OK;
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     case RL_PUBLISH: {
@@ -435,31 +435,31 @@ void op_run(rl_task *op)
             snprintf(beat, sizeof beat, "%s%s", op->req.token[0] ? "\n\n" : "", op->req.token);
             const char *args[] = {op->key, op->channel, beat};
             size_t lens[] = {strlen(op->key), strlen(op->channel), strlen(beat)};
-            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 3, args, lens, NULL, NULL);
+            mpool_eval(e->pool, &script_publish, rl_all_mask(e), 1, 3, args, lens, NULL, NULL);
         }
         op->res.outcome = RL_OK;
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     case RL_PROCLAIM: {
         const char *args[] = {op->key, op->owner_key, SCRIPT_MARKER_KEY, op->req.token, op->req.owner,
-                              guard_arg(e)};
-        eval(op, &script_proclaim, all_mask(e), 3, 6, args, proclaim_voted);
+                              rl_guard_arg(e)};
+        rl_eval(op, &script_proclaim, rl_all_mask(e), 3, 6, args, rl_proclaim_voted);
         return;
     }
     case RL_INSPECT: {
-        const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, guard_arg(e)};
-        eval(op, &script_inspect, all_mask(e), 4, 5, args, inspect_voted);
+        const char *args[] = {op->key, op->fence_key, op->owner_key, SCRIPT_MARKER_KEY, rl_guard_arg(e)};
+        rl_eval(op, &script_inspect, rl_all_mask(e), 4, 5, args, rl_inspect_voted);
         return;
     }
     case RL_FORCE: {
         const char *args[] = {op->key, op->owner_key, op->fence_key, op->channel};
-        eval(op, &script_force, all_mask(e), 3, 4, args, force_voted);
+        rl_eval(op, &script_force, rl_all_mask(e), 3, 4, args, rl_force_voted);
         return;
     }
     case RL_TURN:
         op->res.outcome = RL_OK;   /* admitted: the caller's work may go */
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
 }

@@ -1,7 +1,7 @@
 /* redlock_engine.c - the engine's life (new, drain, close, free) and its
  * entry points (redlock.h). rl_submit, rl_cancel, rl_finish,
  * rl_engine_sync and rl_engine_drain post their work to the pool's loop
- * thread: a task's start to redlock.c (op_start), the rest to the jobs
+ * thread: a task's start to redlock.c (rl_op_start), the rest to the jobs
  * here. */
 #include "redlock_int.h"
 
@@ -35,11 +35,11 @@ rl_engine *rl_engine_new(const rl_config *cfg, mpool *pool, metrics *m)
     pthread_mutex_init(&e->quorum_log.mu, NULL);
     pthread_cond_init(&e->sync_cond, NULL);
     if (cfg->notify)
-        mpool_set_notice(pool, SCRIPT_NOTICE_PREFIX, on_notice, e);
+        mpool_set_notice(pool, SCRIPT_NOTICE_PREFIX, rl_on_notice, e);
     return e;
 }
 
-/* Room for the longest of a task's keys and channel (op_start): the
+/* Room for the longest of a task's keys and channel (rl_op_start): the
  * prefixes and a suffix around the longest name it names. */
 static size_t key_cap_of(const rl_engine *e, const rl_request *req)
 {
@@ -81,7 +81,7 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, r
     pthread_mutex_unlock(&e->lock);
     if (handle)
         *handle = op;
-    if (loop_post(mpool_loop(e->pool), op_start, op) < 0) {
+    if (loop_post(mpool_loop(e->pool), rl_op_start, op) < 0) {
         pthread_mutex_lock(&e->lock);
         if (--e->inflight == 0)
             pthread_cond_broadcast(&e->idle);
@@ -101,15 +101,15 @@ static void cancel_job(void *arg)
         return;
     op->cancelled = true;
     if (op->queued) {
-        queue_remove(op);
+        rl_queue_remove(op);
         op->res.outcome = RL_CANCELLED;
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     if (op->sleeping) {
         op->gen++;
         op->res.outcome = RL_CANCELLED;
-        op_answer(op);
+        rl_op_answer(op);
     }
     /* Trying now: the try's end answers RL_CANCELLED, releasing a grant. */
 }
@@ -133,15 +133,15 @@ static void finish_job(void *arg)
         /* The grant never reached its caller: release it on every master,
          * so that no lock stays held that nobody knows the token of. */
         metrics_count(op->e->m, METRICS_ABANDONED_GRANTS);
-        release_unwatched(op, all_mask(op->e), op->value);
+        rl_release_unwatched(op, rl_all_mask(op->e), op->value);
     }
     if (!op->answered)
         op->cancelled = true;
     op->caller_ref = false;
     if (op->req.op == RL_TURN)
-        set_active(op, false);   /* the caller's work is done: its place goes to the next */
+        rl_set_active(op, false);   /* the caller's work is done: its place goes to the next */
     free(f);
-    op_maybe_free(op);
+    rl_op_maybe_free(op);
 }
 
 void rl_finish(rl_engine *e, rl_handle *h, bool delivered)
@@ -206,10 +206,10 @@ static void drain_waiting(void *arg)
                 if (op->res.outcome == RL_LOCKED)
                     op->res.outcome = RL_SHUTTING_DOWN;
                 if (op->wn->members == 1) {   /* the last: w goes now */
-                    op_answer(op);            /* stays allocated until its timer fires */
+                    rl_op_answer(op);            /* stays allocated until its timer fires */
                     break;
                 }
-                op_answer(op);
+                rl_op_answer(op);
             }
             w = next;
         }

@@ -167,43 +167,43 @@ typedef struct rl_task {
 } rl_task;
 
 /* redlock.c */
-double rng_next(rl_engine *e);
-uint32_t all_mask(const rl_engine *e);
-void op_maybe_free(rl_task *op);
-bool is_vote(const master_reply *r, int min_ints);
-void set_active(rl_task *op, bool on);
-void op_answer(rl_task *op);
-void explain_no_quorum(rl_task *op, const master_reply *replies);
-void op_no_quorum(rl_task *op, int answered, const master_reply *replies);
-void eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+double rl_rng_next(rl_engine *e);
+uint32_t rl_all_mask(const rl_engine *e);
+void rl_op_maybe_free(rl_task *op);
+bool rl_is_vote(const master_reply *r, int min_ints);
+void rl_set_active(rl_task *op, bool on);
+void rl_op_answer(rl_task *op);
+void rl_op_explain_no_quorum(rl_task *op, const master_reply *replies);
+void rl_op_no_quorum(rl_task *op, int answered, const master_reply *replies);
+void rl_eval_decided(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
                   const char *const *args, mpool_decide_fn decide, mpool_done_fn done);
-void eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
+void rl_eval(rl_task *op, const mscript *s, uint32_t mask, int nkeys, int nargs,
           const char *const *args, mpool_done_fn done);
-bool acquire_decided(void *arg, const master_reply *replies);
-const char *guard_arg(const rl_engine *e);
-void release_unwatched(rl_task *op, uint32_t mask, const char *value);
-void release_values_seen(rl_task *op, const master_reply *replies, uint32_t from,
+bool rl_acquire_decided(void *arg, const master_reply *replies);
+const char *rl_guard_arg(const rl_engine *e);
+void rl_release_unwatched(rl_task *op, uint32_t mask, const char *value);
+void rl_release_values_seen(rl_task *op, const master_reply *replies, uint32_t from,
                          uint32_t mask);
-void op_start(void *arg);
-void op_run(rl_task *op);
+void rl_op_start(void *arg);
+void rl_op_run(rl_task *op);
 
 /* redlock_steps.c */
-void acquire_attempt(rl_task *op);
-void extend_voted(void *arg, const master_reply *replies);
-void proclaim_voted(void *arg, const master_reply *replies);
-void sem_limit_voted(void *arg, const master_reply *replies);
-void release_voted(void *arg, const master_reply *replies);
-void inspect_voted(void *arg, const master_reply *replies);
-void force_voted(void *arg, const master_reply *replies);
+void rl_acquire_attempt(rl_task *op);
+void rl_extend_voted(void *arg, const master_reply *replies);
+void rl_proclaim_voted(void *arg, const master_reply *replies);
+void rl_sem_limit_voted(void *arg, const master_reply *replies);
+void rl_release_voted(void *arg, const master_reply *replies);
+void rl_inspect_voted(void *arg, const master_reply *replies);
+void rl_force_voted(void *arg, const master_reply *replies);
 
 /* redlock_wait.c */
-uint64_t key_hash64(const char *key, size_t len);
-void wait_leave(rl_task *op);
-void acquire_refused(rl_task *op);
-void on_released(rl_engine *e, const char *key, size_t len);
-void on_notice(void *arg, const char *msg, size_t len);
-void queue_expire(void *arg);
-void admit_next(rl_engine *e);
-void queue_remove(rl_task *op);
+uint64_t rl_key_hash64(const char *key, size_t len);
+void rl_wait_leave(rl_task *op);
+void rl_acquire_refused(rl_task *op);
+void rl_on_released(rl_engine *e, const char *key, size_t len);
+void rl_on_notice(void *arg, const char *msg, size_t len);
+void rl_queue_expire(void *arg);
+void rl_admit_next(rl_engine *e);
+void rl_queue_remove(rl_task *op);
 
 #endif

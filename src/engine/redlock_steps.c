@@ -7,7 +7,7 @@
 static void acquire_after_release(void *arg, const master_reply *replies)
 {
     (void)replies;   /* a master that missed it runs it when back (redo_when_back) */
-    acquire_refused(arg);
+    rl_acquire_refused(arg);
 }
 
 /* Step 5: release on every master that may hold our token. A refusal answers
@@ -22,14 +22,14 @@ static void acquire_fail(rl_task *op, enum rl_outcome why, uint32_t mask)
     op->res.outcome = why;
     uint32_t unanswered = why == RL_NO_QUORUM ? mask : mask & ~op->yes_mask;
     if (unanswered)
-        release_unwatched(op, unanswered, op->value);
+        rl_release_unwatched(op, unanswered, op->value);
     if (why == RL_NO_QUORUM) {
-        op_answer(op);
+        rl_op_answer(op);
     } else if (mask & op->yes_mask) {
         const char *args[] = {op->key, op->owner_key, op->value, "=", ""};
-        eval(op, &script_release, mask & op->yes_mask, 2, 5, args, acquire_after_release);
+        rl_eval(op, &script_release, mask & op->yes_mask, 2, 5, args, acquire_after_release);
     } else {
-        acquire_refused(op);
+        rl_acquire_refused(op);
     }
 }
 
@@ -39,7 +39,7 @@ static void acquire_lapsed(rl_task *op)
 {
     metrics_count(op->e->m, METRICS_VALIDITY_EXHAUSTED);
     op->res.retry_after_ms = 0;
-    acquire_fail(op, RL_LOCKED, all_mask(op->e));
+    acquire_fail(op, RL_LOCKED, rl_all_mask(op->e));
 }
 
 static void acquire_grant(rl_task *op)
@@ -48,9 +48,9 @@ static void acquire_grant(rl_task *op)
     if (op->cancelled) {
         /* Nobody will receive this grant: release it on every master. */
         metrics_count(e->m, METRICS_ABANDONED_GRANTS);
-        release_unwatched(op, all_mask(e), op->value);
+        rl_release_unwatched(op, rl_all_mask(e), op->value);
         op->res.outcome = RL_CANCELLED;
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     long long elapsed_us = (long long)(loop_now_us() - op->start_us);
@@ -63,12 +63,12 @@ static void acquire_grant(rl_task *op)
     op->res.validity_ms = validity;
     op->res.ttl_ms = op->req.ttl_ms;
     op->res.attempt_us = op->start_us;
-    uint64_t h = key_hash64(op->key, strlen(op->key));
+    uint64_t h = rl_key_hash64(op->key, strlen(op->key));
     e->seen[h & (RL_SEEN_SIZE - 1)] =
         (struct seen){h, op->start_us + (uint64_t)(op->req.ttl_ms + e->cfg.fence_keep_ms) * 1000ULL};
     if (op->wn)   /* the other waiters' next holder is this one */
         op->wn->holder_until_us = op->start_us + (uint64_t)op->req.ttl_ms * 1000ULL;
-    op_answer(op);
+    rl_op_answer(op);
 }
 
 static void acquire_settled(void *arg, const master_reply *replies)
@@ -77,7 +77,7 @@ static void acquire_settled(void *arg, const master_reply *replies)
     rl_engine *e = op->e;
     int ok = op->at_fence, answered = op->at_fence;
     for (int i = 0; i < e->n; i++) {
-        if (!is_vote(&replies[i], 1))
+        if (!rl_is_vote(&replies[i], 1))
             continue;
         answered++;
         ok += replies[i].ints[0] == 1;
@@ -93,7 +93,7 @@ static void acquire_settled(void *arg, const master_reply *replies)
     }
     /* The fence could not be made safe on a majority: no grant. */
     op->res.masters_ok = answered;
-    acquire_fail(op, RL_NO_QUORUM, all_mask(e));
+    acquire_fail(op, RL_NO_QUORUM, rl_all_mask(e));
 }
 
 /* Sets the counter to exactly the fence on the masters in mask where the
@@ -103,7 +103,7 @@ static void acquire_settle(rl_task *op, uint32_t mask, mpool_done_fn done)
     char fence[24];
     snprintf(fence, sizeof fence, "%lld", op->res.fence);
     const char *args[] = {op->key, op->fence_key, SCRIPT_MARKER_KEY, op->value, fence, op->px_str,
-                          guard_arg(op->e)};
+                          rl_guard_arg(op->e)};
     size_t lens[7];
     for (int i = 0; i < 7; i++)
         lens[i] = strlen(args[i]);
@@ -124,7 +124,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
             unsent_mask |= 1u << i;
         if (r->kind == MREPLY_FAIL && r->sent)
             late_mask |= 1u << i;   /* its SET NX may still apply */
-        if (!is_vote(r, 2))
+        if (!rl_is_vote(r, 2))
             continue;
         if (r->ints[0] == 1) {
             counters[i] = r->ints[1];
@@ -141,7 +141,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
      * lagging), cannot hold our token; all others might, a master that
      * missed its deadline too: it may still apply the SET (a paused master
      * does, on SIGCONT). Step 5 releases there when it is back. */
-    uint32_t maybe_ours = all_mask(e) & ~no_mask & ~unsent_mask;
+    uint32_t maybe_ours = rl_all_mask(e) & ~no_mask & ~unsent_mask;
 
     switch (quorum_decide(e->n, yes, yes + no)) {
     case QUORUM_GRANTED: {
@@ -171,7 +171,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
         return;
     case QUORUM_NO_QUORUM:
         op->res.masters_ok = yes + no;
-        explain_no_quorum(op, replies);
+        rl_op_explain_no_quorum(op, replies);
         acquire_fail(op, RL_NO_QUORUM, maybe_ours);
         return;
     }
@@ -186,7 +186,7 @@ static void acquire_voted(void *arg, const master_reply *replies)
 static void acquire_seed(const rl_task *op, char *buf, size_t len)
 {
     const rl_engine *e = op->e;
-    uint64_t h = key_hash64(op->key, strlen(op->key));
+    uint64_t h = rl_key_hash64(op->key, strlen(op->key));
     const struct seen *s = &e->seen[h & (RL_SEEN_SIZE - 1)];
     struct timespec ts;
     if (e->seed_off || (s->hash == h && op->start_us < s->until_us) ||
@@ -198,7 +198,7 @@ static void acquire_seed(const rl_task *op, char *buf, size_t len)
     snprintf(buf, len, "%lld", us > 0 ? us : 0);
 }
 
-void acquire_attempt(rl_task *op)
+void rl_acquire_attempt(rl_task *op)
 {
     char seed[24], ticket_ttl[24];
     op->start_us = loop_now_us();   /* step 1 */
@@ -212,14 +212,14 @@ void acquire_attempt(rl_task *op)
         snprintf(ticket_ttl, sizeof ticket_ttl, "%llu", (unsigned long long)(left_us / 1000 + RL_TICKET_MARGIN_MS));
     const char *args[] = {op->key, op->fence_key, op->owner_key, op->queue_key, op->qdl_key, SCRIPT_MARKER_KEY,
                           op->value, op->ttl_str, op->px_str, op->req.owner, seed, op->e->seed_bound,
-                          op->ticket, op->arrival_str, ticket_ttl, guard_arg(op->e)};
+                          op->ticket, op->arrival_str, ticket_ttl, rl_guard_arg(op->e)};
     op->ticket_sent |= op->ticket[0] != '\0';
-    eval_decided(op, &script_acquire, all_mask(op->e), 6, 16, args, acquire_decided, acquire_voted);   /* step 2 */
+    rl_eval_decided(op, &script_acquire, rl_all_mask(op->e), 6, 16, args, rl_acquire_decided, acquire_voted);   /* step 2 */
 }
 
 /* ---- extend ---- */
 
-void extend_voted(void *arg, const master_reply *replies)
+void rl_extend_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -229,7 +229,7 @@ void extend_voted(void *arg, const master_reply *replies)
     uint32_t yes_mask = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (!is_vote(r, 1))
+        if (!rl_is_vote(r, 1))
             continue;
         answered++;
         /* 2: a free master taken by a repair (script_renew). It does not
@@ -246,7 +246,7 @@ void extend_voted(void *arg, const master_reply *replies)
     }
     enum quorum_outcome q = quorum_decide(e->n, yes, answered);
     if (q == QUORUM_NO_QUORUM) {
-        op_no_quorum(op, answered, replies);
+        rl_op_no_quorum(op, answered, replies);
         return;
     }
     long long validity = quorum_validity_ms(op->req.ttl_ms, (long long)(loop_now_us() - op->start_us),
@@ -258,7 +258,7 @@ void extend_voted(void *arg, const master_reply *replies)
         op->res.validity_ms = validity;
         op->res.ttl_ms = op->req.ttl_ms;
         snprintf(op->res.token, sizeof op->res.token, "%s", op->req.token);
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     /* Not held on a majority (or too slow to leave validity): the lock is
@@ -270,16 +270,16 @@ void extend_voted(void *arg, const master_reply *replies)
          * may hold the token too. The script deletes only our own token:
          * a plain token is the stored value; a caller's own token is stored
          * with a suffix, which the yes votes told us. */
-        release_unwatched(op, all_mask(e), op->req.token);
-        release_values_seen(op, replies, yes_mask, all_mask(e));
+        rl_release_unwatched(op, rl_all_mask(e), op->req.token);
+        rl_release_values_seen(op, replies, yes_mask, rl_all_mask(e));
     }
-    op_answer(op);
+    rl_op_answer(op);
 }
 
 /* ---- proclaim ---- */
 
 /* A leader's new value: stored where the token holds, on a majority. */
-void proclaim_voted(void *arg, const master_reply *replies)
+void rl_proclaim_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -287,7 +287,7 @@ void proclaim_voted(void *arg, const master_reply *replies)
     bool other = false;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (!is_vote(r, 1))
+        if (!rl_is_vote(r, 1))
             continue;
         answered++;
         yes += r->ints[0] == 1;
@@ -295,7 +295,7 @@ void proclaim_voted(void *arg, const master_reply *replies)
     }
     enum quorum_outcome q = quorum_decide(e->n, yes, answered);
     if (q == QUORUM_NO_QUORUM) {
-        op_no_quorum(op, answered, replies);
+        rl_op_no_quorum(op, answered, replies);
         return;
     }
     if (q == QUORUM_GRANTED) {
@@ -303,13 +303,13 @@ void proclaim_voted(void *arg, const master_reply *replies)
         if (e->cfg.notify) {   /* watches on every instance look at once */
             const char *args[] = {op->key, op->channel};
             size_t lens[] = {strlen(op->key), strlen(op->channel)};
-            mpool_eval(e->pool, &script_publish, all_mask(e), 1, 2, args, lens, NULL, NULL);
+            mpool_eval(e->pool, &script_publish, rl_all_mask(e), 1, 2, args, lens, NULL, NULL);
         }
     } else {
         op->res.outcome = RL_NOT_HELD;
         op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
     }
-    op_answer(op);
+    rl_op_answer(op);
 }
 
 /* ---- a semaphore's limit ---- */
@@ -317,7 +317,7 @@ void proclaim_voted(void *arg, const master_reply *replies)
 /* Set (or read) where a majority answered; any answering master that holds
  * another limit refuses the set (RL_LOCKED, with that limit): two callers
  * who disagree on the limit must not both take permits. */
-void sem_limit_voted(void *arg, const master_reply *replies)
+void rl_sem_limit_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -325,7 +325,7 @@ void sem_limit_voted(void *arg, const master_reply *replies)
     long long other = 0, seen = 0;
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
-        if (!is_vote(r, 2))
+        if (!rl_is_vote(r, 2))
             continue;
         answered++;
         if (r->ints[0] == 0 && !other)
@@ -334,17 +334,17 @@ void sem_limit_voted(void *arg, const master_reply *replies)
             seen = r->ints[1];
     }
     if (answered < quorum_of(e->n)) {
-        op_no_quorum(op, answered, replies);
+        rl_op_no_quorum(op, answered, replies);
         return;
     }
     op->res.outcome = other ? RL_LOCKED : RL_OK;
     op->res.limit = other ? other : op->req.limit > 0 ? op->req.limit : seen;
-    op_answer(op);
+    rl_op_answer(op);
 }
 
 /* ---- release ---- */
 
-void release_voted(void *arg, const master_reply *replies)
+void rl_release_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -365,19 +365,19 @@ void release_voted(void *arg, const master_reply *replies)
     /* A master that missed the release runs it when back, but as a replay
      * that matches the exact stored value, and a caller's own token is
      * stored with a suffix: send it the values the others deleted. */
-    release_values_seen(op, replies, deleted_mask, missed);
+    rl_release_values_seen(op, replies, deleted_mask, missed);
     if (deleted > 0) {
         op->res.outcome = RL_OK;
         if (e->cfg.notify)   /* waiters here need no notice */
-            on_released(e, op->key, strlen(op->key));
+            rl_on_released(e, op->key, strlen(op->key));
     } else if (answered >= quorum_of(e->n)) {
         op->res.outcome = RL_NOT_HELD;
         op->res.reason = other ? RL_REASON_HELD_BY_OTHER : RL_REASON_EXPIRED;
     } else {
-        op_no_quorum(op, answered, replies);
+        rl_op_no_quorum(op, answered, replies);
         return;
     }
-    op_answer(op);
+    rl_op_answer(op);
 }
 
 /* ---- inspect ---- */
@@ -393,15 +393,15 @@ static bool value_and_owner(const master_reply *r, size_t *vlen)
     return true;
 }
 
-void inspect_voted(void *arg, const master_reply *replies)
+void rl_inspect_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
     int answered = 0;
     for (int i = 0; i < e->n; i++)
-        answered += is_vote(&replies[i], 1);
+        answered += rl_is_vote(&replies[i], 1);
     if (answered < quorum_of(e->n)) {
-        op_no_quorum(op, answered, replies);
+        rl_op_no_quorum(op, answered, replies);
         return;
     }
     op->res.outcome = RL_OK;
@@ -412,7 +412,7 @@ void inspect_voted(void *arg, const master_reply *replies)
     for (int i = 0; i < e->n; i++) {
         const master_reply *r = &replies[i];
         size_t vlen;
-        if (!is_vote(r, 3) || !value_and_owner(r, &vlen))
+        if (!rl_is_vote(r, 3) || !value_and_owner(r, &vlen))
             continue;
         copies[i] = (quorum_copy){.value = r->str, .vlen = vlen,
                                   .pttl = r->ints[0] < 0 ? e->cfg.max_ttl_ms : r->ints[0],
@@ -425,7 +425,7 @@ void inspect_voted(void *arg, const master_reply *replies)
         op->res.held = true;
         snprintf(op->res.owner, sizeof op->res.owner, "%.*s", (int)copies[h].olen, copies[h].owner);
     }
-    op_answer(op);
+    rl_op_answer(op);
 }
 
 /* ---- force ---- */
@@ -433,7 +433,7 @@ void inspect_voted(void *arg, const master_reply *replies)
 /* An operator's force release: done once a majority answered (no master
  * that answered holds the lock any more); held when any deleted it, with
  * the largest counter and the owner it had (for the log). */
-void force_voted(void *arg, const master_reply *replies)
+void rl_force_voted(void *arg, const master_reply *replies)
 {
     rl_task *op = arg;
     rl_engine *e = op->e;
@@ -441,7 +441,7 @@ void force_voted(void *arg, const master_reply *replies)
     for (int i = 0; i < e->n; i++)
         answered += replies[i].kind == MREPLY_VALUE && replies[i].nints >= 1;   /* (not guarded) */
     if (answered < quorum_of(e->n)) {
-        op_no_quorum(op, answered, replies);
+        rl_op_no_quorum(op, answered, replies);
         return;
     }
     op->res.outcome = RL_OK;
@@ -457,5 +457,5 @@ void force_voted(void *arg, const master_reply *replies)
         if (!op->res.owner[0] && r->ints[2] > 0)
             snprintf(op->res.owner, sizeof op->res.owner, "%.*s", (int)r->ints[2], r->str + vlen);
     }
-    op_answer(op);
+    rl_op_answer(op);
 }

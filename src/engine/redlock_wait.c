@@ -4,7 +4,7 @@
 
 /* ---- the waiter index ---- */
 
-uint64_t key_hash64(const char *key, size_t len)
+uint64_t rl_key_hash64(const char *key, size_t len)
 {
     uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
     for (size_t i = 0; i < len; i++)
@@ -14,7 +14,7 @@ uint64_t key_hash64(const char *key, size_t len)
 
 static size_t key_hash(const char *key, size_t len)
 {
-    return (size_t)(key_hash64(key, len) & (RL_WTAB_SIZE - 1));
+    return (size_t)(rl_key_hash64(key, len) & (RL_WTAB_SIZE - 1));
 }
 
 static struct wname *wname_find(rl_engine *e, const char *key, size_t len)
@@ -104,7 +104,7 @@ static void sleepers_insert(rl_task *op)
 }
 
 /* op stops waiting (answered): frees its name's entry when it was the last. */
-void wait_leave(rl_task *op)
+void rl_wait_leave(rl_task *op)
 {
     struct wname *w = op->wn;
     rl_engine *e = op->e;
@@ -129,12 +129,12 @@ static void acquire_wake_now(rl_task *op)
 {
     sleepers_unlink(op);
     if (op->req.queued)
-        set_active(op, true);   /* admitted once: a waiter's turn is not queued again */
+        rl_set_active(op, true);   /* admitted once: a waiter's turn is not queued again */
     op->wn->trying++;
     op->seen_seq = op->wn->notice_seq;
     op->gen++;
     metrics_count(op->e->m, METRICS_ACQUIRE_RETRIES);
-    acquire_attempt(op);
+    rl_acquire_attempt(op);
 }
 
 struct wake {
@@ -155,16 +155,16 @@ static void acquire_timer(void *arg)
         /* Answered while asleep (a drain, a cancel), or the loop is ending:
          * nothing to do but let go. */
         if (!op->answered && op->wn)
-            wait_leave(op);
+            rl_wait_leave(op);
         if (!op->answered && loop_stopping(mpool_loop(op->e->pool)))
             op->answered = true;   /* the caller is gone with the HTTP server */
-        op_maybe_free(op);
+        rl_op_maybe_free(op);
         return;
     }
     if (gen != op->gen || !op->sleeping)
         return;                  /* woken earlier by a release notice */
     if (loop_now_us() >= op->wait_deadline_us) {
-        op_answer(op);           /* its own wait_ms is over: 409, on time */
+        rl_op_answer(op);           /* its own wait_ms is over: 409, on time */
         return;
     }
     /* The holder's time ran out (or the fallback delay passed). Waiters of
@@ -200,7 +200,7 @@ static void acquire_sleep(rl_task *op)
     if (op->res.retry_after_ms > 0 && rl_engine_notices_up(e))
         delay_us = (uint64_t)op->res.retry_after_ms * 1000ULL + RL_WAKE_MARGIN_US;
     else
-        delay_us = (uint64_t)quorum_retry_delay_ms(e->cfg.retry_delay_ms, rng_next(e),
+        delay_us = (uint64_t)quorum_retry_delay_ms(e->cfg.retry_delay_ms, rl_rng_next(e),
                                                    op->res.retry_after_ms,
                                                    (long long)((left_us + 999) / 1000)) * 1000ULL;
     if (delay_us > left_us || e->no_wake)
@@ -208,36 +208,36 @@ static void acquire_sleep(rl_task *op)
     struct wake *w = malloc(sizeof *w);
     if (!w || loop_after(mpool_loop(e->pool), delay_us, acquire_timer, w) < 0) {
         free(w);
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     w->op = op;
     w->gen = op->gen;
     op->armed++;
     sleepers_insert(op);
-    set_active(op, false);
+    rl_set_active(op, false);
 }
 
 /* The attempt failed with a majority answering: wait within wait_ms, else
  * answer 409 locked. */
-void acquire_refused(rl_task *op)
+void rl_acquire_refused(rl_task *op)
 {
     rl_engine *e = op->e;
     op->res.outcome = op->cancelled ? RL_CANCELLED : RL_LOCKED;
     uint64_t now = loop_now_us();
     if (op->cancelled || now >= op->wait_deadline_us) {
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     if (atomic_load(&e->draining)) {
         /* A wait the stop cuts short: 503, so the client retries elsewhere,
          * rather than a 409 that says the lock stayed held all its wait. */
         op->res.outcome = RL_SHUTTING_DOWN;
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     if (!op->wn && !wait_join(op)) {
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     if (op->res.retry_after_ms > 0)
@@ -246,12 +246,12 @@ void acquire_refused(rl_task *op)
         /* Released while we tried: the try may have come first. */
         op->seen_seq = op->wn->notice_seq;
         metrics_count(e->m, METRICS_ACQUIRE_RETRIES);
-        acquire_attempt(op);
+        rl_acquire_attempt(op);
         return;
     }
     if (atomic_load(e->nsleeping) >= e->cfg.max_waiters) {
         op->res.outcome = RL_TOO_MANY_WAITERS;
-        op_answer(op);
+        rl_op_answer(op);
         return;
     }
     acquire_sleep(op);
@@ -261,7 +261,7 @@ void acquire_refused(rl_task *op)
  * master), or its notices just became subscribed. The oldest waiter asleep
  * tries at once, unless one of its waiters is trying already (it sees the
  * notice when its try ends). Loop thread. */
-void on_released(rl_engine *e, const char *key, size_t len)
+void rl_on_released(rl_engine *e, const char *key, size_t len)
 {
     struct wname *w = wname_find(e, key, len);
     if (!w || e->no_wake)
@@ -273,7 +273,7 @@ void on_released(rl_engine *e, const char *key, size_t len)
     }
 }
 
-void on_notice(void *arg, const char *msg, size_t len)
+void rl_on_notice(void *arg, const char *msg, size_t len)
 {
     rl_engine *e = arg;
     /* A release's notice is "key\nvalue" (no name holds a control byte), a
@@ -284,7 +284,7 @@ void on_notice(void *arg, const char *msg, size_t len)
     const char *value = nl ? nl + 1 : "";
     size_t vlen = nl ? len - klen - 1 : 0;
     if (!(vlen && value[0] == '\n'))   /* a heartbeat ("key\n\ntoken") frees nothing */
-        on_released(e, msg, klen);
+        rl_on_released(e, msg, klen);
     for (int i = 0; i < e->nhooks; i++)
         e->hooks[i](e->hook_args[i], msg, klen, value, vlen);
 }
@@ -338,7 +338,7 @@ void rl_engine_notice_want(rl_engine *e, const char *name, bool on)
 
 /* Answers RL_OVERLOADED to every queued op whose turn did not come in time,
  * and arms the timer for the next deadline. */
-void queue_expire(void *arg)
+void rl_queue_expire(void *arg)
 {
     rl_engine *e = arg;
     e->queue_timer = false;
@@ -353,14 +353,14 @@ void queue_expire(void *arg)
         op->queued = false;
         op->res.outcome = op->cancelled ? RL_CANCELLED : RL_OVERLOADED;
         op->res.retry_after_ms = 1000;
-        op_answer(op);
+        rl_op_answer(op);
     }
-    if (e->queue_head && loop_after(mpool_loop(e->pool), e->queue_head->queued_until_us - now, queue_expire, e) == 0)
+    if (e->queue_head && loop_after(mpool_loop(e->pool), e->queue_head->queued_until_us - now, rl_queue_expire, e) == 0)
         e->queue_timer = true;
 }
 
 /* Starts queued ops while there is room. */
-void admit_next(rl_engine *e)
+void rl_admit_next(rl_engine *e)
 {
     while (e->queue_head && e->active < e->cfg.max_active) {
         rl_task *op = e->queue_head;
@@ -370,15 +370,15 @@ void admit_next(rl_engine *e)
         op->queued = false;
         if (op->cancelled) {
             op->res.outcome = RL_CANCELLED;
-            op_answer(op);
+            rl_op_answer(op);
             continue;
         }
-        op_run(op);
+        rl_op_run(op);
     }
 }
 
 /* Takes op out of the admission queue (a cancel). */
-void queue_remove(rl_task *op)
+void rl_queue_remove(rl_task *op)
 {
     rl_engine *e = op->e;
     rl_task *prev = NULL;

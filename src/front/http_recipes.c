@@ -225,7 +225,7 @@ enum MHD_Result sem_answer(req_ctx *ctx)
     }
     int status;
     long long retry_after_s = 0;
-    char *body = sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
+    char *body = api_sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
     if (!body && status != 204)
         return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     return send_body(ctx, status, body, NULL, retry_after_s, true);
@@ -247,7 +247,7 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
     const char *body = ctx->body ? ctx->body : "";
     int rc = 0;
     if (!strcmp(method, "POST")) {
-        rc = sem_parse_acquire(body, ctx->body_len, &s->limits, r, msg, sizeof msg);
+        rc = api_sem_parse_acquire(body, ctx->body_len, &s->limits, r, msg, sizeof msg);
     } else if (!strcmp(method, "GET")) {
         r->op = SEM_INSPECT;
         char limit_buf[HTTP_QUERY_ARG_MAX];
@@ -263,7 +263,7 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
         const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
         char query_buf[HTTP_QUERY_ARG_MAX];
         const char *query = http_query_arg(ctx, "token", query_buf, sizeof query_buf);
-        rc = sem_parse_tokens(!strcmp(method, "PATCH"), hdr, query, body, ctx->body_len, &s->limits, r, msg,
+        rc = api_sem_parse_tokens(!strcmp(method, "PATCH"), hdr, query, body, ctx->body_len, &s->limits, r, msg,
                               sizeof msg);
     }
     if (rc < 0)

@@ -7,7 +7,7 @@
 
 #include "base/base.h"
 
-int sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_request *req,
+int api_sem_parse_acquire(const char *body, size_t len, const api_limits *lim, sem_request *req,
                       char *msg, size_t msglen)
 {
     req->op = SEM_ACQUIRE;
@@ -96,7 +96,7 @@ static int add_list(sem_request *req, const char *list, char *msg, size_t msglen
     }
 }
 
-int sem_parse_tokens(bool extend, const char *header, const char *query, const char *body, size_t len,
+int api_sem_parse_tokens(bool extend, const char *header, const char *query, const char *body, size_t len,
                      const api_limits *lim, sem_request *req, char *msg, size_t msglen)
 {
     req->op = extend ? SEM_EXTEND : SEM_RELEASE;
@@ -159,7 +159,7 @@ static void add_permits(cJSON *o, const sem_result *res, bool tokens)
     }
 }
 
-char *sem_result_json(const sem_request *req, const sem_result *res, int *status,
+char *api_sem_result_json(const sem_request *req, const sem_result *res, int *status,
                       long long *retry_after_s)
 {
     *retry_after_s = 0;

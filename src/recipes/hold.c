@@ -5,7 +5,7 @@
 
 /* ---- events (s->mu held) ---- */
 
-void notify(hold *h)
+void hold_notify(hold *h)
 {
     if (h->want_wake && !h->closed) {
         h->want_wake = false;
@@ -13,17 +13,17 @@ void notify(hold *h)
     }
 }
 
-void end_stream(hold *h, enum hold_end kind, const char *reason)
+void hold_end_stream(hold *h, enum hold_end kind, const char *reason)
 {
     if (h->end != END_NONE)
         return;
     h->end = kind;
     h->end_reason = reason;
     h->pend_renewed = false;   /* nothing after the end counts */
-    notify(h);
+    hold_notify(h);
 }
 
-void free_if_done(hold *h)
+void hold_free_if_done(hold *h)
 {
     if (!h->closed || h->engine_refs > 0 || h->release_at_us)
         return;
@@ -52,14 +52,14 @@ static void settled_by_release(hold *h)
 
 /* Its token released it (a DELETE, here or through another instance): the
  * stream ends with "released". s->mu held. */
-void end_released(hold *h)
+void hold_end_released(hold *h)
 {
     settled_by_release(h);
     h->release_when_read = false;
-    end_stream(h, END_RELEASED, NULL);
+    hold_end_stream(h, END_RELEASED, NULL);
 }
 
-/* An operator force-released its name: as end_released, but the stream
+/* An operator force-released its name: as hold_end_released, but the stream
  * says "lost", reason "forced" (the lock was taken from it), and what it
  * holds goes at its close, not when its validity runs out. s->mu held. */
 static void end_forced(hold *h)
@@ -67,7 +67,7 @@ static void end_forced(hold *h)
     settled_by_release(h);
     h->release_when_read = false;
     h->release_at_us = 0;
-    end_stream(h, END_LOST, "forced");
+    hold_end_stream(h, END_LOST, "forced");
 }
 
 /* The open hold of the grant of name (nlen bytes) to token (tlen bytes),
@@ -148,7 +148,7 @@ static void on_notice(void *arg, const char *key, size_t len, const char *value,
     } else {
         hold *h = find_grant(s, name, nlen, value, vlen);
         if (h)
-            end_released(h);
+            hold_end_released(h);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -202,7 +202,7 @@ hold_set *hold_set_new(int max_holds)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     pthread_cond_init(&s->settled, NULL);
-    if (pthread_create(&s->renewer, NULL, renewer_main, s) != 0) {
+    if (pthread_create(&s->renewer, NULL, hold_renewer_main, s) != 0) {
         hold_set_free(s);
         return NULL;
     }
@@ -236,7 +236,7 @@ static hold *hold_link(hold_set *s, hold *h, long long ttl_ms, int fd, hold_wake
     h->margin_us = (uint64_t)(ttl_ms / 5 < HOLD_TRANSIT_MARGIN_MS ? ttl_ms / 5
                                                                  : HOLD_TRANSIT_MARGIN_MS) * 1000ULL;
     h->fd = fd;
-    sock_arm(fd, ttl_ms);
+    hold_sock_arm(fd, ttl_ms);
     h->wake = wake;
     h->arg = arg;
     pthread_mutex_lock(&s->mu);
@@ -350,7 +350,7 @@ hold *hold_campaign(hold_set *s, rl_engine *e, const rl_request *req, const char
  * leaves, to the end announced. s->mu held. */
 static size_t format_next(hold *h, char *out)
 {
-    uint64_t now = loop_now_us(), until = announced_until(h);
+    uint64_t now = loop_now_us(), until = hold_announced_until(h);
     long long left = until > now ? (long long)((until - now) / 1000) : 0;
     int n;
     /* Names and candidates may hold quotes and backslashes (rules.h):
@@ -446,7 +446,7 @@ long hold_read(hold *h, char *buf, size_t cap)
         }
         if (h->end_formatted && !h->out && n > 0 && h->release_when_read) {
             h->release_when_read = false;
-            release_lock(h);
+            hold_release_lock(h);
             pthread_cond_broadcast(&s->settled);
         }
     } else if (h->end_formatted) {
@@ -483,8 +483,8 @@ void hold_close(hold *h)
      * reading): the release waits for release_at_us. Otherwise no one
      * relies on the lock any more. */
     if (!h->release_at_us)
-        release_lock(h);
-    free_if_done(h);
+        hold_release_lock(h);
+    hold_free_if_done(h);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -510,7 +510,7 @@ void hold_released(hold_set *s, const char *name, const char *token)
     pthread_mutex_lock(&s->mu);
     hold *h = find_grant(s, name, strlen(name), token, strlen(token));
     if (h)
-        end_released(h);
+        hold_end_released(h);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -540,7 +540,7 @@ int hold_set_end_all(hold_set *s, long long timeout_ms)
      * (a stream that ended already releases as before). */
     for (hold *h = s->list; h; h = h->next)
         if (!h->closed && h->end == END_NONE) {
-            end_stream(h, END_RELEASED, "shutting_down");
+            hold_end_stream(h, END_RELEASED, "shutting_down");
             h->release_when_read = true;
             if (h->acquiring)
                 rl_cancel(h->e, h->acq);
@@ -555,8 +555,8 @@ int hold_set_end_all(hold_set *s, long long timeout_ms)
         if ((!h->closed && h->release_when_read) || h->release_at_us) {
             h->release_when_read = false;
             h->release_at_us = 0;
-            release_lock(h);
-            free_if_done(h);
+            hold_release_lock(h);
+            hold_free_if_done(h);
         }
     }
     until = deadline_after_ms(timeout_ms / 2);

@@ -50,7 +50,7 @@ struct hold {
     long long ttl_ms;
     long long fence;
     uint64_t valid_until_us;        /* end of the validity last obtained; the client is
-                                       told margin_us less (announced_until) */
+                                       told margin_us less (hold_announced_until) */
     uint64_t margin_us;             /* HOLD_TRANSIT_MARGIN_MS, at most a fifth of the ttl */
     int fd;                         /* the connection's socket (-1: unknown); read only
                                        while !closed */
@@ -139,16 +139,16 @@ struct hold_ear {
 };
 
 /* hold.c */
-void notify(hold *h);
-void end_stream(hold *h, enum hold_end kind, const char *reason);
-void free_if_done(hold *h);
+void hold_notify(hold *h);
+void hold_end_stream(hold *h, enum hold_end kind, const char *reason);
+void hold_free_if_done(hold *h);
 void hold_listen(hold *h, bool on);
-void end_released(hold *h);
+void hold_end_released(hold *h);
 
 /* hold_renew.c */
-void sock_arm(int fd, long long ttl_ms);
-void release_lock(hold *h);
-uint64_t announced_until(const hold *h);
-void *renewer_main(void *arg);
+void hold_sock_arm(int fd, long long ttl_ms);
+void hold_release_lock(hold *h);
+uint64_t hold_announced_until(const hold *h);
+void *hold_renewer_main(void *arg);
 
 #endif

@@ -19,7 +19,7 @@ static void release_done(void *arg, const rl_result *res)
     h->engine_refs--;
     s->releases_pending--;
     pthread_cond_broadcast(&s->settled);
-    free_if_done(h);
+    hold_free_if_done(h);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -29,7 +29,7 @@ static void release_done(void *arg, const rl_result *res)
  * what is sent must be acknowledged within ttl_ms (TCP_USER_TIMEOUT), and
  * an idle connection is probed after a ttl. The hold itself stops renewing
  * sooner (client_silent); this only frees the connection. Best effort. */
-void sock_arm(int fd, long long ttl_ms)
+void hold_sock_arm(int fd, long long ttl_ms)
 {
     if (fd < 0)
         return;
@@ -90,14 +90,14 @@ static void keep_limit(const hold *h)
  * rely on that validity). */
 static void end_lost(hold *h, const char *reason)
 {
-    end_stream(h, END_LOST, reason);
+    hold_end_stream(h, END_LOST, reason);
     h->release_at_us = h->valid_until_us;
 }
 
 /* Step 5 of Redlock for a hold that ends: release on every master, once,
  * after any extension in flight (which could otherwise renew it after the
  * release). s->mu held. */
-void release_lock(hold *h)
+void hold_release_lock(hold *h)
 {
     if (h->release_sent || h->campaigning)
         return;
@@ -113,7 +113,7 @@ void release_lock(hold *h)
         /* The engine has stopped: the lock expires with its ttl. */
         h->engine_refs--;
         h->s->releases_pending--;
-        end_stream(h, END_LOST, "no_quorum");
+        hold_end_stream(h, END_LOST, "no_quorum");
     }
 }
 
@@ -136,7 +136,7 @@ static void extend_done(void *arg, const rl_result *res)
             h->fail_reason = NULL;
             h->repair = res->masters_missing > 0;
             h->pend_renewed = true;
-            notify(h);
+            hold_notify(h);
         } else if (res->outcome == RL_NOT_HELD) {
             /* Gone for good; the failed extension kept what the token
              * still holds (keep_on_fail), released by end_lost's rule. */
@@ -154,7 +154,7 @@ static void extend_done(void *arg, const rl_result *res)
      * waits for release_at_us (the client may not have read "lost"). */
     if ((h->closed && !h->release_at_us) || h->release_after) {
         h->release_after = false;
-        release_lock(h);
+        hold_release_lock(h);
     }
     /* The renewer is woken when it has something to do: a retry or an end
      * to look after, or room again for extensions it held back (half the
@@ -166,7 +166,7 @@ static void extend_done(void *arg, const rl_result *res)
             s->held_back = false;
         pthread_cond_signal(&s->changed);
     }
-    free_if_done(h);
+    hold_free_if_done(h);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -219,14 +219,14 @@ static void campaign_done(void *arg, const rl_result *res)
         hold_listen(h, true);
         h->pend_campaigning = false;
         h->pend_acquired = true;
-        notify(h);
+        hold_notify(h);
         /* Watches on every instance look at once (they re-read anyway). */
         rl_request pub = {.op = RL_PUBLISH};
         snprintf(pub.name, sizeof pub.name, "%s", h->name);
         rl_submit(e, &pub, NULL, NULL, NULL);
     } else if (!h->closed && h->end == END_NONE && !s->ending) {
         if (res->outcome == RL_SHUTTING_DOWN) {
-            end_stream(h, END_RELEASED, "shutting_down");
+            hold_end_stream(h, END_RELEASED, "shutting_down");
         } else if (res->outcome == RL_LOCKED) {
             h->next_try_us = now;   /* the engine waited already: wait again */
         } else {
@@ -241,7 +241,7 @@ static void campaign_done(void *arg, const rl_result *res)
         }
     }
     pthread_cond_signal(&s->changed);
-    free_if_done(h);
+    hold_free_if_done(h);
     pthread_mutex_unlock(&s->mu);
     /* A grant nobody takes (the client left, or the service stops) is
      * released on every master at once. */
@@ -268,14 +268,14 @@ static void campaign_try(hold *h, uint64_t now)
 /* The end of the validity the client is told: margin_us before the
  * validity obtained, so that an event that reaches the client up to
  * margin_us late still promises nothing the masters do not hold. */
-uint64_t announced_until(const hold *h)
+uint64_t hold_announced_until(const hold *h)
 {
     return h->valid_until_us > h->margin_us ? h->valid_until_us - h->margin_us : 0;
 }
 
 static uint64_t lost_at(const hold *h)
 {
-    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL, end = announced_until(h);
+    uint64_t margin = HOLD_LOST_MARGIN_MS * 1000ULL, end = hold_announced_until(h);
     return end > margin ? end - margin : 0;
 }
 
@@ -304,8 +304,8 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
                 /* (a closed hold whose release went already, after an
                  * extension or a DELETE, waited only for this) */
                 h->release_at_us = 0;
-                release_lock(h);
-                free_if_done(h);
+                hold_release_lock(h);
+                hold_free_if_done(h);
                 continue;
             } else if (h->release_at_us < next) {
                 next = h->release_at_us;
@@ -388,7 +388,7 @@ static uint64_t renew_pass(hold_set *s, uint64_t now)
     return next;
 }
 
-void *renewer_main(void *arg)
+void *hold_renewer_main(void *arg)
 {
     hold_set *s = arg;
     pthread_mutex_lock(&s->mu);

@@ -2,7 +2,7 @@
  * lock routes (api_parse_body, every rl_op), Dapr's lock and unlock
  * (api_parse_dapr), an election's campaign and value
  * (election_parse_campaign, election_parse_value) and a semaphore's
- * acquire and tokens (sem_parse_acquire, sem_parse_tokens).
+ * acquire and tokens (api_sem_parse_acquire, api_sem_parse_tokens).
  *
  * An input is: one byte choosing the parser ('0'..'9' below, taken
  * modulo 10 after subtracting '0'), one byte choosing the limits (the
@@ -16,8 +16,8 @@
  *   0 api_parse_body RL_ACQUIRE   5 api_parse_dapr unlock
  *   1 api_parse_body RL_EXTEND    6 election_parse_campaign
  *   2 api_parse_body RL_RELEASE   7 election_parse_value
- *   3 api_parse_body RL_INSPECT   8 sem_parse_acquire
- *   4 api_parse_dapr lock         9 sem_parse_tokens
+ *   3 api_parse_body RL_INSPECT   8 api_sem_parse_acquire
+ *   4 api_parse_dapr lock         9 api_sem_parse_tokens
  *
  * Beyond "no crash, no leak, no undefined behaviour", each parse is checked
  * against its contract: a success leaves no message and a failure one
@@ -354,9 +354,9 @@ static void fuzz_sem_acquire(const char *body, size_t len, const api_limits *lim
         abort();
     strcpy(req->name, NAME_SENTINEL);
     strcpy(again->name, NAME_SENTINEL);
-    int rc = sem_parse_acquire(body, len, lim, req, msg, msglen);
-    int rc2 = sem_parse_acquire(body, len, lim, again, msg2, msglen);
-    FUZZ_CHECK(rc == 0 || rc == -1, "sem_parse_acquire returns 0 or -1");
+    int rc = api_sem_parse_acquire(body, len, lim, req, msg, msglen);
+    int rc2 = api_sem_parse_acquire(body, len, lim, again, msg2, msglen);
+    FUZZ_CHECK(rc == 0 || rc == -1, "api_sem_parse_acquire returns 0 or -1");
     fuzz_check_msg(rc == 0, msg, msglen);
     FUZZ_CHECK(rc == rc2 && !memcmp(req, again, sizeof *req) && !strcmp(msg, msg2),
                "the same body parses the same way twice");
@@ -393,9 +393,9 @@ static void fuzz_sem_tokens(bool extend, const char *header, const char *query, 
     char *msg = fuzz_msg_new(msglen), *msg2 = fuzz_msg_new(msglen);
     if (!req || !again)
         abort();
-    int rc = sem_parse_tokens(extend, header, query, body, len, lim, req, msg, msglen);
-    int rc2 = sem_parse_tokens(extend, header, query, body, len, lim, again, msg2, msglen);
-    FUZZ_CHECK(rc == 0 || rc == -1, "sem_parse_tokens returns 0 or -1");
+    int rc = api_sem_parse_tokens(extend, header, query, body, len, lim, req, msg, msglen);
+    int rc2 = api_sem_parse_tokens(extend, header, query, body, len, lim, again, msg2, msglen);
+    FUZZ_CHECK(rc == 0 || rc == -1, "api_sem_parse_tokens returns 0 or -1");
     fuzz_check_msg(rc == 0, msg, msglen);
     FUZZ_CHECK(rc == rc2 && !memcmp(req, again, sizeof *req) && !strcmp(msg, msg2),
                "the same input parses the same way twice");

@@ -154,7 +154,7 @@ Test(reader, election_and_semaphore_bodies_are_as_strict)
                           "{\"limit\":2,\"limit\":3}", "{\"limit\":99999999999999999999}"};
     const char *names[] = {"limit", "permits", "limit", "limit"};
     for (size_t i = 0; i < 4; i++) {
-        cr_assert_eq(sem_parse_acquire(sems[i], strlen(sems[i]), &lim, &sr, msg, sizeof msg), -1,
+        cr_assert_eq(api_sem_parse_acquire(sems[i], strlen(sems[i]), &lim, &sr, msg, sizeof msg), -1,
                      "%s accepted", sems[i]);
         cr_assert(strstr(msg, names[i]), "%s: %s", sems[i], msg);
     }
@@ -195,7 +195,7 @@ Test(writer, integers_are_integer_literals)
     snprintf(res.permits[0].token, sizeof res.permits[0].token, "1:abc");
     int status;
     long long retry;
-    char *s = sem_result_json(&sr, &res, &status, &retry);
+    char *s = api_sem_result_json(&sr, &res, &status, &retry);
     cr_assert(strstr(s, "\"fence\":1795614944240680"), "%s", s);
     free(s);
 }
@@ -208,7 +208,7 @@ Test(writer, a_semaphore_409_carries_the_holders_time_left)
     res.last.outcome = RL_OK;
     int status;
     long long retry_s;
-    char *s = sem_result_json(&sr, &res, &status, &retry_s);
+    char *s = api_sem_result_json(&sr, &res, &status, &retry_s);
     cr_assert_eq(status, 409);
     cr_assert(strstr(s, "\"retry_after_ms\":14250"), "%s", s);
     cr_assert_eq(retry_s, 15);

@@ -13,7 +13,7 @@ static const api_limits lim = {30000, 3600000, 60000, NULL};
 static int acquire(const char *body, sem_request *r, char *msg)
 {
     memset(r, 0, sizeof *r);
-    return sem_parse_acquire(body, strlen(body), &lim, r, msg, 200);
+    return api_sem_parse_acquire(body, strlen(body), &lim, r, msg, 200);
 }
 
 Test(semaphore, acquire_body)
@@ -63,18 +63,18 @@ Test(semaphore, permit_tokens)
     sem_request r;
     char msg[200];
     memset(&r, 0, sizeof r);
-    cr_assert_eq(sem_parse_tokens(false, "0:a, 1:b", NULL, "", 0, &lim, &r, msg, sizeof msg), 0, "%s", msg);
+    cr_assert_eq(api_sem_parse_tokens(false, "0:a, 1:b", NULL, "", 0, &lim, &r, msg, sizeof msg), 0, "%s", msg);
     cr_assert_eq(r.ntokens, 2);
     cr_assert_str_eq(r.tokens[1], "1:b");
     const char *body = "{\"tokens\":[\"2:c\"],\"ttl_ms\":9000}";
-    cr_assert_eq(sem_parse_tokens(true, NULL, NULL, body, strlen(body), &lim, &r, msg, sizeof msg), 0);
+    cr_assert_eq(api_sem_parse_tokens(true, NULL, NULL, body, strlen(body), &lim, &r, msg, sizeof msg), 0);
     cr_assert_eq(r.ntokens, 1);
     cr_assert_eq(r.ttl_ms, 9000);
     cr_assert_eq(r.op, SEM_EXTEND);
-    cr_assert_eq(sem_parse_tokens(false, NULL, NULL, "", 0, &lim, &r, msg, sizeof msg), -1, "tokens are required");
-    cr_assert_eq(sem_parse_tokens(false, "nope", NULL, "", 0, &lim, &r, msg, sizeof msg), -1);
+    cr_assert_eq(api_sem_parse_tokens(false, NULL, NULL, "", 0, &lim, &r, msg, sizeof msg), -1, "tokens are required");
+    cr_assert_eq(api_sem_parse_tokens(false, "nope", NULL, "", 0, &lim, &r, msg, sizeof msg), -1);
     body = "{\"tokens\":[7]}";
-    cr_assert_eq(sem_parse_tokens(false, NULL, NULL, body, strlen(body), &lim, &r, msg, sizeof msg), -1);
+    cr_assert_eq(api_sem_parse_tokens(false, NULL, NULL, body, strlen(body), &lim, &r, msg, sizeof msg), -1);
 }
 
 Test(semaphore, answers)
@@ -86,23 +86,23 @@ Test(semaphore, answers)
     snprintf(res.permits[0].token, sizeof res.permits[0].token, "1:T");
     int status;
     long long ra;
-    char *j = sem_result_json(&r, &res, &status, &ra);
+    char *j = api_sem_result_json(&r, &res, &status, &ra);
     cr_assert_eq(status, 201);
     cr_assert_str_eq(j, "{\"name\":\"pool\",\"limit\":2,\"permits\":[{\"slot\":1,\"token\":\"1:T\",\"fence\":7,"
                         "\"validity_ms\":900}],\"validity_ms\":900,\"ttl_ms\":1000}");
     free(j);
     sem_result mm = {.outcome = RL_LOCKED, .limit_mismatch = true, .stored_limit = 3};
-    j = sem_result_json(&r, &mm, &status, &ra);
+    j = api_sem_result_json(&r, &mm, &status, &ra);
     cr_assert_eq(status, 409);
     cr_assert(strstr(j, "\"error\":\"limit_mismatch\"") && strstr(j, "\"limit\":3"), "%s", j);
     free(j);
     sem_result full = {.outcome = RL_LOCKED};
-    j = sem_result_json(&r, &full, &status, &ra);
+    j = api_sem_result_json(&r, &full, &status, &ra);
     cr_assert_eq(status, 409);
     cr_assert_eq(ra, 1);
     cr_assert(strstr(j, "\"error\":\"locked\""), "%s", j);
     free(j);
     r.op = SEM_RELEASE;
-    cr_assert_null(sem_result_json(&r, &res, &status, &ra));
+    cr_assert_null(api_sem_result_json(&r, &res, &status, &ra));
     cr_assert_eq(status, 204);
 }
