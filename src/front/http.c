@@ -6,7 +6,7 @@ static void kick_job(void *arg) { (void)arg; }
 
 /* Resumes ctx's connection and makes its loop run the daemon soon: at once
  * on its next turn when called on the loop, else by waking it. Any thread. */
-void ctx_wake(req_ctx *ctx)
+void http_ctx_wake(req_ctx *ctx)
 {
     http_shard *sh = ctx->sh;
     MHD_resume_connection(ctx->conn);
@@ -17,7 +17,7 @@ void ctx_wake(req_ctx *ctx)
 
 /* ---- answers ---- */
 
-enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allow,
+enum MHD_Result http_send_body(req_ctx *ctx, int status, char *body, const char *allow,
                           long long retry_after_s, bool json)
 {
     struct MHD_Response *r;
@@ -44,10 +44,10 @@ enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allo
     static const char no_quorum[] = "{\"error\":\"no_quorum\"";
     if (status == 503 && body && !strncmp(body, no_quorum, sizeof no_quorum - 1))
         metrics_count(ctx->s->m, METRICS_NO_QUORUM);   /* answered, not retried inside */
-    return send_response(ctx, status, r);
+    return http_send_response(ctx, status, r);
 }
 
-enum MHD_Result send_response(req_ctx *ctx, int status, struct MHD_Response *r)
+enum MHD_Result http_send_response(req_ctx *ctx, int status, struct MHD_Response *r)
 {
     /* Stopping: serve what arrives on open connections, then close them so
      * clients move on to another instance instead of meeting a 503. */
@@ -60,10 +60,10 @@ enum MHD_Result send_response(req_ctx *ctx, int status, struct MHD_Response *r)
     return rc;
 }
 
-enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
+enum MHD_Result http_send_error(req_ctx *ctx, enum api_err e, const char *message,
                            const char *allow)
 {
-    return send_body(ctx, api_errors[e].status, api_error_json(e, message), allow, 0, true);
+    return http_send_body(ctx, api_errors[e].status, api_error_json(e, message), allow, 0, true);
 }
 
 /* ---- auth, and a request's suspension for the engine ---- */
@@ -98,12 +98,12 @@ static void engine_cleanup(req_ctx *ctx, bool completed_ok)
     bool delivered = ctx->hold || (completed_ok && ctx->answered && !ctx->gone && !ctx->forced);
     if (ctx->sem && !delivered && atomic_load(&ctx->result_ready) && !ctx->forced &&
         ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK)
-        sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
-    if (!(delivered && ctx->confirm_fd >= 0 && check_delivery(ctx)))
+        http_sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
+    if (!(delivered && ctx->confirm_fd >= 0 && http_check_delivery(ctx)))
         rl_finish(ctx->eng, ctx->h, delivered);
 }
 
-void suspend_for_engine(req_ctx *ctx)
+void http_suspend_for_engine(req_ctx *ctx)
 {
     http_server *s = ctx->s;
     http_on_cleanup(ctx, engine_cleanup);
@@ -117,7 +117,7 @@ void suspend_for_engine(req_ctx *ctx)
     metrics_inflight(s->m, 1);
 }
 
-void ctx_unref(req_ctx *ctx)
+void http_ctx_unref(req_ctx *ctx)
 {
     if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
         if (ctx->confirm_fd >= 0)
@@ -138,7 +138,7 @@ void ctx_unref(req_ctx *ctx)
  * resumes the connection; sem_res, when not NULL, is a semaphore's whole
  * answer, kept beside its outcome. Returns false when it was no longer
  * suspended: res is then not the one answered. */
-bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res)
+bool http_ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res)
 {
     http_server *s = ctx->s;
     pthread_mutex_lock(&s->reg_lock);
@@ -154,14 +154,14 @@ bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res)
     }
     pthread_mutex_unlock(&s->reg_lock);
     if (was)
-        ctx_wake(ctx);
+        http_ctx_wake(ctx);
     return was;
 }
 
 /* Takes ctx out of its suspension as the registry sees it (the watcher and
  * the shutdown look there). Returns whether it was suspended: whoever gets
  * true owns the matching MHD_resume_connection. */
-bool ctx_unsuspend(req_ctx *ctx)
+bool http_ctx_unsuspend(req_ctx *ctx)
 {
     http_server *s = ctx->s;
     pthread_mutex_lock(&s->reg_lock);
@@ -176,14 +176,14 @@ bool ctx_unsuspend(req_ctx *ctx)
 /* Has the connection failed (reset, or closed both ways)? Then an answer
  * cannot reach the client. A FIN alone is not that: a half-closed client
  * (shutdown(SHUT_WR), `nc -N`, Go's CloseWrite) still reads its answer. */
-bool client_gone(int fd)
+bool http_client_gone(int fd)
 {
     struct pollfd pfd = {fd, 0, 0};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR));
 }
 
 /* Has the client sent its FIN (closed or half-closed)? */
-bool client_done_sending(int fd)
+bool http_client_done_sending(int fd)
 {
     struct pollfd pfd = {fd, POLLRDHUP, 0};
     return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
@@ -229,7 +229,7 @@ static void decode_route_name(req_ctx *ctx, const char *url)
     ctx->route_name = ctx->w->name;
 }
 
-enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                            const char *method, const char *version,
                            const char *upload_data, size_t *upload_data_size,
                            void **con_cls)
@@ -255,7 +255,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         ctx->ci = ci ? ci->socket_context : NULL;
         ctx->start_us = loop_now_us();
         pthread_mutex_lock(&s->reg_lock);
-        s->nrequests++;   /* until on_completed: a shutdown answers it first */
+        s->nrequests++;   /* until http_on_completed: a shutdown answers it first */
         pthread_mutex_unlock(&s->reg_lock);
         /* Routed once: the path, and the name in it, stay as they are
          * while the body arrives (url points into the connection). */
@@ -281,13 +281,13 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
         int bad = framing_error(conn, version, why, sizeof why);
         if (bad >= 0) {
             ctx->close = true;
-            return send_error(ctx, (enum api_err)bad, why, NULL);
+            return http_send_error(ctx, (enum api_err)bad, why, NULL);
         }
         /* Refuse a declared oversize body before reading it. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes)
-            return send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
+            return http_send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
         return MHD_YES;
     }
 
@@ -317,7 +317,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
     if (ctx->submitted) {
         if (ctx->gone)
             return MHD_NO;   /* nobody to answer: close */
-        return atomic_load(&ctx->result_ready) ? lock_answer(ctx) : MHD_YES;
+        return atomic_load(&ctx->result_ready) ? http_lock_answer(ctx) : MHD_YES;
     }
     if (ctx->ci) {
         pthread_mutex_lock(&s->reg_lock);
@@ -333,7 +333,7 @@ enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *u
                                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), why, sizeof why);
     if (foreign >= 0)
-        return send_error(ctx, (enum api_err)foreign, why, NULL);
+        return http_send_error(ctx, (enum api_err)foreign, why, NULL);
     return http_route_serve(ctx, method);
 }
 
@@ -348,7 +348,7 @@ void http_on_cleanup(req_ctx *ctx, http_cleanup_fn fn)
         abort();   /* more kinds of things attached than there are: a bug */
 }
 
-void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   enum MHD_RequestTerminationCode toe)
 {
     req_ctx *ctx = *con_cls;
@@ -369,14 +369,14 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_cond_broadcast(&s->reg_cond);
     pthread_mutex_unlock(&s->reg_lock);
     *con_cls = NULL;
-    ctx_unref(ctx);
+    http_ctx_unref(ctx);
 }
 
 /* libmicrohttpd's unescape callback, for the path and each query argument:
  * leaves them as the client sent them. The path's name is decoded once
  * after routing (decode_route_name), so that "%2F" in a name is not a path
  * separator; a query argument, where it is read (http_query_arg). */
-size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+size_t http_unescape(void *cls, struct MHD_Connection *c, char *s)
 {
     (void)cls;
     (void)c;
@@ -403,7 +403,7 @@ int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen)
 
 /* libmicrohttpd's messages are mostly caused by clients (a connection
  * dropped mid-request): rate-limited, with a count of what was left out. */
-void mhd_log(void *cls, const char *fmt, va_list ap)
+void http_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     static log_limit limit = LOG_LIMIT_INIT;
     (void)cls;

@@ -7,7 +7,7 @@
  * A request is parsed and answered on the loop that accepted it; its
  * engine is that loop's for an inspection, and the name's owner loop's
  * (by hash) for an acquire, extension or release, so that every write of a
- * name reaches each master over one connection, in one order (engine_for).
+ * name reaches each master over one connection, in one order (http_engine_for).
  * Once its body is read the connection is suspended and the request handed
  * to that engine, whose callback resumes it with the answer. A granted
  * acquire with "hold" becomes a held stream (hold.h): its 201 body is read

@@ -30,14 +30,14 @@ static void log_force(req_ctx *ctx, const char *what, long long fence, const cha
               "fence", f, "owner", owner, "permits", n, "client", client, NULL);
 }
 
-void forced_lock(req_ctx *ctx, const rl_result *res)
+void http_forced_lock(req_ctx *ctx, const rl_result *res)
 {
     hold_forced(ctx->s->holds, ctx->w->req.name);   /* (a notice tells the other instances) */
     log_force(ctx, ctx->route == ROUTE_ELECTION ? "election" : "lock", res->held ? res->fence : 0,
               res->held ? res->owner : "", res->held);
 }
 
-void forced_permits(req_ctx *ctx, const sem_result *res)
+void http_forced_permits(req_ctx *ctx, const sem_result *res)
 {
     long long fence = 0;
     const char *owner = "";
@@ -55,21 +55,21 @@ void forced_permits(req_ctx *ctx, const sem_result *res)
 
 /* The route table's row for a force release has checked ?force=true and
  * the admin token (http_routes.c). */
-enum MHD_Result force_dispatch(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_force_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     ctx->mroute = METRICS_ROUTE_RELEASE;
     if (!rules_name_valid(name, strlen(name)))
-        return send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
+        return http_send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
     ctx->force = true;
     snprintf(ctx->w->label, sizeof ctx->w->label, "%s", name);
     if (ctx->route == ROUTE_SEMAPHORE) {
         ctx->sem = calloc(1, sizeof *ctx->sem);
         ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
         if (!ctx->sem || !ctx->sem_res)
-            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+            return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
         ctx->sem->op = SEM_FORCE;
         snprintf(ctx->sem->name, sizeof ctx->sem->name, "%s", name);
-        return sem_start(ctx);
+        return http_sem_start(ctx);
     }
     memset(&ctx->w->req, 0, sizeof ctx->w->req);
     ctx->w->req.op = RL_FORCE;
@@ -77,7 +77,7 @@ enum MHD_Result force_dispatch(req_ctx *ctx, const char *method, const char *nam
         election_lock_name(name, ctx->w->req.name, sizeof ctx->w->req.name);
     else
         snprintf(ctx->w->req.name, sizeof ctx->w->req.name, "%s", name);
-    return submit(ctx);
+    return http_submit(ctx);
 }
 
 /* ---- listings: GET /locks, /elections, /semaphores (listing.h) ---- */
@@ -88,8 +88,8 @@ static void list_done(void *arg, const rl_result *res, char *body)
     rl_finish(ctx->sh->engine, ctx->list_turn, false);   /* its place among --max-inflight */
     ctx->list_turn = NULL;
     ctx->list_body = body;   /* (freed with ctx, answered or not) */
-    ctx_resume(ctx, res, NULL);
-    ctx_unref(ctx);
+    http_ctx_resume(ctx, res, NULL);
+    http_ctx_unref(ctx);
 }
 
 /* The page's turn among --max-inflight came (or did not, within
@@ -107,23 +107,23 @@ static void list_turn(void *arg, const rl_result *res)
 
 /* A listing's page, or /ui/state: 200 with the body, else the error as
  * every route answers it (no_quorum with its counts and why). */
-enum MHD_Result list_answer(req_ctx *ctx)
+enum MHD_Result http_list_answer(req_ctx *ctx)
 {
     if (ctx->w->res.outcome == RL_OK) {
         char *body = ctx->list_body;
         ctx->list_body = NULL;
-        return send_body(ctx, 200, body, NULL, 0, true);
+        return http_send_body(ctx, 200, body, NULL, 0, true);
     }
     int status;
     long long retry_after_s = 0;
     rl_request req = {.op = RL_INSPECT};
     char *body = api_result_json(&req, &ctx->w->res, &status, &retry_after_s);
     if (!body)
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-    return send_body(ctx, status, body, NULL, retry_after_s, true);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return http_send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
-enum MHD_Result list_dispatch(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     ctx->mroute = METRICS_ROUTE_LIST;
     list_request req = {.kind = ctx->route == ROUTE_LIST_LOCKS       ? LIST_LOCKS
@@ -134,14 +134,14 @@ enum MHD_Result list_dispatch(req_ctx *ctx, const char *method, const char *name
     const char *prefix = http_query_arg(ctx, "prefix", buf, sizeof buf);
     const char *raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "prefix");
     if (prefix && (raw && *raw) && !rules_name_valid(prefix, strlen(prefix)))
-        return send_error(ctx, API_E_BAD_NAME, "prefix must be the start of a name: " API_NAME_RULE, NULL);
+        return http_send_error(ctx, API_E_BAD_NAME, "prefix must be the start of a name: " API_NAME_RULE, NULL);
     snprintf(req.prefix, sizeof req.prefix, "%s", prefix ? prefix : "");
     const char *limit = http_query_arg(ctx, "limit", buf, sizeof buf);
     if (limit) {
         char *end;
         long v = strtol(limit, &end, 10);
         if (!*limit || *end || !isdigit((unsigned char)*limit) || v < 1 || v > LIST_LIMIT_MAX)
-            return send_error(ctx, API_E_BAD_REQUEST, "limit must be an integer from 1 to 1000", NULL);
+            return http_send_error(ctx, API_E_BAD_REQUEST, "limit must be an integer from 1 to 1000", NULL);
         req.limit = (int)v;
     }
     /* A cursor that does not decode (a broken escape) is no cursor this
@@ -149,17 +149,17 @@ enum MHD_Result list_dispatch(req_ctx *ctx, const char *method, const char *name
     const char *cursor = http_query_arg(ctx, "cursor", buf, sizeof buf);
     raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "cursor");
     if ((raw && *raw && !*cursor) || list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
-        return send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
+        return http_send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
     ctx->list = true;
     ctx->list_req = req;
     /* A page's reads wait for a place among --max-inflight, as inspections
      * do: a crowd of listings is paced, never read as masters failing. */
     rl_request turn = {.op = RL_TURN, .queued = true};
-    suspend_for_engine(ctx);   /* list_done may come before rl_submit returns */
+    http_suspend_for_engine(ctx);   /* list_done may come before rl_submit returns */
     atomic_fetch_add(&ctx->refs, 1);   /* list_done's */
     if (rl_submit(ctx->sh->engine, &turn, list_turn, ctx, &ctx->list_turn) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
-        ctx_resume(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
+        http_ctx_resume(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
     }
     return MHD_YES;
 }

@@ -4,7 +4,7 @@
 
 /* Hands ctx's grant to the watcher until its delivery is known. False
  * (nothing handed over) when out of memory: it then counts as delivered. */
-bool check_delivery(req_ctx *ctx)
+bool http_check_delivery(req_ctx *ctx)
 {
     delivery_check *c = malloc(sizeof *c);
     if (!c)
@@ -25,7 +25,7 @@ bool check_delivery(req_ctx *ctx)
     c->next = s->checks;
     s->checks = c;
     pthread_mutex_unlock(&s->reg_lock);
-    if (s->watch_ep >= 0) {   /* a reset is seen at once (watch_main) */
+    if (s->watch_ep >= 0) {   /* a reset is seen at once (http_watch_main) */
         struct epoll_event ev = {.events = EPOLLET, .data.fd = c->fd};
         epoll_ctl(s->watch_ep, EPOLL_CTL_ADD, c->fd, &ev);
     }
@@ -52,7 +52,7 @@ static int delivery_state(const delivery_check *c, uint64_t now, bool finally)
 
 /* Settles the delivery checks whose outcome is known (all of them when
  * finally): a grant that met a reset is released (rl_finish undelivered). */
-void settle_deliveries(http_server *s, bool finally)
+void http_settle_deliveries(http_server *s, bool finally)
 {
     uint64_t now = loop_now_us();
     delivery_check *done = NULL;
@@ -78,7 +78,7 @@ void settle_deliveries(http_server *s, bool finally)
         close(c->fd);
         if (c->sem && !c->arrived) {
             metrics_count(s->m, METRICS_ABANDONED_GRANTS);
-            sem_give_back(s, c->pool, c->sem->name, c->sem_res);
+            http_sem_give_back(s, c->pool, c->sem->name, c->sem_res);
         }
         rl_finish(c->eng, c->h, c->arrived);
         free(c->sem);
@@ -102,7 +102,7 @@ static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_st
 
 /* libmicrohttpd's connection start and close: the registry the watcher and
  * the shutdown walk. */
-void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                    enum MHD_ConnectionNotificationCode code)
 {
     http_server *s = ((http_shard *)cls)->s;
@@ -172,15 +172,15 @@ static void look_at(conn_info *ci, uint64_t now, uint64_t timeout_us, struct wat
 {
     req_ctx *ctx = ci->suspended;
     if (ctx && (ctx->hold || ctx->watch) && !ctx->gone && a->nleft < 64 &&
-        (client_gone(ci->fd) || (ctx->watch && client_done_sending(ci->fd)))) {
+        (http_client_gone(ci->fd) || (ctx->watch && http_client_done_sending(ci->fd)))) {
         /* (a watch's client has nothing to say: its FIN ends it) */
         /* A held stream's client left: resume it so that it closes
-         * (hold_reader), and on_completed releases. */
+         * (hold_reader), and http_on_completed releases. */
         ctx->gone = true;
         ctx->susp = false;
         ci->suspended = NULL;
         a->left[a->nleft++] = ctx;
-    } else if (ctx && ctx->hold && !ctx->gone && a->nprobe < 64 && client_done_sending(ci->fd) &&
+    } else if (ctx && ctx->hold && !ctx->gone && a->nprobe < 64 && http_client_done_sending(ci->fd) &&
                (!ctx->probed || ctx->probed_us + HTTP_PROBE_INTERVAL_MS * 1000ULL <= now)) {
         /* Closed, or only half-closed? A closed client answers the probe
          * with a reset (seen at once: watch_ep). A half-closed one reads
@@ -192,10 +192,10 @@ static void look_at(conn_info *ci, uint64_t now, uint64_t timeout_us, struct wat
         ctx->susp = false;   /* ours to resume: the stream stays open till then */
         ci->suspended = NULL;
         a->probe[a->nprobe++] = ctx;
-    } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && client_gone(ci->fd)) {
+    } else if (ctx && !ctx->hold && ctx->h && !ctx->gone && http_client_gone(ci->fd)) {
         ctx->gone = true;
         rl_cancel(ctx->eng, ctx->h);
-    } else if (ctx && ctx->semh && !ctx->gone && client_gone(ci->fd)) {
+    } else if (ctx && ctx->semh && !ctx->gone && http_client_gone(ci->fd)) {
         ctx->gone = true;   /* a waiting semaphore acquire stops waiting */
         sem_cancel(ctx->semh);
     } else if (!ci->busy && !ci->shut && ci->phase_start_us + timeout_us < now) {
@@ -211,10 +211,10 @@ static void act(http_server *s, struct watch_acts *a, uint64_t now)
 {
     static log_limit slow_log = LOG_LIMIT_INIT;
     for (int k = 0; k < a->nleft; k++)
-        ctx_wake(a->left[k]);
+        http_ctx_wake(a->left[k]);
     for (int k = 0; k < a->nprobe; k++) {
         hold_probe(a->probe[k]->hold);
-        ctx_wake(a->probe[k]);
+        http_ctx_wake(a->probe[k]);
     }
     for (unsigned long long k = 0; k < a->slow; k++)
         metrics_count(s->m, METRICS_REQUEST_TIMEOUTS);
@@ -236,7 +236,7 @@ static void unwatch_stream(req_ctx *ctx, bool completed_ok)
     ctx->watched = false;
 }
 
-void watch_stream(req_ctx *ctx)
+void http_watch_stream(req_ctx *ctx)
 {
     if (ctx->s->watch_ep < 0 || !ctx->ci)
         return;
@@ -265,7 +265,7 @@ void watch_stream(req_ctx *ctx)
  *  - closes connections that have not sent a complete request within
  *    --request-timeout-ms of their start or their last answer (slowloris);
  *  - gives memory freed by many closed connections back to the system. */
-void *watch_main(void *arg)
+void *http_watch_main(void *arg)
 {
     http_server *s = arg;
     uint64_t timeout_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
@@ -340,7 +340,7 @@ void *watch_main(void *arg)
         pthread_mutex_unlock(&s->reg_lock);
         act(s, &a, now);
         if (checks || pass)
-            settle_deliveries(s, false);
+            http_settle_deliveries(s, false);
         if (pass)
             next_pass = now + HTTP_WATCH_INTERVAL_MS * 1000ULL;
         if (trim)

@@ -2,7 +2,7 @@
  * front/front.h, is the layer's face to the rest): the server, its loops' shards, the registry
  * of connections, the request context, and the functions one file calls
  * in another. Which file holds what:
- *   http.c          a request's life: reading it (on_request), answers,
+ *   http.c          a request's life: reading it (http_on_request), answers,
  *                   the context's suspension and resumption, its cleanup
  *                   handlers and completion
  *   http_routes.c   the route table: each route's methods, right, auth and
@@ -53,7 +53,7 @@
 #include "semaphore_api.h"
 
 #define HTTP_IDLE_TIMEOUT_S 60
-#define HTTP_STREAM_BLOCK 16         /* a stream response's own block (stream_answer) */
+#define HTTP_STREAM_BLOCK 16         /* a stream response's own block (http_stream_answer) */
 #define HTTP_WATCH_INTERVAL_MS 100   /* how often gone clients and slow requests are looked for */
 #define HTTP_PROBE_INTERVAL_MS 25    /* how often a half-closed held stream is probed */
 #define HTTP_RECHECK_MS 2            /* a stream that was writing when its client spoke */
@@ -166,7 +166,7 @@ typedef struct http_route {
 } http_route;
 
 /* What a request's exchange with the engine needs, and a stream that it
- * became does not: 2.6 KiB, which stream_answer frees so that 10,000
+ * became does not: 2.6 KiB, which http_stream_answer frees so that 10,000
  * leases do not keep it. */
 typedef struct req_work {
     char name[RULES_NAME_MAX + 2]; /* the path's name ("" when it did not decode or is longer
@@ -178,7 +178,7 @@ typedef struct req_work {
 } req_work;
 
 /* A teardown that something attached to a request registered on it
- * (http_on_cleanup): on_completed runs them in reverse order of
+ * (http_on_cleanup): http_on_completed runs them in reverse order of
  * registration, knowing none of them. completed_ok: the answer was sent
  * whole (libmicrohttpd's MHD_REQUEST_TERMINATED_COMPLETED_OK). */
 typedef void (*http_cleanup_fn)(struct req_ctx *ctx, bool completed_ok);
@@ -187,7 +187,7 @@ typedef void (*http_cleanup_fn)(struct req_ctx *ctx, bool completed_ok);
 typedef struct req_ctx {
     http_server *s;
     http_shard *sh;           /* the loop serving it */
-    rl_engine *eng;           /* the engine its request went to (engine_for) */
+    rl_engine *eng;           /* the engine its request went to (http_engine_for) */
     struct MHD_Connection *conn;
     conn_info *ci;
     atomic_int refs;          /* libmicrohttpd's, and the engine's until lock_done */
@@ -212,11 +212,11 @@ typedef struct req_ctx {
     bool probed;              /* a held stream's client sent its FIN: it was probed
                                  (hold_probe), which a closed client answers with a reset */
     uint64_t probed_us;       /* the last probe (a half-closed client gets one again) */
-    bool watched;             /* its socket is in the watcher's epoll set (watch_stream) */
+    bool watched;             /* its socket is in the watcher's epoll set (http_watch_stream) */
     int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
                                  socket, to learn whether the answer arrived (-1: none) */
-    hold *hold;               /* the held stream this request became, until on_completed */
-    election_watch *watch;    /* GET /elections/{name}?watch=true, until on_completed */
+    hold *hold;               /* the held stream this request became, until http_on_completed */
+    election_watch *watch;    /* GET /elections/{name}?watch=true, until http_on_completed */
     bool election;            /* an election route: answered by election_answer */
     bool force;               /* an operator's force release (http_admin.c) */
     bool force_query;         /* DELETE /locks/?force=true&name=...: the query form of a
@@ -229,7 +229,7 @@ typedef struct req_ctx {
     sem_result *sem_res;
     sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
     atomic_bool result_ready;
-    req_work *w;              /* NULL once its stream started (stream_answer) */
+    req_work *w;              /* NULL once its stream started (http_stream_answer) */
     http_cleanup_fn cleanups[HTTP_CLEANUPS_MAX]; /* (loop thread) */
     int ncleanups;
 } req_ctx;
@@ -238,27 +238,27 @@ typedef struct req_ctx {
 /* Registers fn to run when ctx completes (once: a second registration of
  * the same fn is none). On ctx's loop, before it completes. */
 void http_on_cleanup(req_ctx *ctx, http_cleanup_fn fn);
-void ctx_wake(req_ctx *ctx);
-enum MHD_Result send_body(req_ctx *ctx, int status, char *body, const char *allow,
+void http_ctx_wake(req_ctx *ctx);
+enum MHD_Result http_send_body(req_ctx *ctx, int status, char *body, const char *allow,
                           long long retry_after_s, bool json);
-enum MHD_Result send_error(req_ctx *ctx, enum api_err e, const char *message,
+enum MHD_Result http_send_error(req_ctx *ctx, enum api_err e, const char *message,
                            const char *allow);
 /* Queues r (the caller's headers set) as ctx's answer, closing the
  * connection while the server stops, and counts it; destroys r. */
-enum MHD_Result send_response(req_ctx *ctx, int status, struct MHD_Response *r);
-void suspend_for_engine(req_ctx *ctx);
-void ctx_unref(req_ctx *ctx);
-bool ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res);
-bool ctx_unsuspend(req_ctx *ctx);
-bool client_gone(int fd);
-bool client_done_sending(int fd);
-enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+enum MHD_Result http_send_response(req_ctx *ctx, int status, struct MHD_Response *r);
+void http_suspend_for_engine(req_ctx *ctx);
+void http_ctx_unref(req_ctx *ctx);
+bool http_ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res);
+bool http_ctx_unsuspend(req_ctx *ctx);
+bool http_client_gone(int fd);
+bool http_client_done_sending(int fd);
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                            const char *method, const char *version,
                            const char *upload_data, size_t *upload_data_size,
                            void **con_cls);
-void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   enum MHD_RequestTerminationCode toe);
-size_t unescape(void *cls, struct MHD_Connection *c, char *s);
+size_t http_unescape(void *cls, struct MHD_Connection *c, char *s);
 /* The query argument key of ctx's request, percent-decoded once into buf
  * (cap bytes; a decoded NUL becomes 0x7f, as in a name): NULL when absent,
  * "" when it does not decode or fit. */
@@ -267,37 +267,37 @@ const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap)
 /* ctx->req.token from the Lock-Token header, the token query argument or
  * the body (token_in_body): api_pick_token's rules. */
 int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen);
-void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* http_ops.c */
 /* Master i as every loop sees it: up only where up on every loop,
  * quarantined where any loop found it so, counters summed. */
 void http_master_status(http_server *s, int i, master_status *out);
-enum MHD_Result serve_readyz(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result serve_metrics(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_serve_readyz(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_serve_metrics(req_ctx *ctx, const char *method, const char *name);
 
 /* http_locks.c */
-void hold_wake(void *arg);
-bool reserve_hold(req_ctx *ctx);
+void http_hold_wake(void *arg);
+bool http_reserve_hold(req_ctx *ctx);
 void http_hold_attach(req_ctx *ctx, hold *h);
-enum MHD_Result too_many_holds(req_ctx *ctx);
-enum MHD_Result stream_refused(req_ctx *ctx);
-enum MHD_Result stream_answer(req_ctx *ctx, unsigned status);
-enum MHD_Result lock_answer(req_ctx *ctx);
-rl_engine *engine_of_name(void *arg, const char *name);
-rl_engine *engine_for(const req_ctx *ctx);
-enum MHD_Result submit(req_ctx *ctx);
-enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *method, const char *store);
+enum MHD_Result http_too_many_holds(req_ctx *ctx);
+enum MHD_Result http_stream_refused(req_ctx *ctx);
+enum MHD_Result http_stream_answer(req_ctx *ctx, unsigned status);
+enum MHD_Result http_lock_answer(req_ctx *ctx);
+rl_engine *http_engine_of_name(void *arg, const char *name);
+rl_engine *http_engine_for(const req_ctx *ctx);
+enum MHD_Result http_submit(req_ctx *ctx);
+enum MHD_Result http_lock_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_dapr_dispatch(req_ctx *ctx, const char *method, const char *store);
 
 /* http_recipes.c */
-enum MHD_Result election_answer(req_ctx *ctx);
-enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *name);
-void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
-enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result sem_answer(req_ctx *ctx);
-enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result sem_start(req_ctx *ctx);   /* submits ctx->sem (parsed) */
+enum MHD_Result http_election_answer(req_ctx *ctx);
+enum MHD_Result http_election_dispatch(req_ctx *ctx, const char *method, const char *name);
+void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
+enum MHD_Result http_heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_sem_answer(req_ctx *ctx);
+enum MHD_Result http_sem_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_sem_start(req_ctx *ctx);   /* submits ctx->sem (parsed) */
 
 /* http.c: the bearer token of ctx's Authorization header, or NULL; is
  * got the secret want (NULL never is; in time that depends on want's
@@ -306,11 +306,11 @@ const char *http_bearer(req_ctx *ctx);
 bool http_secret_is(const char *want, const char *got);
 
 /* http_admin.c */
-enum MHD_Result force_dispatch(req_ctx *ctx, const char *method, const char *name);
-void forced_lock(req_ctx *ctx, const rl_result *res);
-void forced_permits(req_ctx *ctx, const sem_result *res);
-enum MHD_Result list_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result list_answer(req_ctx *ctx);
+enum MHD_Result http_force_dispatch(req_ctx *ctx, const char *method, const char *name);
+void http_forced_lock(req_ctx *ctx, const rl_result *res);
+void http_forced_permits(req_ctx *ctx, const sem_result *res);
+enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_list_answer(req_ctx *ctx);
 
 /* http_ui.c */
 enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name);
@@ -330,11 +330,11 @@ bool http_route_known(enum api_route path);
 enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);
 
 /* http_conns.c */
-bool check_delivery(req_ctx *ctx);
-void watch_stream(req_ctx *ctx);
-void settle_deliveries(http_server *s, bool finally);
-void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+bool http_check_delivery(req_ctx *ctx);
+void http_watch_stream(req_ctx *ctx);
+void http_settle_deliveries(http_server *s, bool finally);
+void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                    enum MHD_ConnectionNotificationCode code);
-void *watch_main(void *arg);
+void *http_watch_main(void *arg);
 
 #endif

@@ -9,23 +9,23 @@ static void lock_done(void *arg, const rl_result *res)
     if (ctx->w->req.op == RL_RELEASE && res->outcome == RL_OK && !ctx->dapr)
         hold_released(ctx->s->holds, ctx->w->req.name, ctx->w->req.token);
     if (ctx->w->req.op == RL_FORCE && res->outcome == RL_OK)
-        forced_lock(ctx, res);
-    ctx_resume(ctx, res, NULL);   /* when a shutdown answered first, rl_finish releases a grant */
-    ctx_unref(ctx);
+        http_forced_lock(ctx, res);
+    http_ctx_resume(ctx, res, NULL);   /* when a shutdown answered first, rl_finish releases a grant */
+    http_ctx_unref(ctx);
 }
 
 /* A hold has something to read: resume its connection if it is suspended
  * waiting for that (called with the hold set's mutex held; never after
  * hold_close). */
-void hold_wake(void *arg)
+void http_hold_wake(void *arg)
 {
     req_ctx *ctx = arg;
-    if (ctx_unsuspend(ctx))
-        ctx_wake(ctx);
+    if (http_ctx_unsuspend(ctx))
+        http_ctx_wake(ctx);
 }
 
 /* libmicrohttpd asks for the next part of a held stream. With nothing to
- * send, the connection is suspended until hold_wake (or the watcher, when
+ * send, the connection is suspended until http_hold_wake (or the watcher, when
  * the client leaves) resumes it: suspended before the hold is asked, so a
  * wake between the two is never lost. */
 static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -44,7 +44,7 @@ static ssize_t hold_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (n != 0) {
         /* A wake came in between and resumed ahead of the suspension:
          * this suspension takes that resume back (libmicrohttpd pairs them). */
-        if (!ctx_unsuspend(ctx))
+        if (!http_ctx_unsuspend(ctx))
             MHD_suspend_connection(ctx->conn);
         return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
     }
@@ -61,7 +61,7 @@ static void reservation_cleanup(req_ctx *ctx, bool completed_ok)
 
 /* A place for ctx's held stream among --max-holds, kept until the stream
  * starts (or the request ends: its cleanup gives it back). */
-bool reserve_hold(req_ctx *ctx)
+bool http_reserve_hold(req_ctx *ctx)
 {
     ctx->hold_reserved = hold_reserve(ctx->s->holds);
     if (ctx->hold_reserved)
@@ -82,18 +82,18 @@ void http_hold_attach(req_ctx *ctx, hold *h)
         http_on_cleanup(ctx, hold_cleanup);
 }
 
-enum MHD_Result too_many_holds(req_ctx *ctx)
+enum MHD_Result http_too_many_holds(req_ctx *ctx)
 {
     char *body = api_error_json(API_E_TOO_MANY_HOLDS, "too many held streams are open already (--max-holds)");
-    return send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
+    return http_send_body(ctx, api_errors[API_E_TOO_MANY_HOLDS].status, body, NULL, 1, true);
 }
 
 /* A held stream that could not start: the service is stopping, or out of
  * memory. */
-enum MHD_Result stream_refused(req_ctx *ctx)
+enum MHD_Result http_stream_refused(req_ctx *ctx)
 {
     bool stopping = atomic_load(&ctx->s->quiescing);
-    return send_error(ctx, stopping ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
+    return http_send_error(ctx, stopping ? API_E_SHUTTING_DOWN : API_E_INTERNAL,
                       stopping ? "the service is shutting down" : "out of memory", NULL);
 }
 
@@ -102,15 +102,15 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
 {
     http_server *s = ctx->s;
     http_hold_attach(ctx, hold_start(s->holds, ctx->eng, &ctx->w->req, &ctx->w->res, ctx->start_us,
-                                     ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx));
+                                     ctx->ci ? ctx->ci->fd : -1, http_hold_wake, ctx));
     if (!ctx->hold) {
         /* Stopping (or out of memory): the grant is not delivered, so
          * rl_finish releases it. */
         ctx->forced = true;
-        return stream_refused(ctx);
+        return http_stream_refused(ctx);
     }
     ctx->hold_reserved = false;   /* the reservation is the hold now */
-    /* The grant is the hold's now (on_completed would finish it as
+    /* The grant is the hold's now (http_on_completed would finish it as
      * delivered): the engine's task is let go at once rather than kept as
      * long as the stream (about 3 KiB a lease). */
     pthread_mutex_lock(&s->reg_lock);
@@ -118,7 +118,7 @@ static enum MHD_Result hold_answer(req_ctx *ctx)
     ctx->h = NULL;
     pthread_mutex_unlock(&s->reg_lock);
     rl_finish(ctx->eng, h, true);
-    return stream_answer(ctx, 201);
+    return http_stream_answer(ctx, 201);
 }
 
 /* A stream's connection closes with it: one more turn of the daemon right
@@ -129,7 +129,7 @@ static void stream_cleanup(req_ctx *ctx, bool completed_ok)
 }
 
 /* An NDJSON answer read from ctx's hold or watch (hold_reader). */
-enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
+enum MHD_Result http_stream_answer(req_ctx *ctx, unsigned status)
 {
     http_on_cleanup(ctx, stream_cleanup);
     /* Chunked (HTTP/1.1), libmicrohttpd has hold_reader write into the
@@ -140,7 +140,7 @@ enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK,
                                                                hold_reader, ctx, NULL);
     if (!r)
-        return MHD_NO;   /* on_completed closes the hold, which releases */
+        return MHD_NO;   /* http_on_completed closes the hold, which releases */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     /* The connection ends with the stream: its client's FIN or reset may
@@ -151,7 +151,7 @@ enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
     enum MHD_Result rc = MHD_queue_response(ctx->conn, status, r);
     MHD_destroy_response(r);
     ctx->answered = true;
-    watch_stream(ctx);   /* its client's FIN or reset is seen at once */
+    http_watch_stream(ctx);   /* its client's FIN or reset is seen at once */
     metrics_request(ctx->s->m, ctx->mroute, (int)status, loop_now_us() - ctx->start_us);
     /* The request is over: what the stream says comes from its hold or
      * watch (a shutdown that ends it sets ->gone, not a result). */
@@ -161,28 +161,28 @@ enum MHD_Result stream_answer(req_ctx *ctx, unsigned status)
     return rc;
 }
 
-enum MHD_Result lock_answer(req_ctx *ctx)
+enum MHD_Result http_lock_answer(req_ctx *ctx)
 {
     int status;
     long long retry_after_s = 0;
-    /* A grant nobody will read is not sent: on_completed releases it. */
+    /* A grant nobody will read is not sent: http_on_completed releases it. */
     if (ctx->w->res.outcome == RL_CANCELLED ||
-        (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci && client_gone(ctx->ci->fd))) {
+        (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci && http_client_gone(ctx->ci->fd))) {
         ctx->gone = true;
         return MHD_NO;
     }
     if (ctx->list)
-        return list_answer(ctx);
+        return http_list_answer(ctx);
     if (ctx->election)
-        return election_answer(ctx);
+        return http_election_answer(ctx);
     if (ctx->sem)
-        return sem_answer(ctx);
+        return http_sem_answer(ctx);
     if (ctx->w->req.hold && ctx->w->res.outcome == RL_OK)
         return hold_answer(ctx);
     /* A grant to a client that sent its FIN is answered, and the watcher
      * learns whether it arrived (delivery_check). */
     if (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci &&
-        client_done_sending(ctx->ci->fd))
+        http_client_done_sending(ctx->ci->fd))
         ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
     if (ctx->w->req.op == RL_ACQUIRE && ctx->w->res.outcome == RL_LOCKED && !ctx->dapr && !ctx->w->req.hold &&
         testhook_breaks(TESTHOOK_DOUBLE_GRANT)) {
@@ -198,13 +198,13 @@ enum MHD_Result lock_answer(req_ctx *ctx)
     if (ctx->dapr) {
         char *body = api_dapr_result_json(ctx->w->req.op == RL_RELEASE, &ctx->w->res, &status);
         if (!body)
-            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-        return send_body(ctx, status, body, NULL, 0, true);
+            return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return http_send_body(ctx, status, body, NULL, 0, true);
     }
     char *body = api_result_json(&ctx->w->req, &ctx->w->res, &status, &retry_after_s);
     if (!body && status != 204)
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-    return send_body(ctx, status, body, NULL, retry_after_s, true);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return http_send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
 /* The engine a request goes to. Every acquire, extension and release of
@@ -227,31 +227,31 @@ int http_loop_of(const char *name, int nloops)
     return (int)(h % (uint64_t)nloops);
 }
 
-rl_engine *engine_of_name(void *arg, const char *name)
+rl_engine *http_engine_of_name(void *arg, const char *name)
 {
     http_server *s = arg;
     return s->shards[s->nshards == 1 ? 0 : http_loop_of(name, s->nshards)].engine;
 }
 
-rl_engine *engine_for(const req_ctx *ctx)
+rl_engine *http_engine_for(const req_ctx *ctx)
 {
     if (ctx->s->nshards == 1 || ctx->w->req.op == RL_INSPECT)
         return ctx->sh->engine;
-    return engine_of_name(ctx->s, ctx->w->req.name);
+    return http_engine_of_name(ctx->s, ctx->w->req.name);
 }
 
 /* Hands ctx->w->req to the engine; lock_done resumes the connection. */
-enum MHD_Result submit(req_ctx *ctx)
+enum MHD_Result http_submit(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    suspend_for_engine(ctx);   /* the engine may answer (and resume) at once */
+    http_suspend_for_engine(ctx);   /* the engine may answer (and resume) at once */
     atomic_fetch_add(&ctx->refs, 1);   /* the engine's, until lock_done */
     rl_handle *h = NULL;
-    ctx->eng = engine_for(ctx);
+    ctx->eng = http_engine_for(ctx);
     if (rl_submit(ctx->eng, &ctx->w->req, lock_done, ctx, &h) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
-        ctx_resume(ctx, &down, NULL);
+        http_ctx_resume(ctx, &down, NULL);
         return MHD_YES;
     }
     pthread_mutex_lock(&s->reg_lock);
@@ -260,11 +260,11 @@ enum MHD_Result submit(req_ctx *ctx)
     return MHD_YES;
 }
 
-enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_lock_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
     if (!rules_name_valid(name, strlen(name)))
-        return send_error(ctx, API_E_BAD_NAME,
+        return http_send_error(ctx, API_E_BAD_NAME,
                           "the lock name must be " API_NAME_RULE, NULL);
     enum rl_op op = api_op_of(method);
     enum api_err err;
@@ -273,26 +273,26 @@ enum MHD_Result lock_dispatch(req_ctx *ctx, const char *method, const char *name
     memset(&ctx->w->req, 0, sizeof ctx->w->req);
     if (api_parse_body(op, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->w->req,
                        &token_in_body, &err, msg, sizeof msg) < 0)
-        return send_error(ctx, err, msg, NULL);
+        return http_send_error(ctx, err, msg, NULL);
     snprintf(ctx->w->req.name, sizeof ctx->w->req.name, "%s", name);
     ctx->w->req.queued = true;
     if (op == RL_EXTEND || op == RL_RELEASE) {
         if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
-            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+            return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     }
     if (op == RL_RELEASE && testhook_breaks(TESTHOOK_RELEASE_NOOP))
-        return send_body(ctx, 204, NULL, NULL, 0, true);   /* test hook: released nothing */
+        return http_send_body(ctx, 204, NULL, NULL, 0, true);   /* test hook: released nothing */
     ctx->mroute = op == RL_ACQUIRE  ? METRICS_ROUTE_ACQUIRE
                   : op == RL_EXTEND ? METRICS_ROUTE_EXTEND
                   : op == RL_RELEASE ? METRICS_ROUTE_RELEASE
                                      : METRICS_ROUTE_INSPECT;
-    if (ctx->w->req.hold && !reserve_hold(ctx))
-        return too_many_holds(ctx);
-    return submit(ctx);
+    if (ctx->w->req.hold && !http_reserve_hold(ctx))
+        return http_too_many_holds(ctx);
+    return http_submit(ctx);
 }
 
 /* POST /v1.0-alpha1/lock|unlock/{store}, in Dapr's wire format. */
-enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *method, const char *store)
+enum MHD_Result http_dapr_dispatch(req_ctx *ctx, const char *method, const char *store)
 {
     http_server *s = ctx->s;
     bool unlock = ctx->route == ROUTE_DAPR_UNLOCK;
@@ -301,7 +301,7 @@ enum MHD_Result dapr_dispatch(req_ctx *ctx, const char *method, const char *stor
     ctx->dapr = true;
     if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
                        &s->limits, &ctx->w->req, &code, msg, sizeof msg) < 0)
-        return send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
+        return http_send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
     ctx->w->req.queued = true;
-    return submit(ctx);
+    return http_submit(ctx);
 }

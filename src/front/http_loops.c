@@ -182,17 +182,17 @@ static struct MHD_Daemon *shard_daemon(http_shard *sh, const conf *cfg, const st
     unsigned limit = (unsigned)cfg->max_connections;
     unsigned per_ip = (unsigned)cfg->max_connections_per_ip;
     return MHD_start_daemon(
-        flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, sh,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, to catch every message */
+        flags, (uint16_t)cfg->listen.port, NULL, NULL, http_on_request, sh,
+        MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, NULL,   /* first, to catch every message */
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->connection_buffer_bytes,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, sh,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, sh,
+        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, sh,
+        MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, sh,
         MHD_OPTION_END);
 }
 
@@ -271,7 +271,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         sem_engine_attach(s->shards[k].engine);
         run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
     }
-    s->watching = pthread_create(&s->watcher, NULL, watch_main, s) == 0;
+    s->watching = pthread_create(&s->watcher, NULL, http_watch_main, s) == 0;
     return s;
 }
 
@@ -326,7 +326,7 @@ int http_drain(http_server *s, long long timeout_ms)
         atomic_store(&ctx->result_ready, true);
         forced++;
         pthread_mutex_unlock(&s->reg_lock);
-        ctx_wake(ctx);
+        http_ctx_wake(ctx);
         pthread_mutex_lock(&s->reg_lock);
     }
     if (forced) {
@@ -347,7 +347,7 @@ void http_stop(http_server *s)
     atomic_store(&s->stop_watch, true);
     if (s->watching)
         pthread_join(s->watcher, NULL);
-    settle_deliveries(s, true);
+    http_settle_deliveries(s, true);
     /* The loops stop running the daemons first: from here on only this
      * thread touches them. */
     for (int k = 0; k < s->nshards; k++)

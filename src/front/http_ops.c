@@ -42,7 +42,7 @@ void http_master_status(http_server *s, int i, master_status *out)
     }
 }
 
-enum MHD_Result serve_readyz(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_serve_readyz(req_ctx *ctx, const char *method, const char *name)
 {
     mpool *p = ctx->s->pool;
     /* /readyz is open; a master's reason is the server's text, which can
@@ -93,7 +93,7 @@ enum MHD_Result serve_readyz(req_ctx *ctx, const char *method, const char *name)
     }
     if (!arr) {
         cJSON_Delete(o);
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     }
     /* Ready when a majority can vote: quarantined masters answer but do not count. */
     bool ready = voting >= quorum_of(n);
@@ -118,7 +118,7 @@ enum MHD_Result serve_readyz(req_ctx *ctx, const char *method, const char *name)
     jsonio_add_int(o, "masters_total", n);
     jsonio_add_int(o, "quorum", quorum_of(n));
     char *body = jsonio_print_free(o);
-    return send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
+    return http_send_body(ctx, ready ? 200 : 503, body, NULL, 0, true);
 }
 
 /* A master_status field as a sample's value. */
@@ -160,7 +160,7 @@ static const struct {
      value_late_replies},
 };
 
-enum MHD_Result serve_metrics(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_serve_metrics(req_ctx *ctx, const char *method, const char *name)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -207,7 +207,7 @@ enum MHD_Result serve_metrics(req_ctx *ctx, const char *method, const char *name
                           stalls, (double)stall_us / 1e6);
     if (rc) {
         free(buf);
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     }
-    return send_body(ctx, 200, buf, NULL, 0, false);
+    return http_send_body(ctx, 200, buf, NULL, 0, false);
 }

@@ -9,15 +9,15 @@ static void watch_cleanup(req_ctx *ctx, bool completed_ok)
 }
 
 /* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
-enum MHD_Result election_answer(req_ctx *ctx)
+enum MHD_Result http_election_answer(req_ctx *ctx)
 {
     if (ctx->w->req.op == RL_INSPECT && ctx->w->res.outcome == RL_OK) {
         election_state st;
         election_state_of(&ctx->w->res, &st);
         char *body = election_state_json(ctx->w->label, &st, ctx->w->candidate_q[0] ? ctx->w->candidate_q : NULL);
         if (!body)
-            return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-        return send_body(ctx, 200, body, NULL, 0, true);
+            return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return http_send_body(ctx, 200, body, NULL, 0, true);
     }
     rl_request shown = ctx->w->req;   /* errors name the election, not its lock */
     snprintf(shown.name, sizeof shown.name, "%s", ctx->w->label);
@@ -25,8 +25,8 @@ enum MHD_Result election_answer(req_ctx *ctx)
     long long retry_after_s = 0;
     char *body = api_result_json(&shown, &ctx->w->res, &status, &retry_after_s);
     if (!body && status != 204)
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-    return send_body(ctx, status, body, NULL, retry_after_s, true);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return http_send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
 /* POST: a campaign, answered at once with its stream ("campaigning"). */
@@ -36,26 +36,26 @@ static enum MHD_Result election_campaign(req_ctx *ctx)
     char candidate[ELECTION_CANDIDATE_MAX + 1], value[ELECTION_VALUE_MAX + 1], msg[200];
     if (election_parse_campaign(ctx->body ? ctx->body : "", ctx->body_len, s->limits.default_ttl_ms,
                                 s->limits.max_ttl_ms, &ctx->w->req, candidate, value, msg, sizeof msg) < 0)
-        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+        return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     election_lock_name(ctx->w->label, ctx->w->req.name, sizeof ctx->w->req.name);
     election_owner(candidate, value, ctx->w->req.owner, sizeof ctx->w->req.owner);
     if (!hold_reserve(s->holds))
-        return too_many_holds(ctx);
-    http_hold_attach(ctx, hold_campaign(s->holds, engine_for(ctx), &ctx->w->req, ctx->w->label, candidate,
-                                        ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx));
+        return http_too_many_holds(ctx);
+    http_hold_attach(ctx, hold_campaign(s->holds, http_engine_for(ctx), &ctx->w->req, ctx->w->label, candidate,
+                                        ctx->ci ? ctx->ci->fd : -1, http_hold_wake, ctx));
     if (!ctx->hold) {
         hold_unreserve(s->holds);
-        return stream_refused(ctx);
+        return http_stream_refused(ctx);
     }
-    return stream_answer(ctx, 201);
+    return http_stream_answer(ctx, 201);
 }
 
-enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_election_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
     size_t len = strlen(name);
     if (!rules_name_valid(name, len))
-        return send_error(ctx, API_E_BAD_NAME,
+        return http_send_error(ctx, API_E_BAD_NAME,
                           "the election name must be " API_NAME_RULE, NULL);
     memcpy(ctx->w->label, name, len + 1);
     ctx->election = true;
@@ -70,44 +70,44 @@ enum MHD_Result election_dispatch(req_ctx *ctx, const char *method, const char *
         char cand_buf[HTTP_QUERY_ARG_MAX];
         const char *cand = http_query_arg(ctx, "candidate", cand_buf, sizeof cand_buf);
         if (cand && !election_candidate_valid(cand))
-            return send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
+            return http_send_error(ctx, API_E_BAD_REQUEST, "candidate is not a possible candidate", NULL);
         if (cand)
             snprintf(ctx->w->candidate_q, sizeof ctx->w->candidate_q, "%s", cand);
         if (watch && strcmp(watch, "true") && strcmp(watch, "false"))
-            return send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
+            return http_send_error(ctx, API_E_BAD_REQUEST, "watch must be true or false", NULL);
         if (watch && !strcmp(watch, "true")) {
             /* A watch is a stream: it takes a place among --max-holds, kept
-             * until the connection ends (on_completed gives it back). */
-            if (!reserve_hold(ctx))
-                return too_many_holds(ctx);
+             * until the connection ends (http_on_completed gives it back). */
+            if (!http_reserve_hold(ctx))
+                return http_too_many_holds(ctx);
             ctx->watch = election_watch_start(ctx->sh->engine, ctx->sh->pool, ctx->w->req.name,
-                                              ctx->w->label, hold_wake, ctx);
+                                              ctx->w->label, http_hold_wake, ctx);
             if (!ctx->watch)
-                return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+                return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
             http_on_cleanup(ctx, watch_cleanup);
-            return stream_answer(ctx, 200);
+            return http_stream_answer(ctx, 200);
         }
         ctx->w->req.op = RL_INSPECT;
         ctx->w->req.queued = true;   /* a place among --max-inflight, as a lock's GET */
-        return submit(ctx);
+        return http_submit(ctx);
     }
     bool token_in_body = false;
     if (!strcmp(method, "PUT")) {
         ctx->w->req.op = RL_PROCLAIM;
         if (election_parse_value(ctx->body ? ctx->body : "", ctx->body_len, ctx->w->req.owner,
                                  ctx->w->req.token, msg, sizeof msg) < 0)
-            return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+            return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
         token_in_body = ctx->w->req.token[0] != '\0';
     } else {   /* DELETE: resign */
         enum api_err err;
         if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->w->req,
                            &token_in_body, &err, msg, sizeof msg) < 0)
-            return send_error(ctx, err, msg, NULL);
+            return http_send_error(ctx, err, msg, NULL);
         election_lock_name(ctx->w->label, ctx->w->req.name, sizeof ctx->w->req.name);
     }
     if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
-        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
-    return submit(ctx);
+        return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    return http_submit(ctx);
 }
 
 /* ---- semaphores (docs/semaphores.md; the pure parts in semaphore_api.c) ---- */
@@ -119,7 +119,7 @@ static void sem_ignore(void *arg, const sem_result *res)
 }
 
 /* Permits nobody will receive: released on every master at once. */
-void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
+void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
 {
     sem_request *r = calloc(1, sizeof *r);
     if (!r)
@@ -129,7 +129,7 @@ void sem_give_back(http_server *s, mpool *pool, const char *name, const sem_resu
     for (int i = 0; i < res->npermits; i++)
         memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
     if (r->ntokens)
-        sem_submit(r, engine_of_name, s, pool, sem_ignore, NULL, NULL);
+        sem_submit(r, http_engine_of_name, s, pool, sem_ignore, NULL, NULL);
     free(r);
 }
 
@@ -140,7 +140,7 @@ static void sem_done(void *arg, const sem_result *res)
     req_ctx *ctx = arg;
     http_server *s = ctx->s;
     if (ctx->sem->op == SEM_FORCE && res->outcome == RL_OK)
-        forced_permits(ctx, res);
+        http_forced_permits(ctx, res);
     for (int i = 0; ctx->sem->op == SEM_RELEASE && i < res->npermits; i++) {
         /* a permit kept by a held stream: the stream ends with "released" */
         int slot;
@@ -151,9 +151,9 @@ static void sem_done(void *arg, const sem_result *res)
         }
     }
     rl_result outcome = {.outcome = res->outcome};
-    if (!ctx_resume(ctx, &outcome, res) && ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
-        sem_give_back(s, ctx->sh->pool, ctx->sem->name, res);
-    ctx_unref(ctx);
+    if (!http_ctx_resume(ctx, &outcome, res) && ctx->sem->op == SEM_ACQUIRE && res->outcome == RL_OK)
+        http_sem_give_back(s, ctx->sh->pool, ctx->sem->name, res);
+    http_ctx_unref(ctx);
 }
 
 /* A permit taken with "hold": a 201 whose body is the held stream of its
@@ -173,35 +173,35 @@ static enum MHD_Result sem_hold_answer(req_ctx *ctx)
     slot.heartbeat_ms = ctx->sem->heartbeat_ms;
     sem_limit_name(ctx->sem->name, of.limit_name, sizeof of.limit_name);
     snprintf(of.semaphore, sizeof of.semaphore, "%s", ctx->sem->name);
-    of.limit_engine = engine_of_name(s, of.limit_name);
+    of.limit_engine = http_engine_of_name(s, of.limit_name);
     /* The validity counts from the request's arrival: earlier than the
      * slot's own acquire, so never more than the masters hold. */
-    http_hold_attach(ctx, hold_permit(s->holds, engine_of_name(s, slot.name), &slot, &grant, ctx->start_us, &of,
-                                      ctx->ci ? ctx->ci->fd : -1, hold_wake, ctx));
+    http_hold_attach(ctx, hold_permit(s->holds, http_engine_of_name(s, slot.name), &slot, &grant, ctx->start_us, &of,
+                                      ctx->ci ? ctx->ci->fd : -1, http_hold_wake, ctx));
     if (!ctx->hold) {
-        sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
-        ctx->forced = true;   /* (on_completed gives nothing back twice) */
-        return stream_refused(ctx);
+        http_sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
+        ctx->forced = true;   /* (http_on_completed gives nothing back twice) */
+        return http_stream_refused(ctx);
     }
     ctx->hold_reserved = false;   /* the reservation is the hold now */
-    return stream_answer(ctx, 201);
+    return http_stream_answer(ctx, 201);
 }
 
-enum MHD_Result sem_answer(req_ctx *ctx)
+enum MHD_Result http_sem_answer(req_ctx *ctx)
 {
     if (ctx->forced)
-        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+        return http_send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
     bool granted = ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK;
     if (granted && ctx->sem->hold)
         return sem_hold_answer(ctx);
-    /* As for a lock (lock_answer): permits nobody will read are not sent
-     * (on_completed gives them back); to a client that sent its FIN they
+    /* As for a lock (http_lock_answer): permits nobody will read are not sent
+     * (http_on_completed gives them back); to a client that sent its FIN they
      * are, and the watcher learns whether they arrived (delivery_check). */
-    if (granted && ctx->ci && client_gone(ctx->ci->fd)) {
+    if (granted && ctx->ci && http_client_gone(ctx->ci->fd)) {
         ctx->gone = true;
         return MHD_NO;
     }
-    if (granted && ctx->ci && client_done_sending(ctx->ci->fd))
+    if (granted && ctx->ci && http_client_done_sending(ctx->ci->fd))
         ctx->confirm_fd = fcntl(ctx->ci->fd, F_DUPFD_CLOEXEC, 0);
     if (ctx->sem->op == SEM_ACQUIRE && !ctx->sem->hold && ctx->sem_res->outcome == RL_LOCKED &&
         !ctx->sem_res->limit_mismatch &&
@@ -227,20 +227,20 @@ enum MHD_Result sem_answer(req_ctx *ctx)
     long long retry_after_s = 0;
     char *body = api_sem_result_json(ctx->sem, ctx->sem_res, &status, &retry_after_s);
     if (!body && status != 204)
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
-    return send_body(ctx, status, body, NULL, retry_after_s, true);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+    return http_send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
-enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_sem_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
     if (!rules_name_valid(name, strlen(name)))
-        return send_error(ctx, API_E_BAD_NAME,
+        return http_send_error(ctx, API_E_BAD_NAME,
                           "the semaphore name must be " API_NAME_RULE, NULL);
     ctx->sem = calloc(1, sizeof *ctx->sem);
     ctx->sem_res = calloc(1, sizeof *ctx->sem_res);
     if (!ctx->sem || !ctx->sem_res)
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     sem_request *r = ctx->sem;
     snprintf(r->name, sizeof r->name, "%s", name);
     char msg[200];
@@ -267,21 +267,21 @@ enum MHD_Result sem_dispatch(req_ctx *ctx, const char *method, const char *name)
                               sizeof msg);
     }
     if (rc < 0)
-        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
-    if (r->hold && !reserve_hold(ctx))
-        return too_many_holds(ctx);
-    return sem_start(ctx);
+        return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+    if (r->hold && !http_reserve_hold(ctx))
+        return http_too_many_holds(ctx);
+    return http_sem_start(ctx);
 }
 
-enum MHD_Result sem_start(req_ctx *ctx)
+enum MHD_Result http_sem_start(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    suspend_for_engine(ctx);   /* the answer may come at once */
+    http_suspend_for_engine(ctx);   /* the answer may come at once */
     atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
-    if (sem_submit(ctx->sem, engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
+    if (sem_submit(ctx->sem, http_engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);
         rl_result down = {.outcome = RL_SHUTTING_DOWN};
-        ctx_resume(ctx, &down, NULL);
+        http_ctx_resume(ctx, &down, NULL);
         ctx->forced = true;
     }
     return MHD_YES;
@@ -292,13 +292,13 @@ enum MHD_Result sem_start(req_ctx *ctx)
 /* PUT /{locks,elections,semaphores}/{name}/heartbeat with the stream's
  * token: 204 when the stream is here; else 202, passed on as a notice on
  * the name's channel to the instance that keeps it. */
-enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name)
+enum MHD_Result http_heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     http_server *s = ctx->s;
     size_t len = strlen(name);
     char kind = ctx->beat_kind;
     if (!rules_name_valid(name, len))
-        return send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
+        return http_send_error(ctx, API_E_BAD_NAME, "the name must be " API_NAME_RULE, NULL);
     char label[RL_NAME_MAX + 1], msg[200], token[TOKEN_MAX_LEN + 1];
     memcpy(label, name, len + 1);
     bool token_in_body;
@@ -306,9 +306,9 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *method, const char 
     rl_request pub = {.op = RL_PUBLISH};
     if (api_parse_body(RL_RELEASE, ctx->body ? ctx->body : "", ctx->body_len, &s->limits, &ctx->w->req, &token_in_body,
                        &err, msg, sizeof msg) < 0)
-        return send_error(ctx, err, msg, NULL);
+        return http_send_error(ctx, err, msg, NULL);
     if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
-        return send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
+        return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
     snprintf(token, sizeof token, "%s", ctx->w->req.token);
     if (kind == 'l') {
         snprintf(pub.name, sizeof pub.name, "%s", label);
@@ -317,16 +317,16 @@ enum MHD_Result heartbeat_dispatch(req_ctx *ctx, const char *method, const char 
     } else {
         int slot;
         if (!sem_token_split(ctx->w->req.token, SEM_LIMIT_MAX, &slot, token, sizeof token))
-            return send_error(ctx, API_E_BAD_REQUEST, "the token must be a permit's (\"<slot>:<token>\")", NULL);
+            return http_send_error(ctx, API_E_BAD_REQUEST, "the token must be a permit's (\"<slot>:<token>\")", NULL);
         sem_slot_name(label, slot, pub.name, sizeof pub.name);
         sem_limit_name(label, pub.notice_name, sizeof pub.notice_name);   /* a permit's channel */
     }
     if (hold_heartbeat(s->holds, pub.name, token, strlen(token)))
-        return send_body(ctx, 204, NULL, NULL, 0, true);
+        return http_send_body(ctx, 204, NULL, NULL, 0, true);
     if (atomic_load(&s->quiescing))
-        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+        return http_send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
     snprintf(pub.token, sizeof pub.token, "%s", token);
-    if (rl_submit(engine_of_name(s, pub.name), &pub, NULL, NULL, NULL) < 0)
-        return send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
-    return send_body(ctx, 202, NULL, NULL, 0, true);
+    if (rl_submit(http_engine_of_name(s, pub.name), &pub, NULL, NULL, NULL) < 0)
+        return http_send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    return http_send_body(ctx, 202, NULL, NULL, 0, true);
 }

@@ -15,17 +15,17 @@
 
 static enum MHD_Result serve_healthz(req_ctx *ctx, const char *method, const char *name)
 {
-    return send_body(ctx, 200, strdup("{\"status\":\"ok\"}"), NULL, 0, true);
+    return http_send_body(ctx, 200, strdup("{\"status\":\"ok\"}"), NULL, 0, true);
 }
 
 static enum MHD_Result serve_dapr_healthz(req_ctx *ctx, const char *method, const char *name)
 {
-    return send_body(ctx, 204, NULL, NULL, 0, true);
+    return http_send_body(ctx, 204, NULL, NULL, 0, true);
 }
 
 static enum MHD_Result serve_dapr_metadata(req_ctx *ctx, const char *method, const char *name)
 {
-    return send_body(ctx, 200, api_dapr_metadata_json(ctx->s->cfg->dapr_stores, REDLOCKD_VERSION), NULL, 0,
+    return http_send_body(ctx, 200, api_dapr_metadata_json(ctx->s->cfg->dapr_stores, REDLOCKD_VERSION), NULL, 0,
                      true);
 }
 
@@ -38,31 +38,31 @@ static enum MHD_Result serve_dapr_metadata(req_ctx *ctx, const char *method, con
 static const http_route routes[] = {
     /* path                  methods      force  right        auth        handler                 pattern */
     {ROUTE_HEALTHZ,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, serve_healthz,       "/healthz"},
-    {ROUTE_READYZ,           GETS,        false, RIGHT_NONE,  AUTH_BEARER, serve_readyz,        "/readyz"},
-    {ROUTE_METRICS,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, serve_metrics,       "/metrics"},
+    {ROUTE_READYZ,           GETS,        false, RIGHT_NONE,  AUTH_BEARER, http_serve_readyz,        "/readyz"},
+    {ROUTE_METRICS,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, http_serve_metrics,       "/metrics"},
     {ROUTE_UI,               GETS,        false, RIGHT_NONE,  AUTH_BEARER, ui_page,             "/ui"},
     {ROUTE_UI_STATE,         GETS,        false, RIGHT_READ,  AUTH_BEARER, ui_state,            "/ui/state"},
-    {ROUTE_LIST_LOCKS,       GETS,        false, RIGHT_READ,  AUTH_BEARER, list_dispatch,       "/locks"},
-    {ROUTE_LIST_ELECTIONS,   GETS,        false, RIGHT_READ,  AUTH_BEARER, list_dispatch,       "/elections"},
-    {ROUTE_LIST_SEMAPHORES,  GETS,        false, RIGHT_READ,  AUTH_BEARER, list_dispatch,       "/semaphores"},
-    {ROUTE_LOCK,             HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, force_dispatch,      "/locks/{name}?force=true"},
-    {ROUTE_LOCK,             HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, lock_dispatch,       "/locks/{name}"},
+    {ROUTE_LIST_LOCKS,       GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,       "/locks"},
+    {ROUTE_LIST_ELECTIONS,   GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,       "/elections"},
+    {ROUTE_LIST_SEMAPHORES,  GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,       "/semaphores"},
+    {ROUTE_LOCK,             HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,      "/locks/{name}?force=true"},
+    {ROUTE_LOCK,             HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_lock_dispatch,       "/locks/{name}"},
     {ROUTE_LOCK,             HTTP_POST | HTTP_PATCH | HTTP_DELETE,
-                                          false, RIGHT_LOCK,  AUTH_BEARER, lock_dispatch,       "/locks/{name}"},
-    {ROUTE_HEARTBEAT,        HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, heartbeat_dispatch,  "/{kind}/{name}/heartbeat"},
-    {ROUTE_ELECTION,         HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, force_dispatch,      "/elections/{name}?force=true"},
-    {ROUTE_ELECTION,         HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, election_dispatch,   "/elections/{name}"},
+                                          false, RIGHT_LOCK,  AUTH_BEARER, http_lock_dispatch,       "/locks/{name}"},
+    {ROUTE_HEARTBEAT,        HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, http_heartbeat_dispatch,  "/{kind}/{name}/heartbeat"},
+    {ROUTE_ELECTION,         HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,      "/elections/{name}?force=true"},
+    {ROUTE_ELECTION,         HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_election_dispatch,   "/elections/{name}"},
     {ROUTE_ELECTION,         HTTP_POST | HTTP_DELETE,
-                                          false, RIGHT_LOCK,  AUTH_BEARER, election_dispatch,   "/elections/{name}"},
-    {ROUTE_ELECTION_VALUE,   HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, election_dispatch,   "/elections/{name}/value"},
-    {ROUTE_SEMAPHORE,        HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, force_dispatch,      "/semaphores/{name}?force=true"},
-    {ROUTE_SEMAPHORE,        HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, sem_dispatch,        "/semaphores/{name}"},
+                                          false, RIGHT_LOCK,  AUTH_BEARER, http_election_dispatch,   "/elections/{name}"},
+    {ROUTE_ELECTION_VALUE,   HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, http_election_dispatch,   "/elections/{name}/value"},
+    {ROUTE_SEMAPHORE,        HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,      "/semaphores/{name}?force=true"},
+    {ROUTE_SEMAPHORE,        HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_sem_dispatch,        "/semaphores/{name}"},
     {ROUTE_SEMAPHORE,        HTTP_POST | HTTP_PATCH | HTTP_DELETE,
-                                          false, RIGHT_LOCK,  AUTH_BEARER, sem_dispatch,        "/semaphores/{name}"},
+                                          false, RIGHT_LOCK,  AUTH_BEARER, http_sem_dispatch,        "/semaphores/{name}"},
     {ROUTE_DAPR_HEALTHZ,     GETS,        false, RIGHT_NONE,  AUTH_DAPR,   serve_dapr_healthz,  "/v1.0/healthz"},
     {ROUTE_DAPR_METADATA,    HTTP_GET,    false, RIGHT_READ,  AUTH_DAPR,   serve_dapr_metadata, "/v1.0/metadata"},
-    {ROUTE_DAPR_LOCK,        HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   dapr_dispatch,       "/v1.0-alpha1/lock/{store}"},
-    {ROUTE_DAPR_UNLOCK,      HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   dapr_dispatch,       "/v1.0-alpha1/unlock/{store}"},
+    {ROUTE_DAPR_LOCK,        HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   http_dapr_dispatch,       "/v1.0-alpha1/lock/{store}"},
+    {ROUTE_DAPR_UNLOCK,      HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   http_dapr_dispatch,       "/v1.0-alpha1/unlock/{store}"},
 };
 
 unsigned http_method_bit(const char *method)
@@ -131,16 +131,16 @@ static enum MHD_Result admin_refusal(req_ctx *ctx)
     char buf[16];
     const char *force = http_query_arg(ctx, "force", buf, sizeof buf);
     if (!force || strcmp(force, "true"))   /* (absent: the query form without it) */
-        return send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
+        return http_send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
     if (!s->cfg->admin_token)
-        return send_error(ctx, API_E_FORBIDDEN, "force release is off: the service has no --admin-token-file",
+        return http_send_error(ctx, API_E_FORBIDDEN, "force release is off: the service has no --admin-token-file",
                           NULL);
     const char *got = http_bearer(ctx);
     if (http_secret_is(s->cfg->admin_token, got))
         return MHD_YES;
     /* The ordinary token is known but not enough: 403; anything else 401. */
     bool ordinary = http_secret_is(s->cfg->auth_token, got);
-    return send_error(ctx, ordinary ? API_E_FORBIDDEN : API_E_UNAUTHORIZED,
+    return http_send_error(ctx, ordinary ? API_E_FORBIDDEN : API_E_UNAUTHORIZED,
                       ordinary ? "force release needs the admin token, not the ordinary one"
                                : "force release needs the admin token as Authorization: Bearer",
                       NULL);
@@ -159,10 +159,10 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
     if (authorized(ctx, r->auth == AUTH_DAPR))
         return false;
     if (r->auth == AUTH_DAPR)
-        *rc = send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED", "a valid dapr-api-token header is required"),
+        *rc = http_send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED", "a valid dapr-api-token header is required"),
                         NULL, 0, true);
     else
-        *rc = send_error(ctx, API_E_UNAUTHORIZED, "a valid Authorization: Bearer token is required", NULL);
+        *rc = http_send_error(ctx, API_E_UNAUTHORIZED, "a valid Authorization: Bearer token is required", NULL);
     return true;
 }
 
@@ -170,14 +170,14 @@ enum MHD_Result http_route_serve(req_ctx *ctx, const char *method)
 {
     char allow[64];
     if (!http_route_known(ctx->route))
-        return send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
+        return http_send_error(ctx, API_E_NOT_FOUND, "no such path", NULL);
     bool force = ctx->force_query ||
                  (!strcmp(method, "DELETE") && MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "force"));
     const http_route *r = http_route_find(ctx->route, http_method_bit(method), force, allow, sizeof allow);
     if (!r)
-        return send_error(ctx, API_E_METHOD, "the method is not allowed on this path", allow);
+        return http_send_error(ctx, API_E_METHOD, "the method is not allowed on this path", allow);
     if (ctx->too_large)
-        return send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
+        return http_send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
     ctx->row = r;
     enum MHD_Result rc = MHD_YES;
     if (refused(ctx, r, &rc))

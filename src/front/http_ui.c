@@ -27,7 +27,7 @@ enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name)
                             "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                             "connect-src 'self'; img-src data:; frame-ancestors 'none'");
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
-    return send_response(ctx, 200, r);
+    return http_send_response(ctx, 200, r);
 }
 
 /* Gathers every loop's waiters (each engine's index is its loop's own),
@@ -114,8 +114,8 @@ static void gather_done(ui_gather *g)
 {
     req_ctx *ctx = g->ctx;
     ctx->list_body = state_json(ctx->s, g->waiters);
-    ctx_resume(ctx, &(rl_result){.outcome = ctx->list_body ? RL_OK : RL_INTERNAL}, NULL);
-    ctx_unref(ctx);
+    http_ctx_resume(ctx, &(rl_result){.outcome = ctx->list_body ? RL_OK : RL_INTERNAL}, NULL);
+    http_ctx_unref(ctx);
     pthread_mutex_destroy(&g->lock);
     free(g);
 }
@@ -141,14 +141,14 @@ enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name)
     if (!g || !waiters) {
         free(g);
         cJSON_Delete(waiters);
-        return send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
+        return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
     }
     pthread_mutex_init(&g->lock, NULL);
     g->ctx = ctx;
     g->waiters = waiters;
     g->left = s->nshards;
     ctx->list = true;
-    suspend_for_engine(ctx);
+    http_suspend_for_engine(ctx);
     atomic_fetch_add(&ctx->refs, 1);   /* gather_done's */
     for (int k = 0; k < s->nshards; k++) {
         ui_job *job = malloc(sizeof *job);
