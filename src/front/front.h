@@ -11,7 +11,11 @@
  *
  * Who owns what: a request belongs to the loop that accepted it until it is
  * handed to an engine, whose callback resumes it there; a gRPC call belongs
- * to the gRPC thread. api.h (the HTTP contract, pure), semaphore_api.h,
+ * to the gRPC thread. The route table (http_routes.c) is constant, read by
+ * every loop. A request's cleanup handlers are registered and run on its
+ * loop only (http_on_cleanup, http_on_completed); each tears down what
+ * registered it (a hold: its mutex-guarded set; an engine call: rl_finish,
+ * which posts to the engine's loop), never another's. api.h (the HTTP contract, pure), semaphore_api.h,
  * grpc_api.h, http_int.h and grpc_int.h are private to this folder.
  */
 #ifndef RL_FRONT_H
