@@ -20,6 +20,20 @@
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
+/* SIGHUP: the principals file read again (an error keeps the set in force,
+ * and is logged) and the audit log reopened (logrotate). */
+static void reload_all(const conf *cfg)
+{
+    char err[512];
+    if (auth_load(cfg, err, sizeof err) < 0)
+        log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "principals", "error", err,
+                  "kept", "the principals in force", NULL);
+    else if (cfg->principals_file)
+        log_event(LOG_LEVEL_INFO, "reloaded", "what", "principals", "file", cfg->principals_file, NULL);
+    if (cfg->audit_log && audit_reopen() < 0)
+        log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "audit log", "file", cfg->audit_log, NULL);
+}
+
 /* A probe answers 0 or 1 only, even when the configuration is bad (Docker
  * reserves status 2 of a HEALTHCHECK). */
 static int health_check_asked(int argc, char **argv)
@@ -164,10 +178,20 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     log_config(&cfg);
+    /* Who may call (auth.h), and the audit log: a file that cannot be read
+     * or opened is a bad value. */
+    if (auth_load(&cfg, err, sizeof err) < 0 || (cfg.audit_log && audit_open(cfg.audit_log, err, sizeof err) < 0)) {
+        fprintf(stderr, "redlockd: %s\n", err);
+        auth_free();
+        mtls_ctx_free(tls);
+        conf_free(&cfg);
+        return 2;
+    }
     if (testhook_name()[0])
         log_event(LOG_LEVEL_WARN, "test_hook", "breaks", testhook_name(), "why",
                   "REDLOCKD_TEST_BREAK is set: a promise is broken on purpose (tests only)", NULL);
@@ -187,6 +211,8 @@ int main(int argc, char **argv)
     if (cfg.setup_cluster) {
         mpool *setup = m ? mpool_new(&pc) : NULL;
         mtls_ctx_free(tls);   /* the pool holds its own reference */
+        auth_free();
+        audit_close();
         return setup_cluster(&cfg, setup, quarantine_us, m);
     }
     static _Atomic int waiters;   /* --max-waiters counts every loop's */
@@ -239,6 +265,8 @@ int main(int argc, char **argv)
             mpool_free(loops[k].pool);
         }
         metrics_free(m);
+        auth_free();
+        audit_close();
         conf_free(&cfg);
         return 1;
     }
@@ -247,7 +275,8 @@ int main(int argc, char **argv)
     log_event(LOG_LEVEL_INFO, "listening", "addr", listen, NULL);
 
     int sig = 0;
-    sigwait(&sigs, &sig);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
+        reload_all(&cfg);
     log_event(LOG_LEVEL_INFO, "stopping", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
 
     /* Stop accepting; waiting acquires answer 409 at once; every answer
@@ -288,6 +317,8 @@ int main(int argc, char **argv)
     }
     grpc_free(grpc);
     metrics_free(m);
+    auth_free();
+    audit_close();
     conf_free(&cfg);
     log_event(LOG_LEVEL_INFO, "stopped", NULL);
     return 0;

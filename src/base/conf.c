@@ -66,6 +66,14 @@ static const struct opt opts[] = {
     {"admin-token-file", OPT_TOKEN_FILE, 0, 0, 0, 0,
      "file holding the bearer token of an operator's force release (DELETE ?force=true); "
      "without it force is refused (default: none)"},
+    {"principals-file", OPT_TEXT, 0, 0, 0, 0,
+     "file of principals, one a line: name, rights (read,lock,admin), name prefixes (or *), and "
+     "sha256:<hex of its token> or cert; a caller is known by its token or client certificate, "
+     "and may do only what its rights allow on names its prefixes start; SIGHUP reloads it "
+     "(default: none)"},
+    {"audit-log", OPT_TEXT, 0, 0, 0, 0,
+     "file to append one JSON line to per grant, release, failed extension, force release, "
+     "loss, election term and refusal, or - for stderr; SIGHUP reopens it (default: none)"},
     {"allow-origin", OPT_ALLOW, 0, 0, 0, 0,
      "an origin, http://HOST[:PORT] or https://HOST[:PORT], whose pages may call this service "
      "besides its own (http:// and the Host it was reached at); repeat it or separate with "
@@ -166,6 +174,8 @@ static char **text_field(conf *c, const char *name)
     if (!strcmp(name, "redis-tls-ca-file")) return &c->redis_tls_ca_file;
     if (!strcmp(name, "redis-tls-cert-file")) return &c->redis_tls_cert_file;
     if (!strcmp(name, "redis-tls-key-file")) return &c->redis_tls_key_file;
+    if (!strcmp(name, "principals-file")) return &c->principals_file;
+    if (!strcmp(name, "audit-log")) return &c->audit_log;
     return &c->redis_tls_server_name;
 }
 
@@ -303,7 +313,7 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
         if (val[0] == '\0')
             return 0;   /* an empty setting unsets it */
         /* A user or server name is one word; a path may be anything. */
-        bool word = !strstr(o->name, "-file");
+        bool word = !strstr(o->name, "-file") && strcmp(o->name, "audit-log");
         for (const char *q = val; word && *q; q++)
             if (!isgraph((unsigned char)*q)) {
                 snprintf(err, errlen, "%s: expected one word of printable ASCII, got \"%s\"", from, val);
@@ -511,8 +521,10 @@ void conf_free(conf *c)
     free(c->redis_tls_cert_file);
     free(c->redis_tls_key_file);
     free(c->redis_tls_server_name);
+    free(c->principals_file);
+    free(c->audit_log);
     c->redis_username = c->redis_tls_ca_file = c->redis_tls_cert_file = c->redis_tls_key_file =
-        c->redis_tls_server_name = NULL;
+        c->redis_tls_server_name = c->principals_file = c->audit_log = NULL;
     conf_free_allowed(&c->allow_origins, &c->nallow_origins);
     conf_free_allowed(&c->allow_hosts, &c->nallow_hosts);
 }

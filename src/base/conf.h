@@ -78,6 +78,8 @@ typedef struct conf {
     int connection_buffer_bytes;   /* libmicrohttpd's pool per connection */
     char *auth_token;              /* NULL: no auth; read from auth_token_file */
     char *admin_token;             /* --admin-token-file; NULL: force release refused */
+    char *principals_file;         /* --principals-file (principals.h); NULL: none */
+    char *audit_log;               /* --audit-log: a path, or "-" for stderr; NULL: none */
     char *redis_password;          /* NULL: no AUTH to masters */
     char *redis_username;          /* NULL: AUTH with the password alone (the default user) */
     bool redis_tls;                /* --redis-tls on: TLS to every master */

@@ -8,6 +8,8 @@
  *   http.h         the HTTP layer, served by the loops of the master pools
  *   grpc.h         the gRPC layer, on a thread of its own
  *   healthcheck.h  `redlockd --health-check`
+ *   auth.h         who calls and what they may do: principals, tokens,
+ *                  client certificates (--principals-file)
  *
  * Who owns what: a request belongs to the loop that accepted it until it is
  * handed to an engine, whose callback resumes it there; a gRPC call belongs
@@ -21,6 +23,7 @@
 #ifndef RL_FRONT_H
 #define RL_FRONT_H
 
+#include "auth.h"
 #include "grpc.h"
 #include "healthcheck.h"
 #include "http.h"

@@ -6,9 +6,9 @@
  * whatever token holds it, tells every waiter and every held stream of it
  * ("lost", reason "forced"), and is logged (http_int.h). */
 #include "http_int.h"
+#include "auth.h"
 
-/* The client's address, for the log. */
-static void client_of(req_ctx *ctx, char *out, size_t cap)
+void http_client_addr(req_ctx *ctx, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN + 1] = "", port[8] = "";
     if (!ctx->ci || !ctx->ci->peer_len ||
@@ -23,7 +23,7 @@ static void client_of(req_ctx *ctx, char *out, size_t cap)
 static void log_force(req_ctx *ctx, const char *what, long long fence, const char *owner, int permits)
 {
     char client[INET6_ADDRSTRLEN + 16], f[24], n[16];
-    client_of(ctx, client, sizeof client);
+    http_client_addr(ctx, client, sizeof client);
     snprintf(f, sizeof f, "%lld", fence);
     snprintf(n, sizeof n, "%d", permits);
     log_event(LOG_LEVEL_WARN, "force_release", "kind", what, "name", ctx->w->label, "held", permits ? "yes" : "no",
@@ -123,6 +123,12 @@ enum MHD_Result http_list_answer(req_ctx *ctx)
     return http_send_body(ctx, status, body, NULL, retry_after_s, true);
 }
 
+/* A listing shows the names its caller may read. */
+static bool may_read(const void *arg, const char *name)
+{
+    return principal_may(arg, RIGHT_READ, name);
+}
+
 enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char *name)
 {
     ctx->mroute = METRICS_ROUTE_LIST;
@@ -151,6 +157,10 @@ enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char 
     if ((raw && *raw && !*cursor) || list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
         return http_send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
     ctx->list = true;
+    if (auth_closed()) {
+        req.may_see = may_read;
+        req.may_arg = ctx->principal;
+    }
     ctx->list_req = req;
     /* A page's reads wait for a place among --max-inflight, as inspections
      * do: a crowd of listings is paced, never read as masters failing. */
@@ -162,4 +172,14 @@ enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char 
         http_ctx_resume(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
     }
     return MHD_YES;
+}
+
+/* A client certificate's name: none yet, as no HTTP listener serves TLS
+ * (the HTTPS listener's own, with --tls-client-ca-file, is to come). */
+const char *http_client_cert_name(req_ctx *ctx, char *buf, size_t cap)
+{
+    (void)ctx;
+    (void)buf;
+    (void)cap;
+    return NULL;
 }

@@ -163,6 +163,11 @@ typedef struct http_route {
     enum http_auth auth;
     http_handler handler;
     const char *pattern;      /* as people read it: "/locks/{name}" */
+    enum http_name {
+        NAME_NONE,            /* no name (a listing shows only the names its caller may read) */
+        NAME_PATH,            /* in the path (api_route_of), or ?name= in the force's query form */
+        NAME_BODY,            /* in the body: a Dapr lock's key name, checked by its handler */
+    } name;
 } http_route;
 
 /* What a request's exchange with the engine needs, and a stream that it
@@ -199,6 +204,8 @@ typedef struct req_ctx {
     uint64_t start_us;
     enum api_route route;
     const http_route *row;    /* the table's row that serves it (NULL until matched) */
+    const char *method;       /* as libmicrohttpd gave it, once matched */
+    const principal *principal; /* the caller, once its row's auth check ran (NULL: none) */
     const char *route_name;   /* the name in the path, percent-decoded once (w->name) */
     char beat_kind;           /* ROUTE_HEARTBEAT: 'l', 'e' or 's' (api_heartbeat_of) */
     enum metrics_route mroute;
@@ -328,6 +335,17 @@ bool http_route_known(enum api_route path);
 /* Serves ctx, whose body is read: 404, 405, 413, the row's auth check,
  * then its handler. */
 enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);
+/* May ctx's caller exercise right on name? When not, the refusal (403) is
+ * answered and audited, and *rc is its result. */
+bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *rc);
+/* One line of the audit log (audit.h) for ctx: its principal, client and
+ * route. */
+void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char *name, long long fence);
+/* The client's address ("unix" for a Unix socket), for the log and the
+ * audit; the verified client certificate's name (its subject CN, or its
+ * first DNS SAN) into buf, or NULL when there is none. */
+void http_client_addr(req_ctx *ctx, char *out, size_t cap);
+const char *http_client_cert_name(req_ctx *ctx, char *buf, size_t cap);
 
 /* http_conns.c */
 bool http_check_delivery(req_ctx *ctx);

@@ -78,8 +78,15 @@ static void hold_cleanup(req_ctx *ctx, bool completed_ok)
 void http_hold_attach(req_ctx *ctx, hold *h)
 {
     ctx->hold = h;
-    if (h)
-        http_on_cleanup(ctx, hold_cleanup);
+    if (!h)
+        return;
+    http_on_cleanup(ctx, hold_cleanup);
+    if (audit_on()) {   /* its loss (or terms) are written with who opened it */
+        char client[INET6_ADDRSTRLEN + 16], route[160];
+        http_client_addr(ctx, client, sizeof client);
+        snprintf(route, sizeof route, "%s %s", ctx->method ? ctx->method : "?", ctx->row ? ctx->row->pattern : "?");
+        hold_audit_as(h, ctx->principal ? ctx->principal->name : "", client, route);
+    }
 }
 
 enum MHD_Result http_too_many_holds(req_ctx *ctx)
@@ -161,6 +168,23 @@ enum MHD_Result http_stream_answer(req_ctx *ctx, unsigned status)
     return rc;
 }
 
+/* The audit log's line for an engine's answer that changed who holds what,
+ * or an extension that failed. */
+static void audit_result(req_ctx *ctx)
+{
+    const rl_request *q = &ctx->w->req;
+    const rl_result *r = &ctx->w->res;
+    const char *name = ctx->election || ctx->force ? ctx->w->label : q->name;
+    if (q->op == RL_ACQUIRE && r->outcome == RL_OK)
+        http_audit(ctx, "grant", ctx->dapr ? "200" : "201", name, r->fence);
+    else if (q->op == RL_RELEASE && r->outcome == RL_OK)
+        http_audit(ctx, "release", ctx->dapr ? "200" : "204", name, 0);
+    else if (q->op == RL_EXTEND && r->outcome != RL_OK)
+        http_audit(ctx, "extend_failed", r->outcome == RL_NOT_HELD ? "409" : "503", name, 0);
+    else if (q->op == RL_FORCE && r->outcome == RL_OK)
+        http_audit(ctx, "force", "204", name, r->held ? r->fence : 0);
+}
+
 enum MHD_Result http_lock_answer(req_ctx *ctx)
 {
     int status;
@@ -173,6 +197,8 @@ enum MHD_Result http_lock_answer(req_ctx *ctx)
     }
     if (ctx->list)
         return http_list_answer(ctx);
+    if (!ctx->sem)
+        audit_result(ctx);
     if (ctx->election)
         return http_election_answer(ctx);
     if (ctx->sem)
@@ -302,6 +328,9 @@ enum MHD_Result http_dapr_dispatch(req_ctx *ctx, const char *method, const char 
     if (api_parse_dapr(unlock, store, s->cfg->dapr_stores, ctx->body ? ctx->body : "", ctx->body_len,
                        &s->limits, &ctx->w->req, &code, msg, sizeof msg) < 0)
         return http_send_body(ctx, 400, api_dapr_error_json(code, msg), NULL, 0, true);
+    enum MHD_Result rc;
+    if (!http_may(ctx, RIGHT_LOCK, ctx->w->req.name, &rc))   /* its key name: APPID||resource */
+        return rc;
     ctx->w->req.queued = true;
     return http_submit(ctx);
 }

@@ -187,10 +187,27 @@ static enum MHD_Result sem_hold_answer(req_ctx *ctx)
     return http_stream_answer(ctx, 201);
 }
 
+/* The audit log's lines for a semaphore's answer. */
+static void audit_sem(req_ctx *ctx)
+{
+    const sem_result *r = ctx->sem_res;
+    const char *name = ctx->sem->name;
+    if (ctx->sem->op == SEM_ACQUIRE && r->outcome == RL_OK)
+        for (int i = 0; i < r->npermits; i++)
+            http_audit(ctx, "grant", "201", name, r->permits[i].fence);
+    else if (ctx->sem->op == SEM_RELEASE && r->outcome == RL_OK)
+        http_audit(ctx, "release", "204", name, 0);
+    else if (ctx->sem->op == SEM_EXTEND && r->outcome != RL_OK)
+        http_audit(ctx, "extend_failed", r->outcome == RL_NOT_HELD ? "409" : "503", name, 0);
+    else if (ctx->sem->op == SEM_FORCE && r->outcome == RL_OK)
+        http_audit(ctx, "force", "204", name, 0);
+}
+
 enum MHD_Result http_sem_answer(req_ctx *ctx)
 {
     if (ctx->forced)
         return http_send_error(ctx, API_E_SHUTTING_DOWN, "the service is shutting down", NULL);
+    audit_sem(ctx);
     bool granted = ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK;
     if (granted && ctx->sem->hold)
         return sem_hold_answer(ctx);

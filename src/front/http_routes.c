@@ -10,6 +10,7 @@
  * and the like, percent-decoded once, before the body is read), or from
  * the query (name=, the force release's query form for "." and ".."). */
 #include "http_int.h"
+#include "auth.h"
 
 /* ---- handlers of the small routes ---- */
 
@@ -36,33 +37,33 @@ static enum MHD_Result serve_dapr_metadata(req_ctx *ctx, const char *method, con
 /* Rows of one path are matched in order: a force release's row (force)
  * before the path's DELETE. */
 static const http_route routes[] = {
-    /* path                  methods      force  right        auth        handler                 pattern */
-    {ROUTE_HEALTHZ,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, serve_healthz,       "/healthz"},
-    {ROUTE_READYZ,           GETS,        false, RIGHT_NONE,  AUTH_BEARER, http_serve_readyz,        "/readyz"},
-    {ROUTE_METRICS,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, http_serve_metrics,       "/metrics"},
-    {ROUTE_UI,               GETS,        false, RIGHT_NONE,  AUTH_BEARER, ui_page,             "/ui"},
-    {ROUTE_UI_STATE,         GETS,        false, RIGHT_READ,  AUTH_BEARER, ui_state,            "/ui/state"},
-    {ROUTE_LIST_LOCKS,       GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,       "/locks"},
-    {ROUTE_LIST_ELECTIONS,   GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,       "/elections"},
-    {ROUTE_LIST_SEMAPHORES,  GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,       "/semaphores"},
-    {ROUTE_LOCK,             HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,      "/locks/{name}?force=true"},
-    {ROUTE_LOCK,             HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_lock_dispatch,       "/locks/{name}"},
+    /* path                  methods      force  right        auth         handler                  pattern,                         name */
+    {ROUTE_HEALTHZ,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, serve_healthz,           "/healthz",                      NAME_NONE},
+    {ROUTE_READYZ,           GETS,        false, RIGHT_NONE,  AUTH_BEARER, http_serve_readyz,       "/readyz",                       NAME_NONE},
+    {ROUTE_METRICS,          GETS,        false, RIGHT_NONE,  AUTH_BEARER, http_serve_metrics,      "/metrics",                      NAME_NONE},
+    {ROUTE_UI,               GETS,        false, RIGHT_NONE,  AUTH_BEARER, ui_page,                 "/ui",                           NAME_NONE},
+    {ROUTE_UI_STATE,         GETS,        false, RIGHT_READ,  AUTH_BEARER, ui_state,                "/ui/state",                     NAME_NONE},
+    {ROUTE_LIST_LOCKS,       GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,      "/locks",                        NAME_NONE},
+    {ROUTE_LIST_ELECTIONS,   GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,      "/elections",                    NAME_NONE},
+    {ROUTE_LIST_SEMAPHORES,  GETS,        false, RIGHT_READ,  AUTH_BEARER, http_list_dispatch,      "/semaphores",                   NAME_NONE},
+    {ROUTE_LOCK,             HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,     "/locks/{name}?force=true",      NAME_PATH},
+    {ROUTE_LOCK,             HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_lock_dispatch,      "/locks/{name}",                 NAME_PATH},
     {ROUTE_LOCK,             HTTP_POST | HTTP_PATCH | HTTP_DELETE,
-                                          false, RIGHT_LOCK,  AUTH_BEARER, http_lock_dispatch,       "/locks/{name}"},
-    {ROUTE_HEARTBEAT,        HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, http_heartbeat_dispatch,  "/{kind}/{name}/heartbeat"},
-    {ROUTE_ELECTION,         HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,      "/elections/{name}?force=true"},
-    {ROUTE_ELECTION,         HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_election_dispatch,   "/elections/{name}"},
+                                          false, RIGHT_LOCK,  AUTH_BEARER, http_lock_dispatch,      "/locks/{name}",                 NAME_PATH},
+    {ROUTE_HEARTBEAT,        HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, http_heartbeat_dispatch, "/{kind}/{name}/heartbeat",      NAME_PATH},
+    {ROUTE_ELECTION,         HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,     "/elections/{name}?force=true",  NAME_PATH},
+    {ROUTE_ELECTION,         HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_election_dispatch,  "/elections/{name}",             NAME_PATH},
     {ROUTE_ELECTION,         HTTP_POST | HTTP_DELETE,
-                                          false, RIGHT_LOCK,  AUTH_BEARER, http_election_dispatch,   "/elections/{name}"},
-    {ROUTE_ELECTION_VALUE,   HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, http_election_dispatch,   "/elections/{name}/value"},
-    {ROUTE_SEMAPHORE,        HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,      "/semaphores/{name}?force=true"},
-    {ROUTE_SEMAPHORE,        HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_sem_dispatch,        "/semaphores/{name}"},
+                                          false, RIGHT_LOCK,  AUTH_BEARER, http_election_dispatch,  "/elections/{name}",             NAME_PATH},
+    {ROUTE_ELECTION_VALUE,   HTTP_PUT,    false, RIGHT_LOCK,  AUTH_BEARER, http_election_dispatch,  "/elections/{name}/value",       NAME_PATH},
+    {ROUTE_SEMAPHORE,        HTTP_DELETE, true,  RIGHT_ADMIN, AUTH_BEARER, http_force_dispatch,     "/semaphores/{name}?force=true", NAME_PATH},
+    {ROUTE_SEMAPHORE,        HTTP_GET,    false, RIGHT_READ,  AUTH_BEARER, http_sem_dispatch,       "/semaphores/{name}",            NAME_PATH},
     {ROUTE_SEMAPHORE,        HTTP_POST | HTTP_PATCH | HTTP_DELETE,
-                                          false, RIGHT_LOCK,  AUTH_BEARER, http_sem_dispatch,        "/semaphores/{name}"},
-    {ROUTE_DAPR_HEALTHZ,     GETS,        false, RIGHT_NONE,  AUTH_DAPR,   serve_dapr_healthz,  "/v1.0/healthz"},
-    {ROUTE_DAPR_METADATA,    HTTP_GET,    false, RIGHT_READ,  AUTH_DAPR,   serve_dapr_metadata, "/v1.0/metadata"},
-    {ROUTE_DAPR_LOCK,        HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   http_dapr_dispatch,       "/v1.0-alpha1/lock/{store}"},
-    {ROUTE_DAPR_UNLOCK,      HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   http_dapr_dispatch,       "/v1.0-alpha1/unlock/{store}"},
+                                          false, RIGHT_LOCK,  AUTH_BEARER, http_sem_dispatch,       "/semaphores/{name}",            NAME_PATH},
+    {ROUTE_DAPR_HEALTHZ,     GETS,        false, RIGHT_NONE,  AUTH_DAPR,   serve_dapr_healthz,      "/v1.0/healthz",                 NAME_NONE},
+    {ROUTE_DAPR_METADATA,    HTTP_GET,    false, RIGHT_READ,  AUTH_DAPR,   serve_dapr_metadata,     "/v1.0/metadata",                NAME_NONE},
+    {ROUTE_DAPR_LOCK,        HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   http_dapr_dispatch,      "/v1.0-alpha1/lock/{store}",     NAME_BODY},
+    {ROUTE_DAPR_UNLOCK,      HTTP_POST,   false, RIGHT_LOCK,  AUTH_DAPR,   http_dapr_dispatch,      "/v1.0-alpha1/unlock/{store}",   NAME_BODY},
 };
 
 unsigned http_method_bit(const char *method)
@@ -110,60 +111,105 @@ bool http_route_known(enum api_route path)
 
 /* ---- the auth check: the row's right, in one place ---- */
 
-/* The configured token, from Authorization: Bearer, or on Dapr's routes
- * also from dapr-api-token (as Dapr SDKs send it). */
-static bool authorized(req_ctx *ctx, bool dapr)
+static const char *right_word(unsigned right)
 {
-    const char *want = ctx->s->cfg->auth_token;
-    if (!want)
-        return true;
-    const char *got = http_bearer(ctx);
-    if (!got && dapr)
-        got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
-    return http_secret_is(want, got);
+    return right == RIGHT_ADMIN ? "force" : right == RIGHT_LOCK ? "lock" : "read";
 }
 
-/* A force release: ?force=true, an admin token configured, and sent. */
-static enum MHD_Result admin_refusal(req_ctx *ctx)
+void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char *name, long long fence)
 {
-    http_server *s = ctx->s;
+    if (!audit_on())
+        return;
+    char client[INET6_ADDRSTRLEN + 16], route[160];
+    http_client_addr(ctx, client, sizeof client);
+    snprintf(route, sizeof route, "%s %s", ctx->method ? ctx->method : "?", ctx->row ? ctx->row->pattern : "?");
+    audit_event ev = {.event = event, .principal = ctx->principal ? ctx->principal->name : NULL,
+                      .client = client, .route = route, .name = name, .outcome = outcome, .fence = fence};
+    audit_write(&ev);
+}
+
+/* A refusal: answered, and written to the audit log. */
+static enum MHD_Result refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message)
+{
+    http_audit(ctx, "refused", api_errors[e].status == 401 ? "401" : "403", ctx->route_name, 0);
+    if (r->auth == AUTH_DAPR) {
+        const char *code = e == API_E_UNAUTHORIZED ? "ERR_UNAUTHORIZED" : "ERR_PERMISSION_DENIED";
+        return http_send_body(ctx, api_errors[e].status, api_dapr_error_json(code, message), NULL, 0, true);
+    }
+    return http_send_error(ctx, e, message, NULL);
+}
+
+bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *rc)
+{
+    if (auth_may(ctx->principal, right, name))
+        return true;
+    char m[400];
+    snprintf(m, sizeof m, "%s may not %s the name %.200s", ctx->principal ? ctx->principal->name : "this caller",
+             right_word(right), name ? name : "");
+    *rc = refuse(ctx, ctx->row, API_E_FORBIDDEN, m);
+    return false;
+}
+
+/* The caller's principal (auth.h): by its client certificate, else by its
+ * bearer token (on Dapr's routes also dapr-api-token). NULL: none. */
+static const principal *caller(req_ctx *ctx, const http_route *r)
+{
+    const char *token = http_bearer(ctx);
+    if (!token && r->auth == AUTH_DAPR)
+        token = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
+    char cert[PRINCIPAL_NAME_MAX + 1];
+    return auth_who(http_client_cert_name(ctx, cert, sizeof cert), token);
+}
+
+/* A force release: ?force=true, some principal with the admin right, and
+ * the caller one with it on this name. */
+static bool admin_refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
+{
     ctx->mroute = METRICS_ROUTE_RELEASE;   /* (refused ones too) */
     char buf[16];
     const char *force = http_query_arg(ctx, "force", buf, sizeof buf);
-    if (!force || strcmp(force, "true"))   /* (absent: the query form without it) */
-        return http_send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
-    if (!s->cfg->admin_token)
-        return http_send_error(ctx, API_E_FORBIDDEN, "force release is off: the service has no --admin-token-file",
-                          NULL);
-    const char *got = http_bearer(ctx);
-    if (http_secret_is(s->cfg->admin_token, got))
-        return MHD_YES;
-    /* The ordinary token is known but not enough: 403; anything else 401. */
-    bool ordinary = http_secret_is(s->cfg->auth_token, got);
-    return http_send_error(ctx, ordinary ? API_E_FORBIDDEN : API_E_UNAUTHORIZED,
-                      ordinary ? "force release needs the admin token, not the ordinary one"
-                               : "force release needs the admin token as Authorization: Bearer",
-                      NULL);
+    if (!force || strcmp(force, "true")) {   /* (absent: the query form without it) */
+        *rc = http_send_error(ctx, API_E_BAD_REQUEST, "force must be true", NULL);
+        return true;
+    }
+    if (!auth_admin_exists()) {
+        *rc = refuse(ctx, r, API_E_FORBIDDEN,
+                     "force release is off: the service has no --admin-token-file and no principal with the admin right");
+        return true;
+    }
+    if (!ctx->principal) {
+        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "force release needs the admin token as Authorization: Bearer");
+        return true;
+    }
+    if (!(ctx->principal->rights & RIGHT_ADMIN)) {
+        *rc = refuse(ctx, r, API_E_FORBIDDEN, !strcmp(ctx->principal->name, "token")
+                                              ? "force release needs the admin token, not the ordinary one"
+                                              : "force release needs a principal with the admin right");
+        return true;
+    }
+    return !http_may(ctx, RIGHT_ADMIN, ctx->route_name, rc);
 }
 
 /* Whether ctx may not go on to r's handler: then *rc is the result of the
- * refusal answered. */
+ * refusal answered. The name is checked here when the path holds it; a
+ * Dapr lock's name is its key name, checked once its body is read
+ * (http_dapr_dispatch), and a listing shows only the names its caller may
+ * read. */
 static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
 {
     if (r->right == RIGHT_NONE)
         return false;
-    if (r->right == RIGHT_ADMIN) {
-        *rc = admin_refusal(ctx);
-        return ctx->answered || *rc != MHD_YES;
-    }
-    if (authorized(ctx, r->auth == AUTH_DAPR))
+    ctx->principal = caller(ctx, r);
+    if (r->right == RIGHT_ADMIN)
+        return admin_refused(ctx, r, rc);
+    if (!auth_closed())
         return false;
-    if (r->auth == AUTH_DAPR)
-        *rc = http_send_body(ctx, 401, api_dapr_error_json("ERR_UNAUTHORIZED", "a valid dapr-api-token header is required"),
-                        NULL, 0, true);
-    else
-        *rc = http_send_error(ctx, API_E_UNAUTHORIZED, "a valid Authorization: Bearer token is required", NULL);
-    return true;
+    if (!ctx->principal) {
+        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, r->auth == AUTH_DAPR ? "a valid dapr-api-token header is required"
+                                                                      : "a valid Authorization: Bearer token is required");
+        return true;
+    }
+    return !http_may(ctx, r->right, r->name == NAME_PATH ? ctx->route_name : NULL, rc);
 }
 
 enum MHD_Result http_route_serve(req_ctx *ctx, const char *method)
@@ -179,6 +225,7 @@ enum MHD_Result http_route_serve(req_ctx *ctx, const char *method)
     if (ctx->too_large)
         return http_send_error(ctx, API_E_TOO_LARGE, "the request body is too large", NULL);
     ctx->row = r;
+    ctx->method = method;
     enum MHD_Result rc = MHD_YES;
     if (refused(ctx, r, &rc))
         return rc;

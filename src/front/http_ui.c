@@ -8,6 +8,7 @@
  * campaigns waiting on this instance per name (a semaphore's waiting
  * acquires retry on their own and are not among them). */
 #include "http_int.h"
+#include "auth.h"
 
 #include "ui_assets.h"
 
@@ -37,6 +38,7 @@ typedef struct ui_gather {
     pthread_mutex_t lock;
     int left;                   /* loops still to count */
     cJSON *waiters;             /* [{"kind" (lock, election),"name","waiters"}] */
+    const principal *who;       /* the caller: only names it may read are shown (NULL: all) */
 } ui_gather;
 
 typedef struct ui_job {
@@ -63,6 +65,11 @@ static void add_waiters(void *arg, const char *name, int n)
     }
     char buf[RL_INTERNAL_NAME_MAX + 1];
     snprintf(buf, sizeof buf, "%.*s", (int)len, name);
+    if (g->who && !principal_may(g->who, RIGHT_READ, buf)) {
+        cJSON_DetachItemViaPointer(g->waiters, o);
+        cJSON_Delete(o);
+        return;   /* not the caller's to see */
+    }
     cJSON_AddStringToObject(o, "kind", kind);
     cJSON_AddStringToObject(o, "name", buf);
     jsonio_add_int(o, "waiters", n);
@@ -146,6 +153,7 @@ enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name)
     pthread_mutex_init(&g->lock, NULL);
     g->ctx = ctx;
     g->waiters = waiters;
+    g->who = auth_closed() ? ctx->principal : NULL;
     g->left = s->nshards;
     ctx->list = true;
     http_suspend_for_engine(ctx);

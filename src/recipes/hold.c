@@ -2,7 +2,6 @@
  * and its events, hold_renew.c the renewer (hold_int.h). */
 #include "hold_int.h"
 #include "base/base.h"
-
 /* ---- events (s->mu held) ---- */
 
 void hold_notify(hold *h)
@@ -17,6 +16,8 @@ void hold_end_stream(hold *h, enum hold_end kind, const char *reason)
 {
     if (h->end != END_NONE)
         return;
+    if (kind == END_LOST)
+        hold_audit(h, "loss", reason ? reason : "lost", h->fence);
     h->end = kind;
     h->end_reason = reason;
     h->pend_renewed = false;   /* nothing after the end counts */
@@ -35,6 +36,7 @@ void hold_free_if_done(hold *h)
     s->last_free_us = loop_now_us();
     hold_listen(h, false);
     free(h->record);
+    free(h->audit);   /* (hold_audit.c) */
     free(h->out);
     free(h);
 }
@@ -59,9 +61,8 @@ void hold_end_released(hold *h)
     hold_end_stream(h, END_RELEASED, NULL);
 }
 
-/* An operator force-released its name: as hold_end_released, but the stream
- * says "lost", reason "forced" (the lock was taken from it), and what it
- * holds goes at its close, not when its validity runs out. s->mu held. */
+/* A force release of its name: "lost", reason "forced"; what it holds goes
+ * at its close, not when its validity runs out. s->mu held. */
 static void end_forced(hold *h)
 {
     settled_by_release(h);

@@ -118,6 +118,9 @@ long hold_read(hold *h, char *buf, size_t cap);
  * (its client may not have read it yet) keeps the lock until the validity
  * last announced, plus HOLD_TRANSIT_MARGIN_MS, has run out. Call exactly once; wake is never
  * called, and fd never read, after it returns. */
+/* Its lines of the audit log (a loss; for a campaign, each term won) name
+ * who (a principal; "" anonymous), client and route. Any thread, once it started. */
+void hold_audit_as(hold *h, const char *who, const char *client, const char *route);
 void hold_close(hold *h);
 
 /* The client of the stream holding name with token (an internal name: an

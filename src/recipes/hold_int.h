@@ -3,6 +3,7 @@
  *   hold.c        the set, a hold's start and close, and its events
  *   hold_renew.c  the renewer thread: extensions, losses, releases,
  *                 campaigns, and the engine's answers to them
+ *   hold_audit.c  its lines of the audit log
  */
 #ifndef RL_HOLD_INT_H
 #define RL_HOLD_INT_H
@@ -64,6 +65,8 @@ struct hold {
     bool listening;                 /* its name's release notices are wanted (hold_listen) */
     char *record;                   /* the owner record the masters keep beside the lock, for
                                        those a repair takes (NULL: none) */
+    char *audit;                    /* who opened it, for the audit log: "principal\0client\0
+                                       route\0" (hold_audit_as; NULL: no audit log) */
     int engine_refs;                /* engine requests in flight that point here */
     bool extending;                 /* an extension is in flight */
     bool release_after;             /* release once that extension answers */
@@ -140,6 +143,10 @@ struct hold_ear {
 
 /* hold.c */
 void hold_notify(hold *h);
+
+/* hold_audit.c: a line of the audit log for h (nothing without
+ * hold_audit_as). s->mu held. */
+void hold_audit(const hold *h, const char *event, const char *outcome, long long fence);
 void hold_end_stream(hold *h, enum hold_end kind, const char *reason);
 void hold_free_if_done(hold *h);
 void hold_listen(hold *h, bool on);

@@ -219,6 +219,7 @@ static void campaign_done(void *arg, const rl_result *res)
         hold_listen(h, true);
         h->pend_campaigning = false;
         h->pend_acquired = true;
+        hold_audit(h, "term", "elected", h->fence);
         hold_notify(h);
         /* Watches on every instance look at once (they re-read anyway). */
         rl_request pub = {.op = RL_PUBLISH};

@@ -209,8 +209,13 @@ static void read_done(void *arg, const master_reply *replies)
         added += one;
     }
     cJSON *item;
-    while ((item = cJSON_DetachItemFromArray(round, 0)))
-        cJSON_AddItemToArray(t->items, item);
+    while ((item = cJSON_DetachItemFromArray(round, 0))) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "name"));
+        if (t->req.may_see && (!name || !t->req.may_see(t->req.may_arg, name)))
+            cJSON_Delete(item);   /* not the caller's to see */
+        else
+            cJSON_AddItemToArray(t->items, item);
+    }
     cJSON_Delete(round);
     t->count += added;
     go_on(t);

@@ -70,6 +70,10 @@ typedef struct list_request {
     char prefix[RULES_NAME_MAX + 1];   /* "" lists every name */
     int limit;                          /* 1..LIST_LIMIT_MAX */
     list_pos pos;                       /* the start, or a cursor's */
+    /* Which names the caller may see (NULL: every one): a page shows only
+     * those, and ends where it would have ended with all of them. */
+    bool (*may_see)(const void *arg, const char *name);
+    const void *may_arg;
 } list_request;
 
 /* The masters a walk scans to the end: n - quorum_of(n) + 1 (those it

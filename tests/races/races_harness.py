@@ -138,8 +138,8 @@ class Daemon:
     def resume(self):
         self.proc.send_signal(signal.SIGCONT)
 
-    def stream(self, path, body, timeout=10.0):
-        return Events(httpraw.Stream(self.port, "POST", path, [("Content-Type", "application/json")],
+    def stream(self, path, body, timeout=10.0, headers=()):
+        return Events(httpraw.Stream(self.port, "POST", path, [("Content-Type", "application/json")] + list(headers),
                                      json.dumps(body), timeout))
 
     def stop(self):
