@@ -28,9 +28,18 @@ def foreign_callers(A, masters):
                            ("DELETE", "/elections/fc-e?force=true", None), ("DELETE", "/elections/fc-e", None),
                            ("DELETE", "/semaphores/fc-s?force=true", None), ("DELETE", "/semaphores/fc-s", None),
                            ("GET", "/locks", None), ("HEAD", "/locks", None), ("GET", "/ui/state", None),
+                           ("HEAD", "/ui/state", None), ("GET", "/elections", None), ("HEAD", "/elections", None),
+                           ("GET", "/semaphores", None), ("HEAD", "/semaphores", None),
+                           ("PUT", f"/locks/{name}/heartbeat", None), ("GET", "/elections/fc-e", None),
+                           ("POST", "/elections/fc-e", b'{"candidate": "c"}'),
+                           ("PUT", "/elections/fc-e/value", b'{"value": "v"}'),
+                           ("PUT", "/elections/fc-e/heartbeat", None), ("GET", "/semaphores/fc-s", None),
+                           ("POST", "/semaphores/fc-s", b'{"limit": 1}'), ("PATCH", "/semaphores/fc-s", None),
+                           ("PUT", "/semaphores/fc-s/heartbeat", None),
                            ("GET", "/ui", None), ("POST", "/v1.0-alpha1/lock/lockstore",
                                                   b'{"resourceId":"fc-2","lockOwner":"o","expiryInSeconds":60}'),
-                           ("GET", "/nope", None)]:
+                           ("POST", "/v1.0-alpha1/unlock/lockstore", b'{"resourceId":"fc-2","lockOwner":"o"}'),
+                           ("GET", "/v1.0/metadata", None), ("GET", "/nope", None)]:
             h = dict(hdrs, **{"Lock-Token": tok})
             a = A.req(m, p, body, headers=h, what=f"{m} {p} with {hdrs}")
             expect(a, 403, None if m == "HEAD" else code, f"{m} {p} with {hdrs}")

@@ -36,6 +36,7 @@ from oas_harness import (AUTH_TOKEN, BIN, ROOT, BUILD, Daemon, Master, children,
                          failures, free_port, log, oas_schemas)
 from oas_browsers import force_by_query, foreign_callers  # noqa: E402
 from oas_names import listing_docs_agree, utf8_names  # noqa: E402
+from oas_principals import principals  # noqa: E402
 from oas_recipes import elections, heartbeats, listings, metrics_text, semaphores, shutting_down  # noqa: E402
 from oas_routes import (boundaries, dapr, force_release, framing, held_streams, native_locks,  # noqa: E402
                         no_quorum, operational, overloaded, waiters)
@@ -226,6 +227,7 @@ def main():
                          ("no quorum", lambda: no_quorum(A, B, masters)),
                          ("overloaded", lambda: overloaded(tmp, masters)),
                          ("force release", lambda: force_release(tmp, masters, A)),
+                         ("principals", lambda: principals(tmp, masters)),
                          ("force release by the query", lambda: force_by_query(tmp, masters)),
                          ("shutting down", lambda: shutting_down(tmp, masters)),
                          ("metrics text", lambda: metrics_text(A))]:
