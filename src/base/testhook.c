@@ -6,7 +6,8 @@
 #include <string.h>
 
 static const char *const names[] = {"", "double_grant", "over_limit", "stale_fence", "release_noop",
-                                    "no_wake", "silent_loss"};
+                                    "no_wake", "silent_loss",
+                                    "no_rights"};
 
 int testhook_parse(const char *text)
 {

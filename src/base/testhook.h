@@ -21,6 +21,7 @@ enum testhook_rule {
                                unwoken by releases, and answers 409 then */
     TESTHOOK_SILENT_LOSS,   /* "silent_loss": a held stream whose lock is lost ends without
                                its "lost" event */
+    TESTHOOK_NO_RIGHTS,     /* "no_rights": a known principal may do anything to any name */
 };
 
 /* The rule text names, or -1 when it names none ("" and NULL: TESTHOOK_NONE). */

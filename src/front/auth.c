@@ -136,8 +136,8 @@ const principal *auth_who(const char *cert_name, const char *token)
 
 bool auth_may(const principal *p, unsigned right, const char *name)
 {
-    if (right == RIGHT_NONE)
-        return true;
+    if (right == RIGHT_NONE || (p && testhook_breaks(TESTHOOK_NO_RIGHTS)))
+        return true;   /* (the test hook: any principal may do anything) */
     if (right != RIGHT_ADMIN && !auth_closed())
         return true;   /* an open service: anyone reads and locks */
     return principal_may(p, right, name);

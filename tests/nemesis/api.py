@@ -36,8 +36,9 @@ def _json(a):
 
 
 class Client:
-    def __init__(self, hist, clu, cid, grpc_mods=None):
+    def __init__(self, hist, clu, cid, grpc_mods=None, token=cluster.CLIENT_TOKEN):
         self.hist, self.clu, self.cid = hist, clu, cid
+        self.token = token
         self.grpc_mods = grpc_mods
         self.channels = {}
 
@@ -50,6 +51,8 @@ class Client:
         """One request on its own connection. Returns (id, status, json);
         status None when no answer came (the call's effect is unknown)."""
         hs = list(headers)
+        if not any(k == "Authorization" for k, _ in hs):
+            hs.append(("Authorization", f"Bearer {self.token}"))
         data = None
         if body is not None:
             data = json.dumps(body)
@@ -178,7 +181,7 @@ class Client:
         pb, _ = self.grpc_mods
         return self._grpc("dapr_lock", inst, rec, lambda s: s.TryLockAlpha1(pb.TryLockRequest(
             store_name=DAPR_STORE, resource_id=resource, lock_owner=owner, expiry_in_seconds=expiry_s),
-            timeout=5), lambda r: dict(success=r.success))
+            timeout=5, metadata=[("dapr-api-token", self.token)]), lambda r: dict(success=r.success))
 
     def dapr_unlock(self, inst, via, resource, owner):
         rec = dict(kind="lock", name=dapr_name(resource), resource=resource, owner=owner, via=via)
@@ -188,7 +191,8 @@ class Client:
                              rec=rec, pick=lambda j: dict(unlock=j.get("status")))
         pb, _ = self.grpc_mods
         return self._grpc("dapr_unlock", inst, rec, lambda s: s.UnlockAlpha1(pb.UnlockRequest(
-            store_name=DAPR_STORE, resource_id=resource, lock_owner=owner), timeout=5),
+            store_name=DAPR_STORE, resource_id=resource, lock_owner=owner), timeout=5,
+            metadata=[("dapr-api-token", self.token)]),
             lambda r: dict(unlock=int(r.status)))
 
     def _grpc(self, op, inst, rec, fn, pick):
@@ -241,8 +245,8 @@ class Stream:
         self.s = None
         self.id = c.hist.invoke(c.cid, op, inst=inst, **rec)
         try:
-            self.s = httpraw.Stream(c.port(inst), "POST", path, [("Content-Type", "application/json")],
-                                    json.dumps(body), timeout)
+            self.s = httpraw.Stream(c.port(inst), "POST", path, [("Content-Type", "application/json"),
+                                    ("Authorization", f"Bearer {c.token}")], json.dumps(body), timeout)
         except ERRORS as e:
             c.hist.complete(self.id, None, error=type(e).__name__)
             self.ended = True

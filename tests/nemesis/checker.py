@@ -389,6 +389,26 @@ def extend_after_release(m, grants):
     return out
 
 
+def rights(m):
+    """The outsider's calls on names that are not its own were refused
+    (403, or no answer while its instance was down), and a listing showed
+    it only names under its prefix."""
+    v = []
+    for op in m["ops"].values():
+        if op["op"] != "trespass" or op["t1"] is None:
+            continue
+        if op.get("what") == "own":
+            ok = op["status"] in (201, 409, 503, None)
+        elif op.get("what") == "list":
+            names = op["res"].get("names") or []
+            ok = op["status"] in (200, 503, None) and all(str(n).startswith("outside/") for n in names)
+        else:
+            ok = op["status"] in (403, None)
+        if not ok:
+            v.append(violation("rights", f"the outsider's {op.get('what')} answered {op['status']}", [op]))
+    return v
+
+
 def check(records, live=True):
     m = build(records)
     grants = grants_of(m)
@@ -399,6 +419,7 @@ def check(records, live=True):
     v += leader_per_term(grants)
     v += fence_order(m, grants, by_token)
     v += extend_after_release(m, grants)
+    v += rights(m)
     stats = dict(grants=len(grants), ops=len(m["ops"]), faults=len(m["faults"]))
     if live:
         import checker_live
@@ -410,4 +431,4 @@ def check(records, live=True):
 
 def properties():
     return ["mutual_exclusion", "semaphore_limit", "leader_per_term", "fence_order",
-            "extend_after_release", "L1", "L2", "L3"]
+            "extend_after_release", "rights", "L1", "L2", "L3"]

@@ -27,6 +27,19 @@ import httpraw  # noqa: E402
 import testproc  # noqa: E402
 
 ADMIN_TOKEN = "nemesis-admin-token"
+# Principals (--principals-file): the clients' own, on every name, and an
+# outsider's on names under outside/ only (the trespass operation).
+CLIENT_TOKEN = "nemesis-client-token"
+OUTSIDER_TOKEN = "nemesis-outsider-token"
+OUTSIDE_PREFIX = "outside/"
+
+
+def principals_text():
+    import hashlib
+    def digest(t):
+        return "sha256:" + hashlib.sha256(t.encode()).hexdigest()
+    return (f"nemesis  read,lock  *                {digest(CLIENT_TOKEN)}\n"
+            f"outsider read,lock  {OUTSIDE_PREFIX}  {digest(OUTSIDER_TOKEN)}\n")
 KEY_PREFIX = "lock:"
 CG_ROOT = "/sys/fs/cgroup/cpu"
 CG_PREFIX = "redlockd-nemesis-"
@@ -174,6 +187,10 @@ class Instance:
         self.admin_file = os.path.join(tmp, "admin-token")
         with open(self.admin_file, "w") as f:
             f.write(ADMIN_TOKEN + "\n")
+        self.principals_file = os.path.join(tmp, "principals")
+        with open(self.principals_file, "w") as f:
+            f.write(principals_text())
+        self.audit = os.path.join(tmp, f"audit-{i}.log")
         self.masters = masters
         self.env = dict(os.environ, **(env_extra or {}))
         self.env["ASAN_OPTIONS"] = "detect_leaks=0"
@@ -186,6 +203,7 @@ class Instance:
                 "--dapr-grpc-listen", f"127.0.0.1:{self.gport}",
                 "--masters", ",".join(f"127.0.0.1:{m.port}" for m in self.masters),
                 "--admin-token-file", self.admin_file,
+                "--principals-file", self.principals_file, "--audit-log", self.audit,
                 "--default-ttl-ms", str(c["default_ttl_ms"]), "--max-ttl-ms", str(c["max_ttl_ms"]),
                 "--fence-keep-ms", str(c["fence_keep_ms"]),
                 "--master-timeout-ms", str(c["master_timeout_ms"]),
@@ -212,6 +230,10 @@ class Instance:
                                    f"{open(self.log, errors='replace').read()[-2000:]}")
             time.sleep(0.05)
         self.expect_dead = False
+
+    def sighup(self):
+        """Reloads its principals and reopens its audit log."""
+        self.proc.send_signal(signal.SIGHUP)
 
     def pause(self):
         self.proc.send_signal(signal.SIGSTOP)

@@ -16,7 +16,9 @@ property, by construction, never by chance:
                 holds the name a bound later (extend_after_release, L1);
   no_wake       a waiting acquire is never woken: it answers 409 when its
                 wait runs out though the name was freed (L2);
-  silent_loss   a held stream whose lock is lost ends without lost (L3).
+  silent_loss   a held stream whose lock is lost ends without lost (L3);
+  no_rights     a principal may do anything to any name: the outsider
+                takes a name that is not its own (rights).
 
 The test passes when the checker reports the property (and exits 1 with
 the report when it does not, or when the binary lacks the hook). With
@@ -93,6 +95,14 @@ def silent_loss(ctx, c):
     probes.l1_stream(ctx, c, "nc-silent", 0, 1, 2, 1500, None, 0, 1, "force")
 
 
+def no_rights(ctx, c, r=None):
+    o = api.Client(ctx.hist, ctx.clu, 0, None, token=cluster.OUTSIDER_TOKEN)
+    _, st, js = o.call("trespass", 0, "POST", "/locks/nc-rights", {"ttl_ms": 2000}, rec=dict(what="acquire",
+                                                                                          name="nc-rights"))
+    if st == 201 and js:
+        c.release(0, "nc-rights", js["token"])
+
+
 RULES = {  # rule -> (directed schedule, the properties the checker must report)
     "double_grant": (double_grant, ["mutual_exclusion"]),
     "over_limit": (over_limit, ["semaphore_limit"]),
@@ -100,6 +110,7 @@ RULES = {  # rule -> (directed schedule, the properties the checker must report)
     "release_noop": (release_noop, ["extend_after_release", "L1"]),
     "no_wake": (no_wake, ["L2"]),
     "silent_loss": (silent_loss, ["L3"]),
+    "no_rights": (no_rights, ["rights"]),
 }
 
 

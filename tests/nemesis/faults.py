@@ -28,6 +28,7 @@ from history import now
 KINDS = [  # (kind, how many in each round of the bag)
     ("pause_masters", 2), ("pause_majority", 1), ("restart_empty", 1), ("flushall", 1), ("script_flush", 1),
     ("maxmemory", 1), ("plant_foreign", 1), ("pause_instance", 1), ("kill_instance", 1), ("cpu_quota", 1),
+    ("sighup_instance", 1),
 ]
 DATA_LOSS = ("restart_empty", "flushall")
 CALM = 0.35   # the share of gaps that are long (5 to 8 s), so that liveness can be judged
@@ -90,6 +91,8 @@ def plan(seed, seconds, ninst, shared):
                                                         else r.uniform(1.0, 3.0), 3))
         elif kind == "kill_instance":
             f.update(inst=r.randrange(ninst), dur=round(r.uniform(0.2, 1.0), 3))
+        elif kind == "sighup_instance":
+            f.update(inst=r.randrange(ninst), dur=0.0)
         gap = r.uniform(5.0, 8.0) if r.random() < CALM else r.uniform(0.5, 2.5)
         if t + f["dur"] > seconds - 2.0:
             break
@@ -100,7 +103,7 @@ def plan(seed, seconds, ninst, shared):
 
 SETTLE_MS = {  # how long after its end a fault may still be felt (liveness is not judged then)
     "pause_masters": 2000, "pause_majority": 2500, "script_flush": 1000, "maxmemory": 1500,
-    "plant_foreign": 500, "pause_instance": 1500, "kill_instance": 1500, "cpu_quota": 1500,
+    "plant_foreign": 500, "pause_instance": 1500, "kill_instance": 1500, "cpu_quota": 1500, "sighup_instance": 200,
 }
 
 
@@ -194,6 +197,12 @@ class Nemesis(threading.Thread):
             inst.kill()
             self._hold(f["dur"])
             inst.start(ready=False)
+            self._end(fid, f, SETTLE_MS[kind])
+        elif kind == "sighup_instance":
+            # Its principals reloaded and its audit log reopened, while it serves.
+            inst = self.clu.insts[f["inst"]]
+            self._begin(fid, f, scope="inst", inst=f["inst"])
+            inst.sighup()
             self._end(fid, f, SETTLE_MS[kind])
         elif kind == "cpu_quota":
             if self.cg_why:

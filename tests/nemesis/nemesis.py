@@ -17,6 +17,7 @@ parameters and the same faults at the same times. Every run prints its
 seed. Exit status 1 on any violation, any error of the test itself, or a
 redlockd that died without being killed. Env REDLOCKD_BIN: the daemon."""
 import argparse
+import json
 import os
 import random
 import shutil
@@ -73,6 +74,33 @@ def meta_bounds():
     return dict(master_timeout_ms=c["master_timeout_ms"], drift_factor=c["drift_factor"])
 
 
+def audit_problems(clu):
+    """Every instance's audit log: each line JSON with its fields, and no
+    token anywhere in it (reopened by SIGHUP faults along the way)."""
+    out, lines = [], 0
+    tokens = (cluster.CLIENT_TOKEN, cluster.OUTSIDER_TOKEN, cluster.ADMIN_TOKEN)
+    for i in clu.insts:
+        if not os.path.exists(i.audit):
+            out.append(f"redlockd {i.i} wrote no audit log")
+            continue
+        text = open(i.audit, errors="replace").read()
+        if any(t in text for t in tokens):
+            out.append(f"redlockd {i.i}'s audit log holds a token")
+        for line in text.splitlines():
+            lines += 1
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                out.append(f"redlockd {i.i}'s audit log has a line that is not JSON: {line[:200]!r}")
+                break
+            if not all(k in ev for k in ("time", "event", "client", "route", "outcome")):
+                out.append(f"redlockd {i.i}'s audit line lacks a field: {line[:200]!r}")
+                break
+    if lines == 0:
+        out.append("the audit logs are empty")
+    return out
+
+
 def run_one(seed, seconds, clients, out, grpc_mods, bin_path=None, env_extra=None, directed=None):
     """One run: the cluster, the clients (or directed(ctx) alone) and the
     faults of seed for seconds. Returns (path of the history, problems:
@@ -123,6 +151,7 @@ def run_one(seed, seconds, clients, out, grpc_mods, bin_path=None, env_extra=Non
         for m in clu.masters:
             if m.proc.poll() is not None:
                 problems.append(f"redis-server {m.i} (port {m.port}) exited by itself: {m.proc.returncode}")
+        problems += audit_problems(clu)
         fcounts = dict(nem.counts)
         for k, v in nem.skipped.items():
             fcounts[k + " (skipped)"] = v

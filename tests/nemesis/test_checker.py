@@ -327,6 +327,26 @@ class ExtendAfterRelease(unittest.TestCase):
         self.assertEqual(h.props(), ["extend_after_release"])
 
 
+
+class Rights(unittest.TestCase):
+    def test_refused_calls_keep_it(self):
+        h = H()
+        h.op("trespass", 1.0, 1.1, 403, what="acquire", name="nm-s0")
+        h.op("trespass", 2.0, None, None, what="release", name="nm-s0")   # no answer: unknown, not judged
+        h.op("trespass", 3.0, 3.1, 200, dict(names=["outside/1"]), what="list", name="nm-s0")
+        h.op("trespass", 4.0, 4.1, 201, what="own", name="nm-s0")
+        self.assertEqual(h.props(), [])
+
+    def test_a_call_served_breaks_it(self):
+        h = H()
+        h.op("trespass", 1.0, 1.1, 201, what="acquire", name="nm-s0")
+        self.assertEqual(h.props(), ["rights"])
+
+    def test_a_listing_of_others_names_breaks_it(self):
+        h = H()
+        h.op("trespass", 1.0, 1.1, 200, dict(names=["outside/1", "nm-s0"]), what="list", name="nm-s0")
+        self.assertEqual(h.props(), ["rights"])
+
 if __name__ == "__main__":
     # Both files' tests: this one's and test_checker_live.py's.
     import test_checker_live

@@ -232,11 +232,39 @@ def op_listing(ctx, c, r, n):
             return
 
 
+def op_trespass(ctx, c, r, n):
+    """The outsider (a principal that may lock and read names under
+    outside/ only) tries the clients' names: every call must be refused 403
+    and change nothing; a listing shows it only its own names; its own
+    name it may take (property "rights")."""
+    o = api.Client(ctx.hist, ctx.clu, c.cid, ctx.grpc_mods, token=cluster.OUTSIDER_TOKEN)
+    a, name = r.randrange(ctx.ninst), r.choice(SHARED_LOCKS)
+    what = r.choice(["acquire", "release", "extend", "force", "campaign", "semaphore", "dapr", "list", "own"])
+    tok = [("Lock-Token", "x" * 22)]
+    calls = {
+        "acquire": ("POST", f"/locks/{q(name)}", {"ttl_ms": 2000}, []),
+        "release": ("DELETE", f"/locks/{q(name)}", None, tok),
+        "extend": ("PATCH", f"/locks/{q(name)}", {"ttl_ms": 2000}, tok),
+        "force": ("DELETE", f"/locks/{q(name)}?force=true", None, []),
+        "campaign": ("POST", f"/elections/{q(r.choice(ELECTIONS))}", {"candidate": "outsider"}, []),
+        "semaphore": ("POST", f"/semaphores/{q(SEMAPHORES[0][0])}", {"limit": SEMAPHORES[0][1]}, []),
+        "dapr": ("POST", f"/v1.0-alpha1/lock/{api.DAPR_STORE}",
+                 {"resourceId": r.choice(DAPR_RESOURCES), "lockOwner": "outsider", "expiryInSeconds": 2}, []),
+        "list": ("GET", "/locks?limit=1000", None, []),
+        "own": ("POST", f"/locks/{q(cluster.OUTSIDE_PREFIX + str(r.randrange(3)))}", {"ttl_ms": 500}, []),
+    }
+    m, path, body, hd = calls[what]
+    pick = (lambda j: dict(names=[x.get("name") for x in j.get("locks") or []])) if what == "list" else None
+    o.call("trespass", a, m, path, body, headers=hd, rec=dict(what=what, name=name), pick=pick)
+    o.close()
+
+
 OPS = [  # (name, weight, function)
     ("lock", 14, op_lock), ("inspect", 2, op_inspect), ("hold", 6, op_hold), ("force", 1, op_force),
     ("campaign", 5, op_campaign), ("election_get", 2, op_election_get), ("sem", 6, op_sem),
     ("sem_hold", 3, op_sem_hold), ("sem_get", 1, op_sem_get), ("dapr", 7, op_dapr),
     ("listing", 2, op_listing), ("probe_l1", 3, probes.probe_l1), ("probe_l2", 2, probes.probe_l2),
+    ("trespass", 2, op_trespass),
 ]
 
 
