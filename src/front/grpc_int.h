@@ -111,6 +111,7 @@ struct grpc_server {
     nghttp2_option *opt;
     atomic_bool quiesce_req, stop_req, force_stop, exited;
     bool quiesced;                 /* gRPC thread: the listener is closed, GOAWAY sent */
+    uint64_t idle_us;              /* GRPC_IDLE_TIMEOUT_MS, or REDLOCKD_TEST_GRPC_IDLE_MS */
 
     pthread_mutex_t mu;            /* guards the rest */
     gcall *done;                   /* answered by an engine, not yet taken */
