@@ -172,6 +172,31 @@ def slots_tokenless(C, max_conns, request_timeout_ms):
         f"{'served' if served else 'still refused'} after {took:.1f} s; {closed} of them closed")
 
 
+def slots_open_calls_without_token(C, request_timeout_ms):
+    """A connection that keeps a call without the token open, a new one
+    every 300 ms (each is reset after --request-timeout-ms, but another is
+    always open), is closed all the same: it was never served."""
+    p = Peer(C.gport)
+    block = b"".join(hpack_literal(n, v) for n, v in [
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", TRY_LOCK),
+        (b":authority", b"127.0.0.1"), (b"content-type", b"application/grpc")])
+    p.send(HELLO)
+    limit = request_timeout_ms / 1000 + 15
+    t0 = time.monotonic()
+    sid = 1
+    while not p.closed and time.monotonic() - t0 < limit:
+        p.send(frame(T_HEADERS, 0x4, sid, block))   # END_HEADERS, never END_STREAM
+        sid += 2
+        p.pump(0.3)
+    took = time.monotonic() - t0
+    p.close()
+    check(p.closed, f"a connection that kept a call without the token open ({(sid - 1) // 2} "
+          f"calls, one every 300 ms): still open after {took:.0f} s; expected the close after "
+          "--request-timeout-ms")
+    log(f"slots: a connection that kept calls without the token open: closed {p.closed} after "
+        f"{took:.1f} s, frames {p.types()[-4:]}")
+
+
 def slots_pings_are_not_activity(C, idle_ms):
     """A served connection that only PINGs is closed (GOAWAY) after the
     idle timeout, as one that sends nothing is; one that keeps calling is
@@ -402,6 +427,7 @@ def run_slots(tmp, masters, tok):
         ("C", ["--dapr-stores", stores(60), "--auth-token-file", tok, "--max-connections", "16",
                "--request-timeout-ms", "1000"], {"REDLOCKD_TEST_GRPC_IDLE_MS": str(idle_ms)},
          [lambda d: slots_tokenless(d["C"], 16, 1000),
+          lambda d: slots_open_calls_without_token(d["C"], 1000),
           lambda d: slots_pings_are_not_activity(d["C"], idle_ms),
           lambda d: slots_window_zero(d["C"], 1000),
           lambda d: slots_not_reading(d["C"], 1000)]),
