@@ -137,7 +137,11 @@ static void dispatch(gstream *st)
 {
     grpc_server *s = st->c->s;
     st->dispatched = true;
-    st->c->served = true;
+    /* Only a call with the token (or any, when none is configured) earns
+     * the idle timeout; one without stays under the request timeout, so
+     * token-less clients cannot keep slots (issue 41). */
+    if (st->auth_ok)
+        st->c->served = true;
     if (!st->post) {
         answer_http(st, "405");
         return;

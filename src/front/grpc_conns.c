@@ -239,8 +239,11 @@ static void sweep(grpc_server *s, uint64_t now)
                 st->dispatched = true;   /* reset once */
                 nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
             }
-        if (!c->streams && now - (c->served ? c->last_us : c->start_us) >
-                               (c->served ? s->idle_us : req_us)) {
+        /* One never served is closed at its deadline whatever it has
+         * open: the calls it keeps opening without the token would
+         * otherwise hold its slot. */
+        if ((!c->served && now - c->start_us > req_us) ||
+            (c->served && !c->streams && now - c->last_us > s->idle_us)) {
             conn_goaway(c);
             conn_flush(c);
             conn_close(c);

@@ -74,8 +74,8 @@ struct gconn {
     uint8_t *wbuf;                 /* what nghttp2 gave and the socket did not take yet */
     size_t wlen, woff, wcap;
     bool want_out;                 /* EPOLLOUT is asked for */
-    bool served;                   /* a whole call came: the idle timeout applies, not the
-                                      request timeout */
+    bool served;                   /* a whole call with the token came: the idle timeout
+                                      applies, not the request timeout */
     bool goaway;                   /* GOAWAY sent */
     bool dead;                     /* closed; freed at the end of the loop's turn, as events
                                       of this turn may still name it */
