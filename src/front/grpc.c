@@ -312,9 +312,14 @@ int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_
 
 int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
 {
-    (void)ud;
-    if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) &&
-        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    gconn *c = ud;
+    if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    /* A call's frames are the only activity: PING, SETTINGS and
+     * WINDOW_UPDATE cost a client nothing to send, and would keep an
+     * otherwise idle connection's slot forever (issue 41). */
+    c->last_us = loop_now_us();
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         gstream *st = stream_of(sess, frame->hd.stream_id);
         if (st && !st->dispatched)
             dispatch(st);

@@ -90,11 +90,11 @@ static int conn_read(gconn *c)
             break;
         if (n <= 0)
             return -1;   /* closed or broken */
-        c->last_us = loop_now_us();
+        /* Bytes are not activity: a call's frames are (on_frame_recv). */
         ssize_t used = nghttp2_session_mem_recv(c->sess, buf, (size_t)n);
         if (used < 0) {
             unsigned long long sup;
-            if (log_allow(&conn_log_limit, c->last_us, &sup))
+            if (log_allow(&conn_log_limit, loop_now_us(), &sup))
                 log_event(LOG_LEVEL_DEBUG, "grpc_bad_input", "error", nghttp2_strerror((int)used),
                           NULL);
             /* Errors in frames were already answered (nghttp2 queued a GOAWAY

@@ -79,7 +79,8 @@ struct gconn {
     bool goaway;                   /* GOAWAY sent */
     bool dead;                     /* closed; freed at the end of the loop's turn, as events
                                       of this turn may still name it */
-    uint64_t start_us, last_us;    /* connected; last bytes read */
+    uint64_t start_us, last_us;    /* connected; last HEADERS or DATA frame read (a call's
+                                      frames: PING, SETTINGS, WINDOW_UPDATE do not count) */
 };
 
 /* A call handed to an engine. Its result comes on the engine's thread
