@@ -50,6 +50,7 @@ static void answer_status(gstream *st, int code, const char *message)
     nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                         NV("grpc-status", cs), NV("grpc-message", enc)};
     nghttp2_submit_response(st->c->sess, st->id, nva, message ? 4 : 3, NULL);
+    st->answer_us = loop_now_us();
 }
 
 /* Not gRPC at all: a bare HTTP status (415 for another content type, as the
@@ -59,6 +60,7 @@ static void answer_http(gstream *st, const char *status)
     nghttp2_nv nva[] = {NV(":status", status), NV("content-type", "application/grpc"),
                         NV("grpc-status", "12"), NV("grpc-message", "only%20gRPC%20calls%20are%20served%20here")};
     nghttp2_submit_response(st->c->sess, st->id, nva, 4, NULL);
+    st->answer_us = loop_now_us();
 }
 
 static ssize_t read_answer(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t length,
@@ -89,7 +91,10 @@ static bool answer_message(gstream *st, uint8_t *msg, size_t len)
     st->resp_off = 0;
     nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_answer};
-    return nghttp2_submit_response(st->c->sess, st->id, nva, 2, &prd) == 0;
+    if (nghttp2_submit_response(st->c->sess, st->id, nva, 2, &prd) != 0)
+        return false;
+    st->answer_us = loop_now_us();
+    return true;
 }
 
 /* ---- calls (gRPC thread) ---- */

@@ -58,6 +58,7 @@ static int conn_flush(gconn *c)
             if (n <= 0)
                 return -1;
             c->woff += (size_t)n;
+            c->wprog_us = loop_now_us();
         }
         c->wlen = c->woff = 0;
         const uint8_t *data;
@@ -75,6 +76,7 @@ static int conn_flush(gconn *c)
         }
         memcpy(c->wbuf, data, (size_t)n);
         c->wlen = (size_t)n;
+        c->wprog_us = loop_now_us();
     }
     return want_out(c, false);
 }
@@ -183,7 +185,7 @@ static void accept_all(grpc_server *s)
         c->kind = GK_CONN;
         c->s = s;
         c->fd = fd;
-        c->start_us = c->last_us = loop_now_us();
+        c->start_us = c->last_us = c->wprog_us = loop_now_us();
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS},
             {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, GRPC_MAX_HEADER_BYTES},
@@ -225,25 +227,39 @@ static void take_answers(grpc_server *s)
     }
 }
 
-/* Once a second: a stream that has not ended within --request-timeout-ms
- * is reset; a connection that sent no whole call that long after its
- * start, or nothing for the idle timeout (s->idle_us) with no call open, is
- * closed. */
+/* Once a second, with req_us --request-timeout-ms: a call that has not
+ * arrived whole within req_us of its start is reset, and so is one whose
+ * answer could not be written within req_us (the client holds its
+ * flow-control window at 0, or reads nothing). A connection is closed
+ * when: it never brought a call with the token within req_us of its start;
+ * it is served and had no call open and no call's frame for the idle
+ * timeout (s->idle_us); its socket took nothing for req_us; or a call was
+ * just reset for an answer it could not take and nothing else is open. */
 static void sweep(grpc_server *s, uint64_t now)
 {
     uint64_t req_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
     for (gconn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        for (gstream *st = c->streams; st; st = st->next)
-            if (!st->dispatched && now - st->start_us > req_us) {
-                st->dispatched = true;   /* reset once */
-                nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        bool stuck = false, other = false;
+        for (gstream *st = c->streams; st; st = st->next) {
+            if (st->reset)
+                continue;   /* reset once: on its way out */
+            bool slow = !st->dispatched && now - st->start_us > req_us;   /* not whole yet */
+            bool unsent = st->answer_us && now - st->answer_us > req_us;   /* answer not taken */
+            if (!slow && !unsent) {
+                other = true;
+                continue;
             }
+            stuck = stuck || unsent;
+            st->dispatched = st->reset = true;
+            nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        }
         /* One never served is closed at its deadline whatever it has
          * open: the calls it keeps opening without the token would
          * otherwise hold its slot. */
         if ((!c->served && now - c->start_us > req_us) ||
-            (c->served && !c->streams && now - c->last_us > s->idle_us)) {
+            (c->served && !c->streams && now - c->last_us > s->idle_us) ||
+            (c->woff < c->wlen && now - c->wprog_us > req_us) || (stuck && !other)) {
             conn_goaway(c);
             conn_flush(c);
             conn_close(c);

@@ -55,6 +55,7 @@ typedef struct gstream {
     bool auth_ok;                  /* the configured token came (or none is configured) */
     bool too_large;                /* the body outgrew GRPC_MAX_MESSAGE_BYTES: dropped */
     bool dispatched;               /* the request ended and was answered or handed on */
+    bool reset;                    /* RST_STREAM submitted by the sweep */
     size_t header_bytes;           /* as SETTINGS_MAX_HEADER_LIST_SIZE counts them */
     uint8_t *body;
     size_t body_len;
@@ -62,6 +63,7 @@ typedef struct gstream {
     uint8_t *resp;                 /* the framed answer being sent */
     size_t resp_len, resp_off;
     uint64_t start_us;
+    uint64_t answer_us;            /* the answer was handed to nghttp2 (0: not yet) */
 } gstream;
 
 struct gconn {
@@ -73,6 +75,7 @@ struct gconn {
     gstream *streams;
     uint8_t *wbuf;                 /* what nghttp2 gave and the socket did not take yet */
     size_t wlen, woff, wcap;
+    uint64_t wprog_us;             /* the socket last took bytes, or wbuf was last filled */
     bool want_out;                 /* EPOLLOUT is asked for */
     bool served;                   /* a whole call with the token came: the idle timeout
                                       applies, not the request timeout */
