@@ -19,6 +19,8 @@ static void conn_close(gconn *c)
     close(c->fd);   /* also leaves the epoll set */
     DLIST_UNLINK(s->conns, c, prev, next);
     s->nconns--;
+    if (c->has_peer)
+        grpc_peers_give(&s->peers, &c->peer);
     c->next = s->dead;
     s->dead = c;
 }
@@ -166,17 +168,31 @@ static void reap_closed(grpc_server *s)
     free(cs);
 }
 
+/* Takes what the listener has. One over --max-connections, or over
+ * --max-connections-per-ip from its address (the gRPC listener's own
+ * count), is closed at once. */
 static void accept_all(grpc_server *s)
 {
     for (;;) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof sa;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;   /* EAGAIN, or out of descriptors: the next turn tries again */
         if (s->nconns >= s->cfg->max_connections)
             reap_closed(s);
-        gconn *c = s->nconns < s->cfg->max_connections ? calloc(1, sizeof *c) : NULL;
+        grpc_peer_addr peer;
+        bool has_peer = grpc_peer_addr_of((struct sockaddr *)&sa, salen, &peer);
+        if (s->nconns >= s->cfg->max_connections ||
+            (has_peer && !grpc_peers_take(&s->peers, &peer, s->cfg->max_connections_per_ip))) {
+            close(fd);
+            continue;
+        }
+        gconn *c = calloc(1, sizeof *c);
         if (!c || nghttp2_session_server_new2(&c->sess, s->cbs, c, s->opt) != 0) {
             free(c);
+            if (has_peer)
+                grpc_peers_give(&s->peers, &peer);
             close(fd);
             continue;
         }
@@ -185,6 +201,8 @@ static void accept_all(grpc_server *s)
         c->kind = GK_CONN;
         c->s = s;
         c->fd = fd;
+        c->peer = peer;
+        c->has_peer = has_peer;
         c->start_us = c->last_us = c->wprog_us = loop_now_us();
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS},
@@ -195,6 +213,8 @@ static void accept_all(grpc_server *s)
             epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
             nghttp2_session_del(c->sess);
             free(c);
+            if (has_peer)
+                grpc_peers_give(&s->peers, &peer);
             close(fd);
             continue;
         }
@@ -391,6 +411,7 @@ static void server_free(grpc_server *s)
         nghttp2_session_callbacks_del(s->cbs);
     if (s->opt)
         nghttp2_option_del(s->opt);
+    grpc_peers_free(&s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -410,6 +431,11 @@ grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, cha
     s->listen_tag.kind = GK_LISTEN;
     s->wake_tag.kind = GK_WAKE;
     s->wake_fd = s->ep = -1;
+    /* The per-address table's hash key: a client cannot aim at it. */
+    uint64_t seed;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = loop_now_us() ^ (uint64_t)(uintptr_t)s;
+    grpc_peers_init(&s->peers, seed);
     /* A test hook, not a setting (docs/contributing.md): the idle timeout
      * in milliseconds, so that a test need not wait five minutes. */
     const char *idle = getenv("REDLOCKD_TEST_GRPC_IDLE_MS");

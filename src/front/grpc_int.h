@@ -1,9 +1,11 @@
-/* grpc_int.h - what the two files of the gRPC server share (grpc.h, in
+/* grpc_int.h - what the files of the gRPC server share (grpc.h, in
  * front/front.h, is its face to the rest): the server, its connections, streams and calls.
  *   grpc.c        the calls: nghttp2's callbacks, each stream's message,
  *                 the engine's request and its answer
  *   grpc_conns.c  the connections and the server's thread: accept, read,
  *                 write, sweep, quiesce, start and stop
+ *   grpc_peers.c  connections per client address (--max-connections-per-ip),
+ *                 pure (grpc_peers.h)
  */
 #ifndef RL_GRPC_INT_H
 #define RL_GRPC_INT_H
@@ -25,12 +27,14 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "api.h"
 #include "base/base.h"
 #include "grpc_api.h"
+#include "grpc_peers.h"
 #include "masters/masters.h"
 #include "engine/engine.h"
 
@@ -82,6 +86,8 @@ struct gconn {
     bool goaway;                   /* GOAWAY sent */
     bool dead;                     /* closed; freed at the end of the loop's turn, as events
                                       of this turn may still name it */
+    grpc_peer_addr peer;           /* counted in s->peers while has_peer */
+    bool has_peer;
     uint64_t start_us, last_us;    /* connected; last HEADERS or DATA frame read (a call's
                                       frames: PING, SETTINGS, WINDOW_UPDATE do not count) */
 };
@@ -111,6 +117,7 @@ struct grpc_server {
     gconn *conns;
     gconn *dead;                   /* closed connections, until the turn ends */
     int nconns;
+    grpc_peers peers;              /* connections per client address */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     atomic_bool quiesce_req, stop_req, force_stop, exited;
