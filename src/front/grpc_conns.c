@@ -148,29 +148,11 @@ static void conn_ready(gconn *c, bool readable)
         conn_close(c);
 }
 
-/* At the limit, before a new connection is refused: the connections whose
- * peers have closed or reset are closed first, as their events, still in
- * the queue behind the listener's, would have closed them. */
-static void reap_closed(grpc_server *s)
-{
-    struct pollfd *pf = calloc((size_t)s->nconns, sizeof *pf);
-    gconn **cs = calloc((size_t)s->nconns, sizeof *cs);
-    int n = 0;
-    for (gconn *c = s->conns; c && pf && cs && n < s->nconns; c = c->next, n++) {
-        pf[n] = (struct pollfd){.fd = c->fd, .events = POLLIN | POLLRDHUP};
-        cs[n] = c;
-    }
-    if (pf && cs && poll(pf, (nfds_t)n, 0) > 0)
-        for (int i = 0; i < n; i++)
-            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                conn_ready(cs[i], true);
-    free(pf);
-    free(cs);
-}
-
 /* Takes what the listener has. One over --max-connections, or over
  * --max-connections-per-ip from its address (the gRPC listener's own
- * count), is closed at once. */
+ * count), is closed at once, in O(1): the loop calls this after the other
+ * events of its turn, so that connections whose peers closed in the
+ * meantime are counted out first (grpc_thread). */
 static void accept_all(grpc_server *s)
 {
     for (;;) {
@@ -179,8 +161,6 @@ static void accept_all(grpc_server *s)
         int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;   /* EAGAIN, or out of descriptors: the next turn tries again */
-        if (s->nconns >= s->cfg->max_connections)
-            reap_closed(s);
         grpc_peer_addr peer;
         bool has_peer = grpc_peer_addr_of((struct sockaddr *)&sa, salen, &peer);
         if (s->nconns >= s->cfg->max_connections ||
@@ -335,16 +315,19 @@ static void *grpc_thread(void *arg)
         if (atomic_load(&s->stop_req) && (atomic_load(&s->force_stop) || all_sent(s)))
             break;
         int n = epoll_wait(s->ep, evs, GRPC_EVENTS, atomic_load(&s->stop_req) ? 20 : GRPC_SWEEP_MS);
+        bool listener = false;
         for (int i = 0; i < n; i++) {
             enum gkind kind = *(enum gkind *)evs[i].data.ptr;
             if (kind == GK_LISTEN) {
-                accept_all(s);
+                listener = true;   /* last: closes of this turn count first */
             } else if (kind == GK_WAKE) {
                 take_answers(s);
             } else {
                 conn_ready(evs[i].data.ptr, evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR));
             }
         }
+        if (listener)
+            accept_all(s);
         uint64_t now = loop_now_us();
         if (now >= next_sweep) {
             sweep(s, now);
