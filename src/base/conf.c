@@ -45,9 +45,11 @@ static const struct opt opts[] = {
      "each HTTP connection's buffer, kept while it is open: a request head up to about 512 "
      "bytes less is read, longer is answered 431 (default 3072)"},
     {"max-connections", OPT_INT, 16, 1000000, 0, 0,
-     "HTTP connections at once; about 4 KiB of memory each while open (default 1024)"},
+     "HTTP connections at once; about 4 KiB of memory each while open; the gRPC listener "
+     "has as many of its own (default 1024)"},
     {"max-connections-per-ip", OPT_INT, 1, 1000000, 0, 0,
-     "HTTP connections at once from one client address (default 512)"},
+     "HTTP connections at once from one client address; gRPC ones are counted apart, to the "
+     "same limit (default 512)"},
     {"request-timeout-ms", OPT_INT, 100, 3600000, 0, 0,
      "time a connection has, from its start or its last answer, to send a complete request; "
      "longer is closed (default 10000)"},

@@ -94,8 +94,8 @@ typedef struct conf {
     int max_holds;                 /* held streams open at once */
     int max_inflight;              /* acquires and inspections trying at once, all loops */
     long long queue_timeout_ms;    /* a request's wait for a place among those */
-    int max_connections;           /* HTTP connections at once */
-    int max_connections_per_ip;
+    int max_connections;           /* HTTP connections at once; gRPC's, counted apart */
+    int max_connections_per_ip;    /* the same from one client address */
     long long request_timeout_ms;  /* from connect (or the last answer) to a complete request */
     bool cluster_setup_manual;     /* never mark a brand-new cluster by itself */
     bool refuse_unsafe;            /* masters that may lose locks do not vote */

@@ -50,6 +50,7 @@ static void answer_status(gstream *st, int code, const char *message)
     nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                         NV("grpc-status", cs), NV("grpc-message", enc)};
     nghttp2_submit_response(st->c->sess, st->id, nva, message ? 4 : 3, NULL);
+    st->answer_us = loop_now_us();
 }
 
 /* Not gRPC at all: a bare HTTP status (415 for another content type, as the
@@ -59,6 +60,7 @@ static void answer_http(gstream *st, const char *status)
     nghttp2_nv nva[] = {NV(":status", status), NV("content-type", "application/grpc"),
                         NV("grpc-status", "12"), NV("grpc-message", "only%20gRPC%20calls%20are%20served%20here")};
     nghttp2_submit_response(st->c->sess, st->id, nva, 4, NULL);
+    st->answer_us = loop_now_us();
 }
 
 static ssize_t read_answer(nghttp2_session *sess, int32_t id, uint8_t *buf, size_t length,
@@ -89,7 +91,10 @@ static bool answer_message(gstream *st, uint8_t *msg, size_t len)
     st->resp_off = 0;
     nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = read_answer};
-    return nghttp2_submit_response(st->c->sess, st->id, nva, 2, &prd) == 0;
+    if (nghttp2_submit_response(st->c->sess, st->id, nva, 2, &prd) != 0)
+        return false;
+    st->answer_us = loop_now_us();
+    return true;
 }
 
 /* ---- calls (gRPC thread) ---- */
@@ -137,7 +142,11 @@ static void dispatch(gstream *st)
 {
     grpc_server *s = st->c->s;
     st->dispatched = true;
-    st->c->served = true;
+    /* Only a call with the token (or any, when none is configured) earns
+     * the idle timeout; one without stays under the request timeout, so
+     * token-less clients cannot keep slots (issue 41). */
+    if (st->auth_ok)
+        st->c->served = true;
     if (!st->post) {
         answer_http(st, "405");
         return;
@@ -308,9 +317,14 @@ int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_
 
 int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
 {
-    (void)ud;
-    if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) &&
-        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    gconn *c = ud;
+    if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    /* A call's frames are the only activity: PING, SETTINGS and
+     * WINDOW_UPDATE cost a client nothing to send, and would keep an
+     * otherwise idle connection's slot forever (issue 41). */
+    c->last_us = loop_now_us();
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         gstream *st = stream_of(sess, frame->hd.stream_id);
         if (st && !st->dispatched)
             dispatch(st);

@@ -17,12 +17,19 @@
  * touches connections, streams and nghttp2 sessions. The server borrows the
  * engines; it owns its calls, connections and sockets.
  *
- * Bounds: --max-connections connections (more are closed at once), 32
- * concurrent streams per connection (SETTINGS; more are refused), 16 KiB
- * of headers per call, 4 KiB per request message (RESOURCE_EXHAUSTED
- * beyond); a connection without a complete call within
- * --request-timeout-ms of its start is closed, and so is one idle for
- * five minutes (with GOAWAY: clients reconnect).
+ * Bounds: --max-connections connections, --max-connections-per-ip from
+ * one address (the gRPC listener's own count; more are closed at once, in
+ * O(1)), 32 concurrent streams per connection (SETTINGS; more are
+ * refused), 16 KiB of headers per call, 4 KiB per request message
+ * (RESOURCE_EXHAUSTED beyond). Under --request-timeout-ms: a call that has
+ * not arrived whole, or whose answer the client has not taken (its window
+ * held at 0, or not reading), is reset; a connection without a complete
+ * call with the token (or any, without --auth-token-file) within it of its
+ * start is closed, whatever else it sends, and so is one whose socket
+ * takes nothing that long, or whose only call was reset for its answer. A
+ * served connection is closed after five minutes without a call's frame
+ * (HEADERS, DATA; PING, SETTINGS and WINDOW_UPDATE do not count) and with
+ * no call open (with GOAWAY: clients reconnect).
  */
 #ifndef RL_GRPC_H
 #define RL_GRPC_H

@@ -19,6 +19,8 @@ static void conn_close(gconn *c)
     close(c->fd);   /* also leaves the epoll set */
     DLIST_UNLINK(s->conns, c, prev, next);
     s->nconns--;
+    if (c->has_peer)
+        grpc_peers_give(&s->peers, &c->peer);
     c->next = s->dead;
     s->dead = c;
 }
@@ -58,6 +60,7 @@ static int conn_flush(gconn *c)
             if (n <= 0)
                 return -1;
             c->woff += (size_t)n;
+            c->wprog_us = loop_now_us();
         }
         c->wlen = c->woff = 0;
         const uint8_t *data;
@@ -75,6 +78,7 @@ static int conn_flush(gconn *c)
         }
         memcpy(c->wbuf, data, (size_t)n);
         c->wlen = (size_t)n;
+        c->wprog_us = loop_now_us();
     }
     return want_out(c, false);
 }
@@ -90,11 +94,11 @@ static int conn_read(gconn *c)
             break;
         if (n <= 0)
             return -1;   /* closed or broken */
-        c->last_us = loop_now_us();
+        /* Bytes are not activity: a call's frames are (on_frame_recv). */
         ssize_t used = nghttp2_session_mem_recv(c->sess, buf, (size_t)n);
         if (used < 0) {
             unsigned long long sup;
-            if (log_allow(&conn_log_limit, c->last_us, &sup))
+            if (log_allow(&conn_log_limit, loop_now_us(), &sup))
                 log_event(LOG_LEVEL_DEBUG, "grpc_bad_input", "error", nghttp2_strerror((int)used),
                           NULL);
             /* Errors in frames were already answered (nghttp2 queued a GOAWAY
@@ -144,37 +148,31 @@ static void conn_ready(gconn *c, bool readable)
         conn_close(c);
 }
 
-/* At the limit, before a new connection is refused: the connections whose
- * peers have closed or reset are closed first, as their events, still in
- * the queue behind the listener's, would have closed them. */
-static void reap_closed(grpc_server *s)
-{
-    struct pollfd *pf = calloc((size_t)s->nconns, sizeof *pf);
-    gconn **cs = calloc((size_t)s->nconns, sizeof *cs);
-    int n = 0;
-    for (gconn *c = s->conns; c && pf && cs && n < s->nconns; c = c->next, n++) {
-        pf[n] = (struct pollfd){.fd = c->fd, .events = POLLIN | POLLRDHUP};
-        cs[n] = c;
-    }
-    if (pf && cs && poll(pf, (nfds_t)n, 0) > 0)
-        for (int i = 0; i < n; i++)
-            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                conn_ready(cs[i], true);
-    free(pf);
-    free(cs);
-}
-
+/* Takes what the listener has. One over --max-connections, or over
+ * --max-connections-per-ip from its address (the gRPC listener's own
+ * count), is closed at once, in O(1): the loop calls this after the other
+ * events of its turn, so that connections whose peers closed in the
+ * meantime are counted out first (grpc_thread). */
 static void accept_all(grpc_server *s)
 {
     for (;;) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t salen = sizeof sa;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;   /* EAGAIN, or out of descriptors: the next turn tries again */
-        if (s->nconns >= s->cfg->max_connections)
-            reap_closed(s);
-        gconn *c = s->nconns < s->cfg->max_connections ? calloc(1, sizeof *c) : NULL;
+        grpc_peer_addr peer;
+        bool has_peer = grpc_peer_addr_of((struct sockaddr *)&sa, salen, &peer);
+        if (s->nconns >= s->cfg->max_connections ||
+            (has_peer && !grpc_peers_take(&s->peers, &peer, s->cfg->max_connections_per_ip))) {
+            close(fd);
+            continue;
+        }
+        gconn *c = calloc(1, sizeof *c);
         if (!c || nghttp2_session_server_new2(&c->sess, s->cbs, c, s->opt) != 0) {
             free(c);
+            if (has_peer)
+                grpc_peers_give(&s->peers, &peer);
             close(fd);
             continue;
         }
@@ -183,7 +181,9 @@ static void accept_all(grpc_server *s)
         c->kind = GK_CONN;
         c->s = s;
         c->fd = fd;
-        c->start_us = c->last_us = loop_now_us();
+        c->peer = peer;
+        c->has_peer = has_peer;
+        c->start_us = c->last_us = c->wprog_us = loop_now_us();
         nghttp2_settings_entry iv[] = {
             {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_MAX_STREAMS},
             {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, GRPC_MAX_HEADER_BYTES},
@@ -193,6 +193,8 @@ static void accept_all(grpc_server *s)
             epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
             nghttp2_session_del(c->sess);
             free(c);
+            if (has_peer)
+                grpc_peers_give(&s->peers, &peer);
             close(fd);
             continue;
         }
@@ -225,21 +227,39 @@ static void take_answers(grpc_server *s)
     }
 }
 
-/* Once a second: a stream that has not ended within --request-timeout-ms
- * is reset; a connection that sent no whole call that long after its
- * start, or nothing for GRPC_IDLE_TIMEOUT_MS with no call open, is closed. */
+/* Once a second, with req_us --request-timeout-ms: a call that has not
+ * arrived whole within req_us of its start is reset, and so is one whose
+ * answer could not be written within req_us (the client holds its
+ * flow-control window at 0, or reads nothing). A connection is closed
+ * when: it never brought a call with the token within req_us of its start;
+ * it is served and had no call open and no call's frame for the idle
+ * timeout (s->idle_us); its socket took nothing for req_us; or a call was
+ * just reset for an answer it could not take and nothing else is open. */
 static void sweep(grpc_server *s, uint64_t now)
 {
     uint64_t req_us = (uint64_t)s->cfg->request_timeout_ms * 1000ULL;
     for (gconn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        for (gstream *st = c->streams; st; st = st->next)
-            if (!st->dispatched && now - st->start_us > req_us) {
-                st->dispatched = true;   /* reset once */
-                nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        bool stuck = false, other = false;
+        for (gstream *st = c->streams; st; st = st->next) {
+            if (st->reset)
+                continue;   /* reset once: on its way out */
+            bool slow = !st->dispatched && now - st->start_us > req_us;   /* not whole yet */
+            bool unsent = st->answer_us && now - st->answer_us > req_us;   /* answer not taken */
+            if (!slow && !unsent) {
+                other = true;
+                continue;
             }
-        if (!c->streams && now - (c->served ? c->last_us : c->start_us) >
-                               (c->served ? GRPC_IDLE_TIMEOUT_MS * 1000ULL : req_us)) {
+            stuck = stuck || unsent;
+            st->dispatched = st->reset = true;
+            nghttp2_submit_rst_stream(c->sess, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        }
+        /* One never served is closed at its deadline whatever it has
+         * open: the calls it keeps opening without the token would
+         * otherwise hold its slot. */
+        if ((!c->served && now - c->start_us > req_us) ||
+            (c->served && !c->streams && now - c->last_us > s->idle_us) ||
+            (c->woff < c->wlen && now - c->wprog_us > req_us) || (stuck && !other)) {
             conn_goaway(c);
             conn_flush(c);
             conn_close(c);
@@ -295,16 +315,19 @@ static void *grpc_thread(void *arg)
         if (atomic_load(&s->stop_req) && (atomic_load(&s->force_stop) || all_sent(s)))
             break;
         int n = epoll_wait(s->ep, evs, GRPC_EVENTS, atomic_load(&s->stop_req) ? 20 : GRPC_SWEEP_MS);
+        bool listener = false;
         for (int i = 0; i < n; i++) {
             enum gkind kind = *(enum gkind *)evs[i].data.ptr;
             if (kind == GK_LISTEN) {
-                accept_all(s);
+                listener = true;   /* last: closes of this turn count first */
             } else if (kind == GK_WAKE) {
                 take_answers(s);
             } else {
                 conn_ready(evs[i].data.ptr, evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR));
             }
         }
+        if (listener)
+            accept_all(s);
         uint64_t now = loop_now_us();
         if (now >= next_sweep) {
             sweep(s, now);
@@ -371,6 +394,7 @@ static void server_free(grpc_server *s)
         nghttp2_session_callbacks_del(s->cbs);
     if (s->opt)
         nghttp2_option_del(s->opt);
+    grpc_peers_free(&s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -390,6 +414,16 @@ grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, cha
     s->listen_tag.kind = GK_LISTEN;
     s->wake_tag.kind = GK_WAKE;
     s->wake_fd = s->ep = -1;
+    /* The per-address table's hash key: a client cannot aim at it. */
+    uint64_t seed;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = loop_now_us() ^ (uint64_t)(uintptr_t)s;
+    grpc_peers_init(&s->peers, seed);
+    /* A test hook, not a setting (docs/contributing.md): the idle timeout
+     * in milliseconds, so that a test need not wait five minutes. */
+    const char *idle = getenv("REDLOCKD_TEST_GRPC_IDLE_MS");
+    long long idle_ms = idle ? atoll(idle) : 0;
+    s->idle_us = (uint64_t)(idle_ms > 0 ? idle_ms : GRPC_IDLE_TIMEOUT_MS) * 1000ULL;
     pthread_mutex_init(&s->mu, NULL);
     s->listen_fd = bind_listener(&cfg->dapr_grpc_listen, err, errlen);
     if (s->listen_fd < 0) {

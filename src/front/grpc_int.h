@@ -1,9 +1,11 @@
-/* grpc_int.h - what the two files of the gRPC server share (grpc.h, in
+/* grpc_int.h - what the files of the gRPC server share (grpc.h, in
  * front/front.h, is its face to the rest): the server, its connections, streams and calls.
  *   grpc.c        the calls: nghttp2's callbacks, each stream's message,
  *                 the engine's request and its answer
  *   grpc_conns.c  the connections and the server's thread: accept, read,
  *                 write, sweep, quiesce, start and stop
+ *   grpc_peers.c  connections per client address (--max-connections-per-ip),
+ *                 pure (grpc_peers.h)
  */
 #ifndef RL_GRPC_INT_H
 #define RL_GRPC_INT_H
@@ -16,7 +18,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -25,12 +26,14 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "api.h"
 #include "base/base.h"
 #include "grpc_api.h"
+#include "grpc_peers.h"
 #include "masters/masters.h"
 #include "engine/engine.h"
 
@@ -55,6 +58,7 @@ typedef struct gstream {
     bool auth_ok;                  /* the configured token came (or none is configured) */
     bool too_large;                /* the body outgrew GRPC_MAX_MESSAGE_BYTES: dropped */
     bool dispatched;               /* the request ended and was answered or handed on */
+    bool reset;                    /* RST_STREAM submitted by the sweep */
     size_t header_bytes;           /* as SETTINGS_MAX_HEADER_LIST_SIZE counts them */
     uint8_t *body;
     size_t body_len;
@@ -62,6 +66,7 @@ typedef struct gstream {
     uint8_t *resp;                 /* the framed answer being sent */
     size_t resp_len, resp_off;
     uint64_t start_us;
+    uint64_t answer_us;            /* the answer was handed to nghttp2 (0: not yet) */
 } gstream;
 
 struct gconn {
@@ -73,13 +78,17 @@ struct gconn {
     gstream *streams;
     uint8_t *wbuf;                 /* what nghttp2 gave and the socket did not take yet */
     size_t wlen, woff, wcap;
+    uint64_t wprog_us;             /* the socket last took bytes, or wbuf was last filled */
     bool want_out;                 /* EPOLLOUT is asked for */
-    bool served;                   /* a whole call came: the idle timeout applies, not the
-                                      request timeout */
+    bool served;                   /* a whole call with the token came: the idle timeout
+                                      applies, not the request timeout */
     bool goaway;                   /* GOAWAY sent */
     bool dead;                     /* closed; freed at the end of the loop's turn, as events
                                       of this turn may still name it */
-    uint64_t start_us, last_us;    /* connected; last bytes read */
+    grpc_peer_addr peer;           /* counted in s->peers while has_peer */
+    bool has_peer;
+    uint64_t start_us, last_us;    /* connected; last HEADERS or DATA frame read (a call's
+                                      frames: PING, SETTINGS, WINDOW_UPDATE do not count) */
 };
 
 /* A call handed to an engine. Its result comes on the engine's thread
@@ -107,10 +116,12 @@ struct grpc_server {
     gconn *conns;
     gconn *dead;                   /* closed connections, until the turn ends */
     int nconns;
+    grpc_peers peers;              /* connections per client address */
     nghttp2_session_callbacks *cbs;
     nghttp2_option *opt;
     atomic_bool quiesce_req, stop_req, force_stop, exited;
     bool quiesced;                 /* gRPC thread: the listener is closed, GOAWAY sent */
+    uint64_t idle_us;              /* GRPC_IDLE_TIMEOUT_MS, or REDLOCKD_TEST_GRPC_IDLE_MS */
 
     pthread_mutex_t mu;            /* guards the rest */
     gcall *done;                   /* answered by an engine, not yet taken */

@@ -133,7 +133,7 @@ class Master:
 
 
 class Daemon:
-    def __init__(self, tmp, name, masters, extra=()):
+    def __init__(self, tmp, name, masters, extra=(), env_extra=None):
         self.name = name
         self.port = free_port()
         self.gport = free_port()
@@ -142,6 +142,7 @@ class Daemon:
         env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=99"
         env.setdefault("TSAN_OPTIONS", "exitcode=99")
         env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:exitcode=99"
+        env.update(env_extra or {})
         argv = [BIN, "--listen", f"127.0.0.1:{self.port}", "--dapr-grpc-listen",
                 f"127.0.0.1:{self.gport}", "--masters",
                 ",".join(f"127.0.0.1:{m.port}" for m in masters), "--log-format", "text"] + list(extra)

@@ -19,6 +19,13 @@ instances over them (one without auth, one with --auth-token-file), then:
   waits while others close, which is served), and a connection that never
   completes a call (closed after --request-timeout-ms); the service keeps
   serving;
+* clients that hold connection slots (grpc_slots.py; issue 41): calls
+  without the token and PINGs do not keep a connection (a client with the
+  token gets in), PINGs are not activity for the idle timeout, an answer
+  that cannot be written (INITIAL_WINDOW_SIZE 0, a client that reads
+  nothing) is reset and its connection closed, --max-connections-per-ip
+  holds for gRPC, and a refusal at --max-connections costs the same at 16
+  connections as at 2,000;
 * the Dapr JavaScript SDK (npm @dapr/dapr, pinned in package.json and
   package-lock.json, installed with npm ci into the build directory) in gRPC
   mode, with a token: start (GetMetadata), metadata, lock, unlock;
@@ -38,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grpc_harness import *  # noqa: F401,F403,E402
 from grpc_raw import (PREFACE, frame, grpc_headers, raw_conn, raw_http2, raw_limits,  # noqa: E402
                       raw_not_http2)
+from grpc_slots import run_slots  # noqa: E402
 
 
 # ---- gRPC with grpcio ----
@@ -330,6 +338,7 @@ def main():
         O = Daemon(tmp, "O", masters, ["--max-inflight", "1", "--queue-timeout-ms", "1"])
         grpc_overload(O, pb, pbg, True)
         O.stop()
+        run_slots(tmp, masters, tok)
         check(A.proc.poll() is None and B.proc.poll() is None, "both daemons still run")
         # Stopping with connections open: a gRPC channel that has made a
         # call, and a raw connection in the middle of one. SIGTERM still
