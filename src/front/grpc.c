@@ -4,14 +4,14 @@
 
 /* ---- the engine's side ---- */
 
-void wake(grpc_server *s)
+void grpc_wake(grpc_server *s)
 {
     uint64_t one = 1;
     ssize_t n = write(s->wake_fd, &one, sizeof one);
     (void)n;   /* EAGAIN: the counter is already nonzero, the thread wakes anyway */
 }
 
-void call_unlink(grpc_server *s, gcall *call)
+void grpc_call_unlink(grpc_server *s, gcall *call)
 {
     DLIST_UNLINK(s->calls, call, prev, next);
 }
@@ -25,7 +25,7 @@ static void call_done(void *arg, const rl_result *res)
     call->res = *res;
     s->inflight--;
     if (s->stopped) {   /* nobody to answer: a grant is released at once */
-        call_unlink(s, call);
+        grpc_call_unlink(s, call);
         pthread_mutex_unlock(&s->mu);
         rl_finish(call->eng, call->h, false);
         free(call);
@@ -34,7 +34,7 @@ static void call_done(void *arg, const rl_result *res)
     call->next_done = s->done;
     s->done = call;
     pthread_mutex_unlock(&s->mu);
-    wake(s);
+    grpc_wake(s);
 }
 
 /* ---- answers (gRPC thread) ---- */
@@ -99,14 +99,44 @@ static bool answer_message(gstream *st, uint8_t *msg, size_t len)
 
 /* ---- calls (gRPC thread) ---- */
 
-static bool token_equal(const char *want, const uint8_t *got, size_t gl)
+/* The principal whose token got is (auth.h), or NULL. */
+static const principal *token_principal(const uint8_t *got, size_t gl)
 {
-    size_t wl = strlen(want);
-    /* In time that depends on the secret's length only. */
-    unsigned char diff = (unsigned char)(wl != gl);
-    for (size_t i = 0; i < wl; i++)
-        diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
-    return diff == 0;
+    char token[RULES_TOKEN_MAX * 2 + 1];
+    if (gl >= sizeof token)
+        return NULL;
+    memcpy(token, got, gl);
+    token[gl] = '\0';
+    const principal *p = auth_who(NULL, token);
+    explicit_bzero(token, gl);
+    return p;
+}
+
+/* The route table's row that serves the same operation over HTTP. */
+static enum api_route route_of(enum grpc_method m)
+{
+    return m == GRPC_M_TRY_LOCK ? ROUTE_DAPR_LOCK : m == GRPC_M_UNLOCK ? ROUTE_DAPR_UNLOCK : ROUTE_DAPR_METADATA;
+}
+
+/* A line of the audit log for st's call. */
+static void audit(const gstream *st, const char *event, const char *outcome, const char *name, long long fence)
+{
+    if (!audit_on())
+        return;
+    char client[INET6_ADDRSTRLEN + 2] = "unknown";
+    if (st->c->has_peer) {
+        const uint8_t *b = st->c->peer.b;
+        static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, v4, 12))
+            inet_ntop(AF_INET, b + 12, client, sizeof client);
+        else
+            inet_ntop(AF_INET6, b, client, sizeof client);
+    }
+    const char *route = st->method == GRPC_M_TRY_LOCK ? "grpc TryLockAlpha1"
+                        : st->method == GRPC_M_UNLOCK ? "grpc UnlockAlpha1" : "grpc GetMetadata";
+    audit_event ev = {.event = event, .principal = st->who ? st->who->name : NULL, .client = client,
+                      .route = route, .name = name, .outcome = outcome, .fence = fence};
+    audit_write(&ev);
 }
 
 static void submit_call(gstream *st, const rl_request *req)
@@ -120,6 +150,7 @@ static void submit_call(gstream *st, const rl_request *req)
     call->s = s;
     call->st = st;
     call->method = st->method;
+    snprintf(call->name, sizeof call->name, "%s", req->name);
     call->eng = s->loops[s->nloops == 1 ? 0 : http_loop_of(req->name, s->nloops)].engine;
     pthread_mutex_lock(&s->mu);
     DLIST_PUSH(s->calls, call, prev, next);
@@ -128,7 +159,7 @@ static void submit_call(gstream *st, const rl_request *req)
     st->call = call;
     if (rl_submit(call->eng, req, call_done, call, &call->h) < 0) {
         pthread_mutex_lock(&s->mu);
-        call_unlink(s, call);
+        grpc_call_unlink(s, call);
         s->inflight--;
         pthread_mutex_unlock(&s->mu);
         free(call);
@@ -161,7 +192,14 @@ static void dispatch(gstream *st)
         return;
     }
     if (!st->auth_ok) {
+        audit(st, "refused", "UNAUTHENTICATED", NULL, 0);
         answer_status(st, GRPC_UNAUTHENTICATED, "a valid dapr-api-token is required");
+        return;
+    }
+    unsigned right = http_route_right(route_of(st->method), st->method == GRPC_M_METADATA ? "GET" : "POST");
+    if (!auth_may(st->who, right, NULL)) {
+        audit(st, "refused", "PERMISSION_DENIED", NULL, 0);
+        answer_status(st, GRPC_PERMISSION_DENIED, "this principal may not make this call");
         return;
     }
     char err[400];
@@ -183,6 +221,14 @@ static void dispatch(gstream *st)
         answer_status(st, code, err);
         return;
     }
+    if (st->method != GRPC_M_METADATA && !auth_may(st->who, right, req.name)) {
+        /* the lock's key name (STORE||resource): as on Dapr's HTTP routes */
+        audit(st, "refused", "PERMISSION_DENIED", req.name, 0);
+        snprintf(err, sizeof err, "%s may not lock the name %.200s", st->who ? st->who->name : "this caller",
+                 req.name);
+        answer_status(st, GRPC_PERMISSION_DENIED, err);
+        return;
+    }
     if (st->method == GRPC_M_TRY_LOCK) {
         /* A place among --max-inflight, as an HTTP acquire waits for: with
          * none in --queue-timeout-ms it answers UNAVAILABLE (grpc_api_answer). */
@@ -201,7 +247,7 @@ static void dispatch(gstream *st)
 }
 
 /* An engine's answer reached the gRPC thread. */
-void call_answered(gcall *call)
+void grpc_call_answered(gcall *call)
 {
     gstream *st = call->st;
     bool delivered = false;
@@ -215,10 +261,12 @@ void call_answered(gcall *call)
             delivered = answer_message(st, out, outlen);
         else
             answer_status(st, code, err);
+        if (call->res.outcome == RL_OK)
+            audit(st, call->method == GRPC_M_TRY_LOCK ? "grant" : "release", "OK", call->name, call->res.fence);
     }
     grpc_server *s = call->s;
     pthread_mutex_lock(&s->mu);
-    call_unlink(s, call);
+    grpc_call_unlink(s, call);
     pthread_mutex_unlock(&s->mu);
     rl_finish(call->eng, call->h, delivered);   /* an undelivered grant is released */
     free(call);
@@ -231,7 +279,7 @@ static gstream *stream_of(nghttp2_session *sess, int32_t id)
     return nghttp2_session_get_stream_user_data(sess, id);
 }
 
-int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
+int grpc_on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
 {
     gconn *c = ud;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
@@ -241,7 +289,7 @@ int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;   /* resets the stream */
     st->c = c;
     st->id = frame->hd.stream_id;
-    st->auth_ok = c->s->cfg->auth_token == NULL;
+    st->auth_ok = !auth_closed();
     st->start_us = loop_now_us();
     DLIST_PUSH(c->streams, st, prev, next);
     nghttp2_session_set_stream_user_data(sess, st->id, st);
@@ -253,10 +301,10 @@ static bool header_is(const uint8_t *name, size_t len, const char *want)
     return len == strlen(want) && !memcmp(name, want, len);
 }
 
-int on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *name,
+int grpc_on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *name,
               size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
 {
-    gconn *c = ud;
+    (void)ud;
     (void)flags;
     gstream *st = stream_of(sess, frame->hd.stream_id);
     if (!st || st->dispatched)
@@ -266,7 +314,6 @@ int on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;   /* resets the stream */
     if (frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;   /* request trailers: counted, not read */
-    const char *want = c->s->cfg->auth_token;
     if (header_is(name, namelen, ":method")) {
         st->post = valuelen == 4 && !memcmp(value, "POST", 4);
     } else if (header_is(name, namelen, ":path")) {
@@ -282,16 +329,18 @@ int on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *
         size_t l = sizeof ct - 1;
         st->grpc_ct = valuelen >= l && !memcmp(value, ct, l) &&
                       (valuelen == l || value[l] == '+' || value[l] == ';');
-    } else if (want && header_is(name, namelen, "dapr-api-token")) {
-        st->auth_ok = st->auth_ok || token_equal(want, value, valuelen);
-    } else if (want && header_is(name, namelen, "authorization") && valuelen > 7 &&
+    } else if (!st->who && header_is(name, namelen, "dapr-api-token")) {
+        st->who = token_principal(value, valuelen);
+        st->auth_ok = st->auth_ok || st->who;
+    } else if (!st->who && header_is(name, namelen, "authorization") && valuelen > 7 &&
                !strncasecmp((const char *)value, "Bearer ", 7)) {
-        st->auth_ok = st->auth_ok || token_equal(want, value + 7, valuelen - 7);
+        st->who = token_principal(value + 7, valuelen - 7);
+        st->auth_ok = st->auth_ok || st->who;
     }
     return 0;
 }
 
-int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
+int grpc_on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
                   size_t len, void *ud)
 {
     (void)flags;
@@ -315,7 +364,7 @@ int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_
     return 0;
 }
 
-int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
+int grpc_on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
 {
     gconn *c = ud;
     if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS)
@@ -332,7 +381,7 @@ int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud)
     return 0;
 }
 
-void stream_free(gconn *c, gstream *st)
+void grpc_stream_free(gconn *c, gstream *st)
 {
     if (st->call)
         st->call->st = NULL;   /* its answer, when it comes, has nowhere to go */
@@ -342,14 +391,14 @@ void stream_free(gconn *c, gstream *st)
     free(st);
 }
 
-int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *ud)
+int grpc_on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *ud)
 {
     gconn *c = ud;
     (void)error_code;
     gstream *st = stream_of(sess, id);
     if (st) {
         nghttp2_session_set_stream_user_data(sess, id, NULL);
-        stream_free(c, st);
+        grpc_stream_free(c, st);
     }
     return 0;
 }

@@ -13,7 +13,7 @@ static void conn_close(gconn *c)
         return;
     c->dead = true;
     while (c->streams)
-        stream_free(c, c->streams);
+        grpc_stream_free(c, c->streams);
     nghttp2_session_del(c->sess);
     c->sess = NULL;
     close(c->fd);   /* also leaves the epoll set */
@@ -94,7 +94,7 @@ static int conn_read(gconn *c)
             break;
         if (n <= 0)
             return -1;   /* closed or broken */
-        /* Bytes are not activity: a call's frames are (on_frame_recv). */
+        /* Bytes are not activity: a call's frames are (grpc_on_frame_recv). */
         ssize_t used = nghttp2_session_mem_recv(c->sess, buf, (size_t)n);
         if (used < 0) {
             unsigned long long sup;
@@ -221,7 +221,7 @@ static void take_answers(grpc_server *s)
         gcall *call = list;
         list = call->next_done;
         gconn *c = call->st ? call->st->c : NULL;
-        call_answered(call);
+        grpc_call_answered(call);
         if (c && !c->dead && conn_flush(c) < 0)
             conn_close(c);
     }
@@ -441,11 +441,11 @@ grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, cha
         server_free(s);
         return NULL;
     }
-    nghttp2_session_callbacks_set_on_begin_headers_callback(s->cbs, on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(s->cbs, on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(s->cbs, on_data_chunk);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(s->cbs, on_frame_recv);
-    nghttp2_session_callbacks_set_on_stream_close_callback(s->cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(s->cbs, grpc_on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(s->cbs, grpc_on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(s->cbs, grpc_on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(s->cbs, grpc_on_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(s->cbs, grpc_on_stream_close);
     if (pthread_create(&s->thread, NULL, grpc_thread, s) != 0) {
         snprintf(err, errlen, "--dapr-grpc-listen: cannot start a thread");
         server_free(s);
@@ -463,7 +463,7 @@ void grpc_quiesce(grpc_server *s)
     if (!s)
         return;
     atomic_store(&s->quiesce_req, true);
-    wake(s);
+    grpc_wake(s);
 }
 
 int grpc_stop(grpc_server *s, long long timeout_ms)
@@ -472,14 +472,14 @@ int grpc_stop(grpc_server *s, long long timeout_ms)
         return 0;
     atomic_store(&s->quiesce_req, true);
     atomic_store(&s->stop_req, true);
-    wake(s);
+    grpc_wake(s);
     /* The thread ends once every answer is sent; past the deadline it is
      * told to end regardless. */
     uint64_t until = loop_now_us() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000ULL;
     while (!atomic_load(&s->exited) && loop_now_us() < until)
         usleep(5000);
     atomic_store(&s->force_stop, true);
-    wake(s);
+    grpc_wake(s);
     pthread_join(s->thread, NULL);
     s->running = false;
     /* The thread is gone: its connections are ours. Closed before the
@@ -498,7 +498,7 @@ int grpc_stop(grpc_server *s, long long timeout_ms)
         gcall *call = list;
         list = call->next_done;
         pthread_mutex_lock(&s->mu);
-        call_unlink(s, call);
+        grpc_call_unlink(s, call);
         pthread_mutex_unlock(&s->mu);
         rl_finish(call->eng, call->h, false);
         free(call);

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "auth.h"
 #include "base/base.h"
 #include "grpc_api.h"
 #include "grpc_peers.h"
@@ -55,7 +57,8 @@ typedef struct gstream {
     enum grpc_method method;
     bool post;                     /* :method POST */
     bool grpc_ct;                  /* content-type application/grpc[+proto|;...] */
-    bool auth_ok;                  /* the configured token came (or none is configured) */
+    bool auth_ok;                  /* a principal's token came (or the service is open: auth.h) */
+    const principal *who;          /* that principal (NULL: none) */
     bool too_large;                /* the body outgrew GRPC_MAX_MESSAGE_BYTES: dropped */
     bool dispatched;               /* the request ended and was answered or handed on */
     bool reset;                    /* RST_STREAM submitted by the sweep */
@@ -102,6 +105,7 @@ struct gcall {
     rl_engine *eng;
     rl_handle *h;                  /* until rl_finish */
     rl_result res;                 /* set by call_done (mu) */
+    char name[RL_INTERNAL_NAME_MAX + 1]; /* the lock's, for the audit log */
 };
 
 struct grpc_server {
@@ -130,17 +134,21 @@ struct grpc_server {
     bool stopped;                  /* the thread has ended: call_done finishes calls itself */
 };
 
+/* http_routes.c: the right the route table's row for path and method asks:
+ * the gRPC front serves the same operations as Dapr's HTTP routes. */
+unsigned http_route_right(enum api_route path, const char *method);
+
 /* grpc.c */
-void wake(grpc_server *s);
-void call_unlink(grpc_server *s, gcall *call);
-void call_answered(gcall *call);
-int on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud);
-int on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *name,
+void grpc_wake(grpc_server *s);
+void grpc_call_unlink(grpc_server *s, gcall *call);
+void grpc_call_answered(gcall *call);
+int grpc_on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, void *ud);
+int grpc_on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint8_t *name,
               size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud);
-int on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
+int grpc_on_data_chunk(nghttp2_session *sess, uint8_t flags, int32_t id, const uint8_t *data,
                   size_t len, void *ud);
-int on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud);
-void stream_free(gconn *c, gstream *st);
-int on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *ud);
+int grpc_on_frame_recv(nghttp2_session *sess, const nghttp2_frame *frame, void *ud);
+void grpc_stream_free(gconn *c, gstream *st);
+int grpc_on_stream_close(nghttp2_session *sess, int32_t id, uint32_t error_code, void *ud);
 
 #endif

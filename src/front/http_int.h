@@ -332,6 +332,8 @@ unsigned http_method_bit(const char *method);
 const http_route *http_route_find(enum api_route path, unsigned method, bool force, char *allow, size_t cap);
 /* Does any row serve path? */
 bool http_route_known(enum api_route path);
+/* The right the row for path and method asks (the gRPC front's calls). */
+unsigned http_route_right(enum api_route path, const char *method);
 /* Serves ctx, whose body is read: 404, 405, 413, the row's auth check,
  * then its handler. */
 enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);

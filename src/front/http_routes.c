@@ -101,6 +101,12 @@ const http_route *http_route_find(enum api_route path, unsigned method, bool for
     return NULL;
 }
 
+unsigned http_route_right(enum api_route path, const char *method)
+{
+    const http_route *r = http_route_find(path, http_method_bit(method), false, NULL, 0);
+    return r ? r->right : RIGHT_ADMIN;   /* (no row: none may) */
+}
+
 bool http_route_known(enum api_route path)
 {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)

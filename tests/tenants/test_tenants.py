@@ -9,7 +9,8 @@ no principal is 401; listings and /ui/state show only the names the caller
 may read; SIGHUP reloads the file (a broken one keeps the set in force) and
 reopens the audit log; every audit line is JSON and holds no token.
 
-Usage: test_tenants.py (REDLOCKD_BIN names the daemon)."""
+Usage: test_tenants.py (REDLOCKD_BIN names the daemon). Dapr's gRPC
+calls need Debian's python3-grpcio and python3-grpc-tools."""
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "races"))
 from races_harness import Daemon, Master, check, fail, failures, kill_all, log, wait_for  # noqa: E402
+from testproc import free_port  # noqa: E402
 
 TOKENS = {"billing": "billing-token-0123456789", "dashboard": "dashboard-token-0123456789",
           "ops": "ops-token-0123456789", "app": "app-token-0123456789"}
@@ -187,6 +189,10 @@ def audit_lines(tmp):
           f"billing's refusal on payroll is not in the audit log: {refused[:3]}")
     check(any(e.get("principal") is None and e.get("outcome") == "401" for e in events.get("refused", [])),
           "a 401 without a principal is not in the audit log")
+    check(any(e.get("route") == "grpc TryLockAlpha1" and e.get("outcome") == "PERMISSION_DENIED"
+              for e in events.get("refused", [])), "the gRPC refusal is not in the audit log")
+    check(any(e.get("route") == "grpc TryLockAlpha1" and e.get("principal") == "app" for e in events.get("grant", [])),
+          "the gRPC grant is not in the audit log")
     forced = events.get("force", [])
     check(any(e.get("principal") == "ops" and e.get("name") == "billing/run" and e.get("fence", 0) > 0 for e in forced),
           f"ops's force of billing/run: {forced[:3]}")
@@ -204,6 +210,40 @@ def losses(d):
     st.close()
 
 
+def grpc_calls(d, tmp):
+    """Dapr's lock API over gRPC: the same rows, the same principals."""
+    import grpc
+    from grpc_tools import protoc
+    api = os.path.join(HERE, "..", "..", "api")
+    if protoc.main(["protoc", f"-I{api}", f"--python_out={tmp}", f"--grpc_python_out={tmp}",
+                    os.path.join(api, "dapr_lock.proto")]) != 0:
+        raise RuntimeError("grpc_tools.protoc failed")
+    sys.path.insert(0, tmp)
+    import dapr_lock_pb2 as pb
+    import dapr_lock_pb2_grpc as pbg
+    ch = grpc.insecure_channel(f"127.0.0.1:{d.gport}")
+    stub = pbg.DaprStub(ch)
+
+    def try_lock(token, resource):
+        md = [("dapr-api-token", token)] if token else []
+        try:
+            r = stub.TryLockAlpha1(pb.TryLockRequest(store_name="lockstore", resource_id=resource, lock_owner="o",
+                                                     expiry_in_seconds=30), timeout=5, metadata=md)
+            return "OK" if r.success else "NOT_GRANTED"
+        except grpc.RpcError as e:
+            return e.code().name
+    check(try_lock(TOKENS["app"], "g1") == "OK", "app's TryLock over gRPC")
+    check(try_lock(TOKENS["billing"], "g2") == "PERMISSION_DENIED", "billing's TryLock of lockstore||g2 over gRPC")
+    check(try_lock("nobody", "g3") == "UNAUTHENTICATED", "a token of no principal over gRPC")
+    check(try_lock(None, "g3") == "UNAUTHENTICATED", "no token over gRPC")
+    try:
+        stub.UnlockAlpha1(pb.UnlockRequest(store_name="lockstore", resource_id="g1", lock_owner="o"), timeout=5,
+                          metadata=[("dapr-api-token", TOKENS["app"])])
+    except grpc.RpcError as e:
+        fail(f"app's Unlock over gRPC: {e.code().name}")
+    ch.close()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="redlockd-tenants-")
     with open(os.path.join(tmp, "principals"), "w") as f:
@@ -211,11 +251,15 @@ def main():
     masters, d = [], None
     try:
         masters = [Master(tmp, i) for i in range(5)]
+        gport = free_port()
         d = Daemon(tmp, "t", [m.port for m in masters],
-                   ["--principals-file", os.path.join(tmp, "principals"), "--audit-log", os.path.join(tmp, "audit.log")])
+                   ["--principals-file", os.path.join(tmp, "principals"), "--audit-log", os.path.join(tmp, "audit.log"),
+                    "--dapr-grpc-listen", f"127.0.0.1:{gport}"])
+        d.gport = gport
         d.wait_ready(5)
         for name, fn in (("route families", lambda: route_families(d, masters)), ("listings", lambda: listings(d)),
-                         ("losses", lambda: losses(d)), ("reload", lambda: reload(d, tmp))):
+                         ("losses", lambda: losses(d)), ("gRPC", lambda: grpc_calls(d, tmp)),
+                         ("reload", lambda: reload(d, tmp))):
             log(f"== {name}")
             fn()
         d.stop()
