@@ -41,6 +41,7 @@ static const struct {
     {"redlockd_request_timeouts_total", "Connections closed because a request was not complete within --request-timeout-ms."},
     {"redlockd_overloaded_total", "Acquires and inspections answered 503 overloaded: they waited --queue-timeout-ms for one of --max-inflight places."},
     {"redlockd_quorum_misses_total", "Engine operations of any kind (requests, renewals of held streams, semaphore slots) that found fewer than a majority of masters able to vote; requests among them are also in redlockd_no_quorum_total."},
+    {"redlockd_requests_held_back_total", "Requests left unread (their connection suspended) because as many requests as --max-inflight has places were already waiting for one; each is read once the queue is down to half."},
 };
 
 /* One second of metrics_rates: sec says which second its counts are of

@@ -42,6 +42,7 @@ enum metrics_counter {
     METRICS_OVERLOADED,        /* requests answered 503 overloaded */
     METRICS_QUORUM_MISSES,     /* engine operations of any kind (renewals too) that found
                                   fewer than a majority able to vote */
+    METRICS_REQUESTS_HELD_BACK,/* requests left unread while the admission queue was long */
     METRICS_COUNTER_COUNT
 };
 

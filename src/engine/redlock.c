@@ -85,8 +85,19 @@ static void count_outcome(rl_task *op)
 
 /* op stops or starts trying (e->active): an acquire that goes to sleep or
  * answers makes room for the next in the admission queue. */
+/* op leaves the count of those waiting for admission. */
+static void admitted(rl_task *op)
+{
+    if (op->admitting) {
+        op->admitting = false;
+        atomic_fetch_sub(&op->e->admitting, 1);
+    }
+}
+
 void rl_set_active(rl_task *op, bool on)
 {
+    if (on)
+        admitted(op);
     if (op->active == on)
         return;
     op->active = on;
@@ -128,6 +139,7 @@ void rl_op_answer(rl_task *op)
         rl_wait_leave(op);
     }
     rl_engine *e = op->e;
+    admitted(op);
     if (op->req.op != RL_TURN || op->res.outcome != RL_OK || !op->caller_ref)
         rl_set_active(op, false);   /* (a turn granted keeps its place until rl_finish) */
     if (!op->answered) {

@@ -235,6 +235,10 @@ void rl_explain_no_quorum(struct mpool *pool, bool guard, const struct master_re
  * the engine's (an election's or a semaphore slot's holds RULES_SEP). */
 typedef void (*rl_waiters_fn)(void *arg, const char *name, int n);
 void rl_engine_waiters(rl_engine *e, rl_waiters_fn fn, void *arg);
+
+/* Requests submitted that wait for a place among max_active (posted, or
+ * in the admission queue): how long the admission queue is. Any thread. */
+int rl_engine_admitting(const rl_engine *e);
 /* The key of name (key_prefix + name) into out. */
 void rl_engine_key(const rl_engine *e, const char *name, char *out, size_t outlen);
 

@@ -71,6 +71,10 @@ int rl_submit(rl_engine *e, const rl_request *req, rl_done_fn done, void *arg, r
     op->done = done;
     op->arg = arg;
     op->caller_ref = handle != NULL;
+    if (req->queued && (req->op == RL_ACQUIRE || req->op == RL_INSPECT || req->op == RL_TURN)) {
+        op->admitting = true;   /* until admitted or answered (rl_set_active, rl_op_answer) */
+        atomic_fetch_add(&e->admitting, 1);
+    }
     pthread_mutex_lock(&e->lock);
     if (e->closed) {
         pthread_mutex_unlock(&e->lock);
@@ -265,3 +269,5 @@ void rl_engine_free(rl_engine *e)
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
+
+int rl_engine_admitting(const rl_engine *e) { return atomic_load(&e->admitting); }

@@ -92,6 +92,8 @@ struct rl_engine {
      * for every master to answer it within its deadline, so overload never
      * reads as master failure. */
     int active;
+    atomic_int admitting;        /* gated requests submitted and not yet admitted (any thread
+                                    reads it: rl_engine_admitting) */
     struct rl_task *queue_head, *queue_tail;
     bool queue_timer;            /* a timer is armed for the oldest one's deadline */
     pthread_mutex_t sync_lock;   /* rl_engine_sync's barrier */
@@ -159,6 +161,7 @@ typedef struct rl_task {
     uint64_t start_us;           /* step 1 of the current attempt */
     uint64_t wait_deadline_us;
     bool active;                 /* counted in e->active */
+    bool admitting;              /* counted in e->admitting */
     bool queued;                 /* in e's admission queue */
     uint64_t queued_until_us;    /* answered RL_OVERLOADED then */
     struct rl_task *qnext;

@@ -239,6 +239,8 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
     req_ctx *ctx = *con_cls;
 
     if (!ctx) {
+        if (http_park(sh, conn, url, method))
+            return MHD_YES;   /* held back, unread: the admission queue is long */
         ctx = calloc(1, sizeof *ctx);
         if (ctx && !(ctx->w = calloc(1, sizeof *ctx->w))) {
             free(ctx);

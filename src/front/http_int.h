@@ -108,6 +108,12 @@ typedef struct http_shard {
                                    mode libmicrohttpd signals nothing itself) */
     MHD_socket listen_fd;       /* while quiescing: the listener libmicrohttpd gave up */
     int *taken, ntaken, taken_cap;   /* while quiescing: connections taken from its queue */
+    struct MHD_Connection **parked; /* held back while the admission queue is long, oldest
+                                       first (http_park.c; the loop's thread) */
+    int nparked, cap_parked;
+    struct MHD_Connection **let;    /* resumed from there: served at their next call */
+    int nlet, cap_let;
+    bool park_timer;            /* a look at the queue is due */
 } http_shard;
 
 /* The server's threads: the loops (requests, each with its engine's
@@ -322,6 +328,21 @@ enum MHD_Result http_list_answer(req_ctx *ctx);
 /* http_ui.c */
 enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name);
 enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name);
+
+/* http_loops.c: runs fn(arg) on p's loop and waits for it (at once when
+ * the loop has stopped). */
+void http_run_on_loop(mpool *p, void (*fn)(void *), void *arg);
+
+/* http_park.c: backpressure. True when conn's request (at its first
+ * call) is held back: its connection is suspended until the admission
+ * queue shortens. On the shard's loop. */
+bool http_park(http_shard *sh, struct MHD_Connection *conn, const char *url, const char *method);
+/* Resumes every connection held back (arg: the shard; on its loop): the
+ * server stops, and no connection may stay suspended. */
+void http_park_release(void *arg);
+/* Is a look at the queue still due on sh's loop? (Any thread.) */
+bool http_park_pending(http_shard *sh);
+void http_park_free(http_shard *sh);
 
 /* http_routes.c */
 /* The bit of method (0: none of the table's). */

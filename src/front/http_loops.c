@@ -25,7 +25,7 @@ static void loop_call_job(void *arg)
     pthread_mutex_unlock(&c->mu);
 }
 
-static void run_on_loop(mpool *p, void (*fn)(void *), void *arg)
+void http_run_on_loop(mpool *p, void (*fn)(void *), void *arg)
 {
     struct loop_call c = {fn, arg, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
     if (loop_post(mpool_loop(p), loop_call_job, &c) < 0) {
@@ -269,7 +269,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         election_watch_attach(s->shards[k].engine);
         hold_attach(s->holds, s->shards[k].engine);
         sem_engine_attach(s->shards[k].engine);
-        run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
+        http_run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
     }
     s->watching = pthread_create(&s->watcher, NULL, http_watch_main, s) == 0;
     return s;
@@ -285,11 +285,13 @@ void http_quiesce(http_server *s)
 {
     atomic_store(&s->quiescing, true);
     sem_stop_waiting();   /* waiting semaphore acquires answer 409 now, as lock acquires do */
-    for (int k = 0; k < s->nshards; k++)
-        run_on_loop(s->shards[k].pool, shard_stop_accepting, &s->shards[k]);
+    for (int k = 0; k < s->nshards; k++) {
+        http_run_on_loop(s->shards[k].pool, shard_stop_accepting, &s->shards[k]);
+        http_run_on_loop(s->shards[k].pool, http_park_release, &s->shards[k]);
+    }
     take_queues_and_close(s);
     for (int k = 0; k < s->nshards; k++)
-        run_on_loop(s->shards[k].pool, shard_add_taken, &s->shards[k]);
+        http_run_on_loop(s->shards[k].pool, shard_add_taken, &s->shards[k]);
 }
 
 int http_end_holds(http_server *s, long long timeout_ms)
@@ -351,11 +353,17 @@ void http_stop(http_server *s)
     /* The loops stop running the daemons first: from here on only this
      * thread touches them. */
     for (int k = 0; k < s->nshards; k++)
-        run_on_loop(s->shards[k].pool, shard_detach, &s->shards[k]);
+        http_run_on_loop(s->shards[k].pool, shard_detach, &s->shards[k]);
     for (int k = 0; k < s->nshards; k++)
         MHD_stop_daemon(s->shards[k].daemon);
-    for (int k = 0; k < s->nshards; k++)
-        run_on_loop(s->shards[k].pool, shard_holds_detach, &s->shards[k]);
+    for (int k = 0; k < s->nshards; k++) {
+        http_run_on_loop(s->shards[k].pool, shard_holds_detach, &s->shards[k]);
+        /* A look at the admission queue still due points at the shard:
+         * it comes within HTTP_PARK_CHECK_MS and arms no other. */
+        while (http_park_pending(&s->shards[k]))
+            usleep(1000);
+        http_park_free(&s->shards[k]);
+    }
     hold_set_free(s->holds);
     if (s->watch_ep >= 0)
         close(s->watch_ep);

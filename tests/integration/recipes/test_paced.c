@@ -5,6 +5,7 @@
  * --max-holds, given back when it ends. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,4 +89,59 @@ Test(paced, watches_count_against_max_holds)
     cr_assert(w3, "the closed watch's place never came back");
     h_stream_close(w2);
     h_stream_close(w3);
+}
+
+struct burst {
+    int n;
+    long status[16];
+};
+
+static void *acquire_one(void *arg)
+{
+    long *st = arg;
+    char path[64];
+    static atomic_int k;
+    snprintf(path, sizeof path, "/locks/burst-%d", atomic_fetch_add(&k, 1));
+    h_resp r = h_http(C, "POST", path, "{\"ttl_ms\":5000}", NULL);
+    *st = r.status;
+    h_resp_free(&r);
+    return NULL;
+}
+
+static bool some_held_back(void *arg)
+{
+    (void)arg;
+    return h_metric(C, "redlockd_requests_held_back_total") > 0;
+}
+
+/* Backpressure: with the one place among --max-inflight 1 taken and one
+ * more acquire waiting for it, further acquires are left unread (their
+ * connections held back) rather than queued; /healthz is still served, and
+ * once the masters answer every acquire is. */
+Test(paced, new_requests_wait_unread_while_the_admission_queue_is_long)
+{
+    C = h_cluster_start(5, NULL);
+    h_daemon_start(C, "--max-inflight", "1", "--queue-timeout-ms", "20000", "--master-timeout-ms", "1000", NULL);
+    for (int i = 0; i < 3; i++)
+        h_master_pause(C, i);
+    enum { N = 8 };
+    pthread_t t[N];
+    long st[N] = {0};
+    for (int i = 0; i < N; i++) {
+        pthread_create(&t[i], NULL, acquire_one, &st[i]);
+        usleep(20000);
+    }
+    cr_assert(h_eventually(some_held_back, NULL, 10000), "no request was held back");
+    h_resp r = h_http(C, "GET", "/healthz", NULL, NULL);
+    cr_assert_eq(r.status, 200, "/healthz while requests wait unread");
+    h_resp_free(&r);
+    for (int i = 0; i < 3; i++)
+        h_master_resume(C, i);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++)
+        cr_assert(st[i] == 201 || st[i] == 503, "acquire %d answered %ld", i, st[i]);
+    long held = h_metric(C, "redlockd_requests_held_back_total");
+    fprintf(stderr, "paced: %ld of %d acquires held back, then served\n", held, N);
+    cr_assert_geq(held, N - 3, "only %ld of %d were held back", held, N);
 }
