@@ -11,7 +11,8 @@
 # corpora. The tests start their own redis-server masters on free loopback
 # ports and stop them again.
 #
-# The long fault run is separate: meson test -C build --suite faults-long
+# The long runs are separate: meson test -C build --suite faults-long, and
+# meson test -C build --suite nemesis-long (docs/safety.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -61,6 +62,12 @@ run_suites build-asan -Db_sanitize=address,undefined -Db_lundef=false
 # speed (the latency bounds hold there too). The plain build runs them with
 # meson test -C build --suite faults (about 4 minutes).
 run_faults build-asan
+# The seeded nemesis (tests/nemesis): every operation beside every fault on
+# three instances, judged by its checker, and each property's negative
+# control; the short form, fixed seeds and one random seed (printed), under
+# the sanitizers. The long form is the suite nemesis-long (docs/safety.md).
+meson test -C build-asan --suite nemesis --print-errorlogs --num-processes 1
+cat build-asan/tests/nemesis/nemesis-table.md 2>/dev/null || true
 echo "== fuzz build (libFuzzer, clang, address + undefined)"
 # Only the libraries the targets test are built (ninja's "fuzz" target), not
 # the daemon; each target runs 8 s over a copy of its seeds in the build
