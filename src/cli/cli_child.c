@@ -8,7 +8,7 @@
 #define FDS_TRACKED 4096
 static unsigned char fds_at_start[FDS_TRACKED / 8];
 
-void note_inherited_fds(void)
+void cli_note_inherited_fds(void)
 {
     for (int fd = 0; fd < FDS_TRACKED; fd++)
         if (fcntl(fd, F_GETFD) != -1)
@@ -59,11 +59,11 @@ static char **child_env(const run *r)
 
 /* Starts CMD in a process group of its own. Only async-signal-safe calls
  * between fork and exec (libcurl's resolver may have run a thread). */
-int spawn(run *r)
+int cli_spawn(run *r)
 {
     char **env = child_env(r);
     if (!env) {
-        say("out of memory");
+        cli_say("out of memory");
         return -1;
     }
     close_own_fds_on_exec();
@@ -79,7 +79,7 @@ int spawn(run *r)
     pid_t pid = fork();
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        say("fork: %s", strerror(errno));
+        cli_say("fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -123,7 +123,7 @@ int spawn(run *r)
     return 0;
 }
 
-void take_back_tty(run *r)
+void cli_take_back_tty(run *r)
 {
     if (!r->tty)
         return;
@@ -136,7 +136,7 @@ void take_back_tty(run *r)
     r->tty = false;
 }
 
-void reap(run *r)
+void cli_reap(run *r)
 {
     if (r->child <= 0 || r->reaped)
         return;
@@ -147,16 +147,16 @@ void reap(run *r)
     if (p == r->child) {
         r->reaped = true;
         r->status = st;
-        take_back_tty(r);
+        cli_take_back_tty(r);
     }
 }
 
-bool group_alive(const run *r)
+bool cli_group_alive(const run *r)
 {
     return r->child > 0 && kill(-r->child, 0) == 0;
 }
 
-int child_exit_code(int st)
+int cli_child_exit_code(int st)
 {
     if (WIFEXITED(st))
         return WEXITSTATUS(st);

@@ -2,10 +2,10 @@
  * answer, waiting between tries (cli_int.h). */
 #include "cli_int.h"
 
-char g_url[2048];            /* the service, without a trailing '/' */
-char g_auth[600];            /* "Authorization: Bearer ..." or "" */
+char cli_service_url[2048];   /* the service, without a trailing '/' */
+char cli_auth_header[600];    /* "Authorization: Bearer ..." or "" */
 
-void say(const char *fmt, ...)
+void cli_say(const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
@@ -15,31 +15,31 @@ void say(const char *fmt, ...)
     fprintf(stderr, "redlock: %s\n", line);
 }
 
-uint64_t now_us(void)
+uint64_t cli_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-void sleep_ms(long long ms)
+void cli_sleep_ms(long long ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
 }
 
-double random_unit(void)
+double cli_random_unit(void)
 {
     static unsigned seed;
     if (!seed)
-        seed = (unsigned)(now_us() ^ ((uint64_t)getpid() << 16));
+        seed = (unsigned)(cli_now_us() ^ ((uint64_t)getpid() << 16));
     return (double)rand_r(&seed) / ((double)RAND_MAX + 1.0);
 }
 
 /* ---- configuration from flags and the environment ---- */
 
-int set_url(const char *url)
+int cli_set_url(const char *url)
 {
     if (!url || !*url)
         url = getenv("REDLOCK_URL");
@@ -48,17 +48,17 @@ int set_url(const char *url)
     size_t n = strlen(url);
     while (n && url[n - 1] == '/')
         n--;
-    if (n == 0 || n >= sizeof g_url - 300) {
-        say("bad --url / REDLOCK_URL");
+    if (n == 0 || n >= sizeof cli_service_url - 300) {
+        cli_say("bad --url / REDLOCK_URL");
         return -1;
     }
-    memcpy(g_url, url, n);
-    g_url[n] = '\0';
+    memcpy(cli_service_url, url, n);
+    cli_service_url[n] = '\0';
     return 0;
 }
 
 /* The bearer token every call sends: from file (its first word; flag
- * names it) or the environment variable env. Returns 1 with g_auth set, 0
+ * names it) or the environment variable env. Returns 1 with cli_auth_header set, 0
  * when neither gives one, -1 on an error (said). */
 static int set_bearer(const char *file, const char *flag, const char *env_name)
 {
@@ -66,7 +66,7 @@ static int set_bearer(const char *file, const char *flag, const char *env_name)
     if (file) {
         FILE *f = fopen(file, "r");
         if (!f) {
-            say("%s: cannot open %s: %s", flag, file, strerror(errno));
+            cli_say("%s: cannot open %s: %s", flag, file, strerror(errno));
             return -1;
         }
         size_t n = fread(tok, 1, sizeof tok - 1, f);
@@ -81,7 +81,7 @@ static int set_bearer(const char *file, const char *flag, const char *env_name)
         s[k] = '\0';
         memmove(tok, s, k + 1);
         if (!*tok) {
-            say("%s: %s holds no token", flag, file);
+            cli_say("%s: %s holds no token", flag, file);
             return -1;
         }
     } else {
@@ -91,34 +91,34 @@ static int set_bearer(const char *file, const char *flag, const char *env_name)
         snprintf(tok, sizeof tok, "%s", env);
         for (char *p = tok; *p; p++)
             if (*p <= 0x20 || *p >= 0x7f) {
-                say("%s must be one word of printable ASCII", env_name);
+                cli_say("%s must be one word of printable ASCII", env_name);
                 return -1;
             }
     }
-    snprintf(g_auth, sizeof g_auth, "Authorization: Bearer %s", tok);
+    snprintf(cli_auth_header, sizeof cli_auth_header, "Authorization: Bearer %s", tok);
     return 1;
 }
 
-int set_auth(const char *file)
+int cli_set_auth(const char *file)
 {
     return set_bearer(file, "--auth-token-file", "REDLOCK_AUTH_TOKEN") < 0 ? -1 : 0;
 }
 
-int set_admin_auth(const char *file)
+int cli_set_admin_auth(const char *file)
 {
     int rc = set_bearer(file, "--admin-token-file", "REDLOCK_ADMIN_TOKEN");
     if (rc == 0)
-        say("release --force needs the admin token: REDLOCK_ADMIN_TOKEN or --admin-token-file F");
+        cli_say("release --force needs the admin token: REDLOCK_ADMIN_TOKEN or --admin-token-file F");
     return rc == 1 ? 0 : -1;
 }
 
-void answer_reset(answer *a)
+void cli_answer_reset(answer *a)
 {
     free(a->body);
     memset(a, 0, sizeof *a);
 }
 
-size_t on_body(char *p, size_t size, size_t n, void *arg)
+size_t cli_on_body(char *p, size_t size, size_t n, void *arg)
 {
     answer *a = arg;
     size_t add = size * n;
@@ -144,20 +144,20 @@ static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_so
  * and the lock's token (NULL: none). Its headers go into *hdrs (the caller
  * frees them after the transfer); the body goes into a unless the caller
  * sets its own write function. NULL when out of memory. */
-CURL *new_request(const char *method, const char *path, const char *body,
-                  const char *lock_token, long timeout_ms, struct curl_slist **hdrs,
-                  answer *a)
+CURL *cli_new_request(const char *method, const char *path, const char *body,
+                      const char *lock_token, long timeout_ms, struct curl_slist **hdrs,
+                      answer *a)
 {
     CURL *h = curl_easy_init();
     if (!h)
         return NULL;
-    char url[sizeof g_url + 256], line[400];
-    snprintf(url, sizeof url, "%s%s", g_url, path);
+    char url[sizeof cli_service_url + 256], line[400];
+    snprintf(url, sizeof url, "%s%s", cli_service_url, path);
     struct curl_slist *l = curl_slist_append(NULL, "Expect:");
     if (l && body)
         l = curl_slist_append(l, "Content-Type: application/json");
-    if (l && g_auth[0])
-        l = curl_slist_append(l, g_auth);
+    if (l && cli_auth_header[0])
+        l = curl_slist_append(l, cli_auth_header);
     if (l && lock_token) {
         snprintf(line, sizeof line, "Lock-Token: %s", lock_token);
         l = curl_slist_append(l, line);
@@ -175,7 +175,7 @@ CURL *new_request(const char *method, const char *path, const char *body,
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "redlock/" REDLOCKD_VERSION);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, cli_on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, a);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, a->errbuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -191,12 +191,12 @@ CURL *new_request(const char *method, const char *path, const char *body,
 
 /* One call, to its end. Returns 0 with a->status set, or -1 when no answer
  * came (a->errbuf says why). */
-int call(const char *method, const char *path, const char *body, const char *lock_token,
-         long timeout_ms, answer *a)
+int cli_call(const char *method, const char *path, const char *body, const char *lock_token,
+             long timeout_ms, answer *a)
 {
-    answer_reset(a);
+    cli_answer_reset(a);
     struct curl_slist *hdrs = NULL;
-    CURL *h = new_request(method, path, body, lock_token, timeout_ms, &hdrs, a);
+    CURL *h = cli_new_request(method, path, body, lock_token, timeout_ms, &hdrs, a);
     if (!h) {
         snprintf(a->errbuf, sizeof a->errbuf, "out of memory");
         return -1;
@@ -213,23 +213,23 @@ int call(const char *method, const char *path, const char *body, const char *loc
     return rc == CURLE_OK && a->body ? 0 : -1;
 }
 
-int unreachable(const answer *a)
+int cli_unreachable(const answer *a)
 {
-    say("unreachable: %s: %s", g_url, a->errbuf[0] ? a->errbuf : "no answer");
+    cli_say("unreachable: %s: %s", cli_service_url, a->errbuf[0] ? a->errbuf : "no answer");
     return CLI_EXIT_UNAVAILABLE;
 }
 
 /* Reports an answer the command does not want; returns its exit code. */
-int refused(const answer *a)
+int cli_refused(const answer *a)
 {
     char line[600];
     cli_format_error(a->status, a->body, line, sizeof line);
-    say("%s", line);
+    cli_say("%s", line);
     return cli_answer_exit(a->status, a->body);
 }
 
 /* "/locks/NAME" for a name cli_parse_args accepted (so it fits and is valid). */
-void lock_path(const char *name, char *out, size_t outlen)
+void cli_lock_path(const char *name, char *out, size_t outlen)
 {
     char seg[RULES_NAME_PATH_MAX];
     if (rules_name_path(name, seg, sizeof seg) < 0)
@@ -238,7 +238,7 @@ void lock_path(const char *name, char *out, size_t outlen)
 }
 
 /* A string field of a JSON answer, copied into out; NULL when absent. */
-const char *json_str(const char *body, const char *field, char *out, size_t outlen)
+const char *cli_json_str(const char *body, const char *field, char *out, size_t outlen)
 {
     cJSON *o = body ? cJSON_Parse(body) : NULL;
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
@@ -252,7 +252,7 @@ const char *json_str(const char *body, const char *field, char *out, size_t outl
 }
 
 /* An integer field of a JSON answer; -1 when absent. */
-long long json_int(const char *body, const char *field)
+long long cli_json_int(const char *body, const char *field)
 {
     cJSON *o = body ? cJSON_Parse(body) : NULL;
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL;
@@ -265,46 +265,46 @@ long long json_int(const char *body, const char *field)
 
 /* The wait_ms of the next try: what is left of --wait, at most what the
  * service allows one call (learnt from a 400 naming its largest). */
-long long next_wait(long long wait_ms, uint64_t deadline_us, long long cap)
+long long cli_next_wait(long long wait_ms, uint64_t deadline_us, long long cap)
 {
     if (wait_ms == CLI_WAIT_FOREVER)
         return cap;
-    uint64_t now = now_us();
+    uint64_t now = cli_now_us();
     long long left = deadline_us > now ? (long long)((deadline_us - now) / 1000) : 0;
     return left < cap ? left : cap;
 }
 
-bool wait_left(long long wait_ms, uint64_t deadline_us)
+bool cli_wait_left(long long wait_ms, uint64_t deadline_us)
 {
-    return wait_ms == CLI_WAIT_FOREVER || now_us() + 1000 < deadline_us;
+    return wait_ms == CLI_WAIT_FOREVER || cli_now_us() + 1000 < deadline_us;
 }
 
 /* After a refusal that came sooner than the wait asked for: sleeps a short
  * random time within what is left of the wait. */
-void back_off(const answer *a, long long wait_ms, uint64_t deadline_us)
+void cli_back_off(const answer *a, long long wait_ms, uint64_t deadline_us)
 {
-    long long d = cli_retry_delay_ms(json_int(a->body, "retry_after_ms"), random_unit());
+    long long d = cli_retry_delay_ms(cli_json_int(a->body, "retry_after_ms"), cli_random_unit());
     if (wait_ms != CLI_WAIT_FOREVER) {
-        uint64_t now = now_us();
+        uint64_t now = cli_now_us();
         long long left = deadline_us > now ? (long long)((deadline_us - now) / 1000) : 0;
         if (d > left)
             d = left;
     }
-    sleep_ms(d);
+    cli_sleep_ms(d);
 }
 
-uint64_t ride_out(const answer *a, int attempt, long long wait_ms, uint64_t deadline_us)
+uint64_t cli_ride_out(const answer *a, int attempt, long long wait_ms, uint64_t deadline_us)
 {
     char line[600];
     cli_format_error(a->status, a->body, line, sizeof line);
-    long long d = cli_transient_delay_ms(attempt, random_unit());
-    uint64_t now = now_us(), at = now + (uint64_t)d * 1000u;
+    long long d = cli_transient_delay_ms(attempt, cli_random_unit());
+    uint64_t now = cli_now_us(), at = now + (uint64_t)d * 1000u;
     if (wait_ms != CLI_WAIT_FOREVER && at > deadline_us)
         at = deadline_us;
     if (wait_ms == CLI_WAIT_FOREVER)
-        say("%s; retrying (attempt %d, waiting forever)", line, attempt);
+        cli_say("%s; retrying (attempt %d, waiting forever)", line, attempt);
     else
-        say("%s; retrying (attempt %d, %.1fs of the wait left)", line, attempt,
-            deadline_us > now ? (double)(deadline_us - now) / 1e6 : 0.0);
+        cli_say("%s; retrying (attempt %d, %.1fs of the wait left)", line, attempt,
+                deadline_us > now ? (double)(deadline_us - now) / 1e6 : 0.0);
     return at;
 }
