@@ -29,26 +29,33 @@ static void close_own_fds_on_exec(void)
 static bool own_var(const char *v)
 {
     return !strncmp(v, "REDLOCK_NAME=", 13) || !strncmp(v, "REDLOCK_TOKEN=", 14) ||
-           !strncmp(v, "REDLOCK_FENCE=", 14) || !strncmp(v, "REDLOCK_TERM=", 13);
+           !strncmp(v, "REDLOCK_FENCE=", 14) || !strncmp(v, "REDLOCK_TERM=", 13) ||
+           !strncmp(v, "REDLOCK_AUTH_TOKEN=", 19);
 }
 
 /* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE
- * (and for elect REDLOCK_TERM, the same number). */
+ * (and for elect REDLOCK_TERM, the same number). REDLOCK_TOKEN is the
+ * lock's token there, so REDLOCK_AUTH_TOKEN, which wins over it, carries
+ * the bearer token our environment gave, or "" for none
+ * (cli_child_auth_token): a redlock that CMD runs never sends the lock's
+ * token as its bearer token. */
 static char **child_env(const run *r)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 5, sizeof *env);
+    char **env = calloc(n + 6, sizeof *env);
     if (!env)
         return NULL;
+    const char *auth = cli_child_auth_token(getenv("REDLOCK_AUTH_TOKEN"), getenv("REDLOCK_TOKEN"));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (!own_var(environ[i]))
             env[k++] = environ[i];
     char fence[32];
     snprintf(fence, sizeof fence, "%lld", r->fence);
-    if (asprintf(&env[k++], "REDLOCK_NAME=%s", r->a->name) < 0 ||
+    if (asprintf(&env[k++], "REDLOCK_AUTH_TOKEN=%s", auth) < 0 ||
+        asprintf(&env[k++], "REDLOCK_NAME=%s", r->a->name) < 0 ||
         asprintf(&env[k++], "REDLOCK_TOKEN=%s", r->token) < 0 ||
         asprintf(&env[k++], "REDLOCK_FENCE=%s", fence) < 0 ||
         (r->a->cmd == CLI_ELECT && asprintf(&env[k++], "REDLOCK_TERM=%s", fence) < 0))

@@ -212,8 +212,7 @@ int cli_cmd_observe(const cli_args *a)
         w.ans.status = status;
         code = cli_refused(&w.ans);
     } else if (rc != CURLE_OK && !w.kind) {
-        if (!w.ans.errbuf[0])
-            snprintf(w.ans.errbuf, sizeof w.ans.errbuf, "%s", curl_easy_strerror(rc));
+        w.ans.rc = rc;
         code = cli_unreachable(&w.ans);
     } else {
         cli_say("the watch ended: %s", rc == CURLE_OK ? "the service closed it" : curl_easy_strerror(rc));

@@ -1,8 +1,9 @@
-/* cli_http.c - the service: its address and token, one HTTP call and its
- * answer, waiting between tries (cli_int.h). */
+/* cli_http.c - the service: its address (http, https or a Unix socket),
+ * TLS files and token, one HTTP call and its answer, waiting between tries
+ * (cli_int.h). */
 #include "cli_int.h"
 
-char cli_service_url[2048];   /* the service, without a trailing '/' */
+cli_service cli_svc;          /* the service: set once by cli_set_service */
 char cli_auth_header[600];    /* "Authorization: Bearer ..." or "" */
 
 void cli_say(const char *fmt, ...)
@@ -39,28 +40,40 @@ double cli_random_unit(void)
 
 /* ---- configuration from flags and the environment ---- */
 
-int cli_set_url(const char *url)
+/* Can file be read? Says why not. */
+static int readable(const char *file, const char *from)
 {
-    if (!url || !*url)
-        url = getenv("REDLOCK_URL");
-    if (!url || !*url)
-        url = CLI_DEFAULT_URL;
-    size_t n = strlen(url);
-    while (n && url[n - 1] == '/')
-        n--;
-    if (n == 0 || n >= sizeof cli_service_url - 300) {
-        cli_say("bad --url / REDLOCK_URL");
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        cli_say("%s %s: cannot open: %s", from, file, strerror(errno));
         return -1;
     }
-    memcpy(cli_service_url, url, n);
-    cli_service_url[n] = '\0';
+    fclose(f);
+    return 0;
+}
+
+int cli_set_service(const cli_args *a)
+{
+    cli_service_in flags = {a->url, a->cacert, a->cert, a->key};
+    cli_service_in env = {getenv("REDLOCK_URL"), getenv("REDLOCK_CACERT"), getenv("REDLOCK_CERT"),
+                          getenv("REDLOCK_KEY")};
+    char err[512];
+    if (cli_service_resolve(&flags, &env, &cli_svc, err, sizeof err) < 0) {
+        cli_say("%s", err);
+        return -1;
+    }
+    if ((cli_svc.cacert && readable(cli_svc.cacert, cli_svc.cacert_from) < 0) ||
+        (cli_svc.cert && readable(cli_svc.cert, cli_svc.cert_from) < 0) ||
+        (cli_svc.key && readable(cli_svc.key, cli_svc.key_from) < 0))
+        return -1;
     return 0;
 }
 
 /* The bearer token every call sends: from file (its first word; flag
- * names it) or the environment variable env. Returns 1 with cli_auth_header set, 0
- * when neither gives one, -1 on an error (said). */
-static int set_bearer(const char *file, const char *flag, const char *env_name)
+ * names it) or env_value, the environment variable env_name's (NULL: none).
+ * Returns 1 with cli_auth_header set, 0 when neither gives one, -1 on an
+ * error (said). */
+static int set_bearer(const char *file, const char *flag, const char *env_name, const char *env_value)
 {
     char tok[512] = "";
     if (file) {
@@ -85,10 +98,9 @@ static int set_bearer(const char *file, const char *flag, const char *env_name)
             return -1;
         }
     } else {
-        const char *env = getenv(env_name);
-        if (!env || !*env)
+        if (!env_value || !*env_value)
             return 0;
-        snprintf(tok, sizeof tok, "%s", env);
+        snprintf(tok, sizeof tok, "%s", env_value);
         for (char *p = tok; *p; p++)
             if (*p <= 0x20 || *p >= 0x7f) {
                 cli_say("%s must be one word of printable ASCII", env_name);
@@ -101,12 +113,18 @@ static int set_bearer(const char *file, const char *flag, const char *env_name)
 
 int cli_set_auth(const char *file)
 {
-    return set_bearer(file, "--auth-token-file", "REDLOCK_AUTH_TOKEN") < 0 ? -1 : 0;
+    const char *auth_env = getenv("REDLOCK_AUTH_TOKEN"), *token_env = getenv("REDLOCK_TOKEN");
+    switch (cli_token_source(file, auth_env, token_env)) {
+    case CLI_TOKEN_FILE: return set_bearer(file, "--auth-token-file", NULL, NULL) < 0 ? -1 : 0;
+    case CLI_TOKEN_AUTH_ENV: return set_bearer(NULL, NULL, "REDLOCK_AUTH_TOKEN", auth_env) < 0 ? -1 : 0;
+    case CLI_TOKEN_ENV: return set_bearer(NULL, NULL, "REDLOCK_TOKEN", token_env) < 0 ? -1 : 0;
+    default: return 0;
+    }
 }
 
 int cli_set_admin_auth(const char *file)
 {
-    int rc = set_bearer(file, "--admin-token-file", "REDLOCK_ADMIN_TOKEN");
+    int rc = set_bearer(file, "--admin-token-file", "REDLOCK_ADMIN_TOKEN", getenv("REDLOCK_ADMIN_TOKEN"));
     if (rc == 0)
         cli_say("release --force needs the admin token: REDLOCK_ADMIN_TOKEN or --admin-token-file F");
     return rc == 1 ? 0 : -1;
@@ -151,8 +169,8 @@ CURL *cli_new_request(const char *method, const char *path, const char *body,
     CURL *h = curl_easy_init();
     if (!h)
         return NULL;
-    char url[sizeof cli_service_url + 256], line[400];
-    snprintf(url, sizeof url, "%s%s", cli_service_url, path);
+    char url[sizeof cli_svc.base + CLI_PATH_MAX + CLI_CURSOR_MAX + 16], line[400];
+    snprintf(url, sizeof url, "%s%s", cli_svc.base, path);
     struct curl_slist *l = curl_slist_append(NULL, "Expect:");
     if (l && body)
         l = curl_slist_append(l, "Content-Type: application/json");
@@ -183,9 +201,23 @@ CURL *cli_new_request(const char *method, const char *path, const char *body,
     if (timeout_ms > 0)
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_socket);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 10L);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 5L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (cli_svc.scheme == CLI_SCHEME_UNIX) {
+        /* The URL is CLI_UNIX_BASE: Host: localhost, which redlockd takes. */
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, cli_svc.socket_path);
+    } else {
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 10L);
+        curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 5L);
+    }
+    /* https: the peer and its name are always verified (libcurl's
+     * default), against --cacert's CAs when given. */
+    if (cli_svc.cacert)
+        curl_easy_setopt(h, CURLOPT_CAINFO, cli_svc.cacert);
+    if (cli_svc.cert)
+        curl_easy_setopt(h, CURLOPT_SSLCERT, cli_svc.cert);
+    if (cli_svc.key)
+        curl_easy_setopt(h, CURLOPT_SSLKEY, cli_svc.key);
     return h;
 }
 
@@ -202,6 +234,7 @@ int cli_call(const char *method, const char *path, const char *body, const char 
         return -1;
     }
     CURLcode rc = curl_easy_perform(h);
+    a->rc = rc;
     if (rc == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a->status);
     else if (!a->errbuf[0])
@@ -215,7 +248,38 @@ int cli_call(const char *method, const char *path, const char *body, const char 
 
 int cli_unreachable(const answer *a)
 {
-    cli_say("unreachable: %s: %s", cli_service_url, a->errbuf[0] ? a->errbuf : "no answer");
+    const char *why = a->errbuf[0] ? a->errbuf : a->rc ? curl_easy_strerror(a->rc) : "no answer";
+    /* Our own files, not the service: a usage error. */
+    if (a->rc == CURLE_SSL_CACERT_BADFILE) {
+        cli_say("%s%s%s: %s", cli_svc.cacert ? cli_svc.cacert_from : "the system's CA certificates",
+                cli_svc.cacert ? " " : "", cli_svc.cacert ? cli_svc.cacert : "", why);
+        return CLI_EXIT_USAGE;
+    }
+    if (a->rc == CURLE_SSL_CERTPROBLEM) {
+        cli_say("%s %s%s%s%s%s: %s", cli_svc.cert_from ? cli_svc.cert_from : "--cert",
+                cli_svc.cert ? cli_svc.cert : "", cli_svc.key ? ", " : "", cli_svc.key ? cli_svc.key_from : "",
+                cli_svc.key ? " " : "", cli_svc.key ? cli_svc.key : "", why);
+        return CLI_EXIT_USAGE;
+    }
+    char sock[200];
+    if (cli_svc.scheme == CLI_SCHEME_UNIX && a->rc == CURLE_COULDNT_CONNECT) {
+        /* libcurl names localhost port 80 here: say what is wrong with the socket */
+        struct stat st;
+        snprintf(sock, sizeof sock, "cannot connect to the socket: %s",
+                 stat(cli_svc.socket_path, &st) < 0 ? strerror(errno)
+                 : !S_ISSOCK(st.st_mode)            ? "not a socket"
+                 : access(cli_svc.socket_path, W_OK) < 0 ? strerror(errno)
+                                                    : "nothing accepts connections on it");
+        why = sock;
+    }
+    /* A TLS failure is unreachable too, whoever refused whom: an alert
+     * against our certificate can also arrive as a reset connection. */
+    const char *refused_us = cli_svc.cert ? "the service refused this client's certificate: "
+                                          : "the service wants a client certificate (--cert, --key): ";
+    cli_say("unreachable: %s: %s%s%s", cli_svc.shown, cli_tls_refused_client(why) ? refused_us : "", why,
+            a->rc == CURLE_PEER_FAILED_VERIFICATION
+                ? " (--cacert or REDLOCK_CACERT names the CA the service's certificate must chain to)"
+                : "");
     return CLI_EXIT_UNAVAILABLE;
 }
 

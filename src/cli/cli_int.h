@@ -1,8 +1,9 @@
 /* cli_int.h - what the files of the `redlock` client share (cli_parse.h
  * is its pure part: arguments, values, answers). Which file holds what:
  *   redlock.c      main: parse, then one command
- *   cli_http.c     the service: its address and token, one HTTP call and
- *                  its answer, waiting between tries
+ *   cli_http.c     the service: its address (http, https, a Unix socket),
+ *                  TLS files and token, one HTTP call and its answer,
+ *                  waiting between tries
  *   cli_cmds.c     acquire, extend, release, status, ready, elect --observe
  *   cli_run.c      run and elect: the held stream's state machine, signals
  *   cli_child.c    CMD: its environment, descriptors, process group, exit
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -49,7 +51,8 @@ extern char **environ;
 /* ---- HTTP ---- */
 
 typedef struct answer {
-    long status;                 /* 0: no answer; errbuf says why */
+    long status;                 /* 0: no answer; errbuf and rc say why */
+    CURLcode rc;                 /* the transfer's outcome, once it ended */
     char *body;                  /* NUL-terminated, never NULL after a call */
     size_t len;
     char errbuf[CURL_ERROR_SIZE];
@@ -97,7 +100,7 @@ typedef struct run {
     uint64_t kill_at_us;
 } run;
 
-extern char cli_service_url[2048];   /* the service, without a trailing '/' */
+extern cli_service cli_svc;          /* the service, its TLS files (cli_set_service) */
 extern char cli_auth_header[600];    /* "Authorization: Bearer ..." or "" */
 extern int cli_sig_pipe[2];          /* the signal handlers' self-pipe */
 
@@ -106,7 +109,11 @@ void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t cli_now_us(void);
 double cli_random_unit(void);
 void cli_sleep_ms(long long ms);
-int cli_set_url(const char *url);
+/* The service from --url, --cacert, --cert, --key and their variables
+ * (cli_service_resolve), its files checked readable; -1 (said) when not. */
+int cli_set_service(const cli_args *a);
+/* The bearer token from --auth-token-file, REDLOCK_AUTH_TOKEN or
+ * REDLOCK_TOKEN (cli_token_source); -1 (said) when it is unusable. */
 int cli_set_auth(const char *file);
 /* The admin token instead (release --force): --admin-token-file or
  * REDLOCK_ADMIN_TOKEN; -1 (said) when there is none. */

@@ -50,7 +50,10 @@ typedef struct cli_args {
     bool version;
     bool json;                    /* acquire, extend, status, ready: print the whole answer */
     const char *url;              /* --url; NULL: REDLOCK_URL, else CLI_DEFAULT_URL */
-    const char *auth_token_file;  /* --auth-token-file; NULL: REDLOCK_AUTH_TOKEN, else none */
+    const char *cacert;           /* --cacert; NULL: REDLOCK_CACERT (cli_service_resolve) */
+    const char *cert;             /* --cert; NULL: REDLOCK_CERT */
+    const char *key;              /* --key; NULL: REDLOCK_KEY */
+    const char *auth_token_file;  /* --auth-token-file; NULL: the environment (cli_token_source) */
     long long ttl_ms;             /* --ttl; -1: not given (the service's default) */
     long long wait_ms;            /* --wait; 0 = try once, CLI_WAIT_FOREVER */
     long long grace_ms;           /* --grace: SIGTERM to SIGKILL after a loss */

@@ -166,8 +166,7 @@ static void on_done(run *r, CURLcode rc)
         return;
     }
     if (rc != CURLE_OK) {
-        if (!r->ans.errbuf[0])
-            snprintf(r->ans.errbuf, sizeof r->ans.errbuf, "%s", curl_easy_strerror(rc));
+        r->ans.rc = rc;
         drop_request(r);
         r->exit_code = cli_unreachable(&r->ans);
         r->phase = DONE;
@@ -185,7 +184,7 @@ static void on_done(run *r, CURLcode rc)
             cli_answer_reset(&rel);
         }
         cli_say("the service at %s does not keep held streams (a redlockd older than this redlock?)",
-                cli_service_url);
+                cli_svc.shown);
         r->exit_code = CLI_EXIT_PROTOCOL;
         r->phase = DONE;
         return;
@@ -441,7 +440,8 @@ int cli_cmd_run(const cli_args *a)
              * by the end of the wait asked for, give or take a call's time. */
             uint64_t due = r.sent_us + (uint64_t)(r.asked_ms + CALL_TIMEOUT_MS) * 1000u;
             if (now >= due) {
-                cli_say("unreachable: %s: no answer within %lld ms", cli_service_url, r.asked_ms + CALL_TIMEOUT_MS);
+                cli_say("unreachable: %s: no answer within %lld ms", cli_svc.shown,
+                        r.asked_ms + CALL_TIMEOUT_MS);
                 r.exit_code = CLI_EXIT_UNAVAILABLE;
                 break;
             }

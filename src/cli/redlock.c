@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         printf("redlock %s (libcurl %s)\n", REDLOCKD_VERSION, curl_version_info(CURLVERSION_NOW)->version);
         return CLI_EXIT_OK;
     }
-    if (cli_set_url(a.url) < 0 || cli_set_auth(a.auth_token_file) < 0 ||
+    if (cli_set_service(&a) < 0 || cli_set_auth(a.auth_token_file) < 0 ||
         (a.force && cli_set_admin_auth(a.admin_token_file) < 0))
         return CLI_EXIT_USAGE;
     signal(SIGPIPE, SIG_IGN);
