@@ -382,7 +382,7 @@ Test(cli, over_a_unix_socket)
     cr_assert_eq(RUN("s", "status", "orders"), 0, "%s", err_of("s"));
     cr_assert_eq(RUN("l", "list"), 0, "%s", err_of("l"));
     cr_assert(!strncmp(out_of("l"), "orders  validity ", 17), "%s", out_of("l"));
-    cr_assert_eq(RUN("r", "run", "--ttl", "1s", "job", "--", "sh", "-c", "sleep 1.5; echo $REDLOCK_NAME"), 0, "%s",
+    cr_assert_eq(RUN("r", "run", "--ttl", "2s", "job", "--", "sh", "-c", "sleep 2.5; echo $REDLOCK_NAME"), 0, "%s",
                  err_of("r"));
     cr_assert_str_eq(out_of("r"), "job\n");
     cr_assert_eq(RUN("d", "release", "orders", token), 0, "%s", err_of("d"));
@@ -426,7 +426,7 @@ Test(cli, https_with_a_client_certificate)
     setenv("REDLOCK_CERT", k.client_crt, 1);
     setenv("REDLOCK_KEY", k.client_key, 1);
     cr_assert_eq(RUN("s", "status", "tls"), 0, "%s", err_of("s"));
-    cr_assert_eq(RUN("r", "run", "--ttl", "1s", "tls-run", "--", "sleep", "1.5"), 0, "%s", err_of("r"));
+    cr_assert_eq(RUN("r", "run", "--ttl", "2s", "tls-run", "--", "sleep", "2.5"), 0, "%s", err_of("r"));
     const char *log = slurp(3, "tls.log");
     cr_assert(strstr(log, "CONN redlock-test-client\nREQ POST /locks/tls\n") &&
               strstr(log, "REQ PUT /locks/tls-run/heartbeat"), "%s", log);
