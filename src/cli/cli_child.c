@@ -8,7 +8,7 @@
 #define FDS_TRACKED 4096
 static unsigned char fds_at_start[FDS_TRACKED / 8];
 
-void note_inherited_fds(void)
+void cli_note_inherited_fds(void)
 {
     for (int fd = 0; fd < FDS_TRACKED; fd++)
         if (fcntl(fd, F_GETFD) != -1)
@@ -29,26 +29,33 @@ static void close_own_fds_on_exec(void)
 static bool own_var(const char *v)
 {
     return !strncmp(v, "REDLOCK_NAME=", 13) || !strncmp(v, "REDLOCK_TOKEN=", 14) ||
-           !strncmp(v, "REDLOCK_FENCE=", 14) || !strncmp(v, "REDLOCK_TERM=", 13);
+           !strncmp(v, "REDLOCK_FENCE=", 14) || !strncmp(v, "REDLOCK_TERM=", 13) ||
+           !strncmp(v, "REDLOCK_AUTH_TOKEN=", 19);
 }
 
 /* CMD's environment: ours, with REDLOCK_NAME, REDLOCK_TOKEN, REDLOCK_FENCE
- * (and for elect REDLOCK_TERM, the same number). */
+ * (and for elect REDLOCK_TERM, the same number). REDLOCK_TOKEN is the
+ * lock's token there, so REDLOCK_AUTH_TOKEN, which wins over it, carries
+ * the bearer token our environment gave, or "" for none
+ * (cli_child_auth_token): a redlock that CMD runs never sends the lock's
+ * token as its bearer token. */
 static char **child_env(const run *r)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 5, sizeof *env);
+    char **env = calloc(n + 6, sizeof *env);
     if (!env)
         return NULL;
+    const char *auth = cli_child_auth_token(getenv("REDLOCK_AUTH_TOKEN"), getenv("REDLOCK_TOKEN"));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (!own_var(environ[i]))
             env[k++] = environ[i];
     char fence[32];
     snprintf(fence, sizeof fence, "%lld", r->fence);
-    if (asprintf(&env[k++], "REDLOCK_NAME=%s", r->a->name) < 0 ||
+    if (asprintf(&env[k++], "REDLOCK_AUTH_TOKEN=%s", auth) < 0 ||
+        asprintf(&env[k++], "REDLOCK_NAME=%s", r->a->name) < 0 ||
         asprintf(&env[k++], "REDLOCK_TOKEN=%s", r->token) < 0 ||
         asprintf(&env[k++], "REDLOCK_FENCE=%s", fence) < 0 ||
         (r->a->cmd == CLI_ELECT && asprintf(&env[k++], "REDLOCK_TERM=%s", fence) < 0))
@@ -59,11 +66,11 @@ static char **child_env(const run *r)
 
 /* Starts CMD in a process group of its own. Only async-signal-safe calls
  * between fork and exec (libcurl's resolver may have run a thread). */
-int spawn(run *r)
+int cli_spawn(run *r)
 {
     char **env = child_env(r);
     if (!env) {
-        say("out of memory");
+        cli_say("out of memory");
         return -1;
     }
     close_own_fds_on_exec();
@@ -79,7 +86,7 @@ int spawn(run *r)
     pid_t pid = fork();
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        say("fork: %s", strerror(errno));
+        cli_say("fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -123,7 +130,7 @@ int spawn(run *r)
     return 0;
 }
 
-void take_back_tty(run *r)
+void cli_take_back_tty(run *r)
 {
     if (!r->tty)
         return;
@@ -136,7 +143,7 @@ void take_back_tty(run *r)
     r->tty = false;
 }
 
-void reap(run *r)
+void cli_reap(run *r)
 {
     if (r->child <= 0 || r->reaped)
         return;
@@ -147,16 +154,16 @@ void reap(run *r)
     if (p == r->child) {
         r->reaped = true;
         r->status = st;
-        take_back_tty(r);
+        cli_take_back_tty(r);
     }
 }
 
-bool group_alive(const run *r)
+bool cli_group_alive(const run *r)
 {
     return r->child > 0 && kill(-r->child, 0) == 0;
 }
 
-int child_exit_code(int st)
+int cli_child_exit_code(int st)
 {
     if (WIFEXITED(st))
         return WEXITSTATUS(st);

@@ -4,34 +4,34 @@
 
 /* ---- acquire, extend, release, status, ready ---- */
 
-int cmd_acquire(const cli_args *a)
+int cli_cmd_acquire(const cli_args *a)
 {
     char path[CLI_PATH_MAX], body[512];
-    lock_path(a->name, path, sizeof path);
-    uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
+    cli_lock_path(a->name, path, sizeof path);
+    uint64_t deadline = a->wait_ms > 0 ? cli_now_us() + (uint64_t)a->wait_ms * 1000u : 0;
     long long cap = CLI_SERVER_MAX_WAIT_MS;
     answer ans = {0};
     int code, transients = 0;
     for (;;) {
-        long long w = next_wait(a->wait_ms, deadline, cap);
+        long long w = cli_next_wait(a->wait_ms, deadline, cap);
         if (cli_acquire_body(a->ttl_ms, w, false, a->owner, body, sizeof body) < 0) {
-            say("out of memory");
+            cli_say("out of memory");
             code = CLI_EXIT_SOFTWARE;
             break;
         }
-        uint64_t t0 = now_us();
-        if (call("POST", path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
-            code = unreachable(&ans);
+        uint64_t t0 = cli_now_us();
+        if (cli_call("POST", path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
+            code = cli_unreachable(&ans);
             break;
         }
         if (ans.status == 201) {
             char tok[300];
             if (a->json)
                 printf("%s\n", ans.body);
-            else if (json_str(ans.body, "token", tok, sizeof tok))
+            else if (cli_json_str(ans.body, "token", tok, sizeof tok))
                 printf("%s\n", tok);
             else {
-                say("the service granted the lock but sent no token: %.200s", ans.body);
+                cli_say("the service granted the lock but sent no token: %.200s", ans.body);
                 code = CLI_EXIT_PROTOCOL;
                 break;
             }
@@ -44,96 +44,96 @@ int cmd_acquire(const cli_args *a)
             continue;
         }
         int exit_code = cli_answer_exit(ans.status, ans.body);
-        if (cli_transient(ans.status) && wait_left(a->wait_ms, deadline)) {
-            uint64_t at = ride_out(&ans, ++transients, a->wait_ms, deadline), now = now_us();
-            sleep_ms(at > now ? (long long)((at - now) / 1000) : 0);
+        if (cli_transient(ans.status) && cli_wait_left(a->wait_ms, deadline)) {
+            uint64_t at = cli_ride_out(&ans, ++transients, a->wait_ms, deadline), now = cli_now_us();
+            cli_sleep_ms(at > now ? (long long)((at - now) / 1000) : 0);
             continue;
         }
-        if (exit_code == CLI_EXIT_NOT_ACQUIRED && wait_left(a->wait_ms, deadline)) {
-            if ((long long)((now_us() - t0) / 1000) + 50 < w || w == 0)
-                back_off(&ans, a->wait_ms, deadline);
+        if (exit_code == CLI_EXIT_NOT_ACQUIRED && cli_wait_left(a->wait_ms, deadline)) {
+            if ((long long)((cli_now_us() - t0) / 1000) + 50 < w || w == 0)
+                cli_back_off(&ans, a->wait_ms, deadline);
             continue;
         }
-        code = refused(&ans);
+        code = cli_refused(&ans);
         break;
     }
-    answer_reset(&ans);
+    cli_answer_reset(&ans);
     return code;
 }
 
-int cmd_extend(const cli_args *a)
+int cli_cmd_extend(const cli_args *a)
 {
     char path[CLI_PATH_MAX], body[64] = "{}";
-    lock_path(a->name, path, sizeof path);
+    cli_lock_path(a->name, path, sizeof path);
     if (a->ttl_ms >= 0)
         snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", a->ttl_ms);
     answer ans = {0};
     int code;
-    if (call("PATCH", path, body, a->token, CALL_TIMEOUT_MS, &ans) < 0)
-        code = unreachable(&ans);
+    if (cli_call("PATCH", path, body, a->token, CALL_TIMEOUT_MS, &ans) < 0)
+        code = cli_unreachable(&ans);
     else if (ans.status == 200) {
         if (a->json)
             printf("%s\n", ans.body);
         code = CLI_EXIT_OK;
     } else
-        code = refused(&ans);
-    answer_reset(&ans);
+        code = cli_refused(&ans);
+    cli_answer_reset(&ans);
     return code;
 }
 
-int cmd_release(const cli_args *a)
+int cli_cmd_release(const cli_args *a)
 {
     char path[CLI_PATH_MAX];
-    lock_path(a->name, path, sizeof path);
+    cli_lock_path(a->name, path, sizeof path);
     if (a->force)   /* an operator's: whatever token holds it (the admin token is sent) */
         strncat(path, "?force=true", sizeof path - strlen(path) - 1);
     answer ans = {0};
     int code;
-    if (call("DELETE", path, NULL, a->force ? NULL : a->token, CALL_TIMEOUT_MS, &ans) < 0)
-        code = unreachable(&ans);
+    if (cli_call("DELETE", path, NULL, a->force ? NULL : a->token, CALL_TIMEOUT_MS, &ans) < 0)
+        code = cli_unreachable(&ans);
     else if (ans.status == 204)
         code = CLI_EXIT_OK;
     else
-        code = refused(&ans);
-    answer_reset(&ans);
+        code = cli_refused(&ans);
+    cli_answer_reset(&ans);
     return code;
 }
 
-int cmd_status(const cli_args *a)
+int cli_cmd_status(const cli_args *a)
 {
     char path[CLI_PATH_MAX], line[600];
-    lock_path(a->name, path, sizeof path);
+    cli_lock_path(a->name, path, sizeof path);
     answer ans = {0};
     int code;
-    if (call("GET", path, NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0)
-        code = unreachable(&ans);
+    if (cli_call("GET", path, NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0)
+        code = cli_unreachable(&ans);
     else if (ans.status != 200)
-        code = refused(&ans);
+        code = cli_refused(&ans);
     else {
         int held = cli_format_status(ans.body, line, sizeof line);
         if (held < 0) {
-            say("an answer redlock does not understand: %.200s", ans.body);
+            cli_say("an answer redlock does not understand: %.200s", ans.body);
             code = CLI_EXIT_PROTOCOL;
         } else {
             printf("%s\n", a->json ? ans.body : line);
             code = held ? CLI_EXIT_OK : CLI_EXIT_NOT_HELD;
         }
     }
-    answer_reset(&ans);
+    cli_answer_reset(&ans);
     return code;
 }
 
-int cmd_ready(const cli_args *a)
+int cli_cmd_ready(const cli_args *a)
 {
     answer ans = {0};
     char line[600];
     int code;
-    if (call("GET", "/readyz", NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0)
-        code = unreachable(&ans);
+    if (cli_call("GET", "/readyz", NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0)
+        code = cli_unreachable(&ans);
     else if (ans.status != 200 && ans.status != 503)
-        code = refused(&ans);
+        code = cli_refused(&ans);
     else if (cli_format_ready(ans.body, line, sizeof line) < 0) {
-        say("an answer redlock does not understand (HTTP %ld): %.200s", ans.status, ans.body);
+        cli_say("an answer redlock does not understand (HTTP %ld): %.200s", ans.status, ans.body);
         code = CLI_EXIT_PROTOCOL;
     } else {
         if (a->json)
@@ -143,11 +143,11 @@ int cmd_ready(const cli_args *a)
                 printf("%s\n", line);
             code = CLI_EXIT_OK;
         } else {
-            say("%s", line);
+            cli_say("%s", line);
             code = CLI_EXIT_UNAVAILABLE;
         }
     }
-    answer_reset(&ans);
+    cli_answer_reset(&ans);
     return code;
 }
 
@@ -180,13 +180,13 @@ static size_t on_watch(char *p, size_t size, size_t n, void *arg)
         w->kind = status == 200 ? 1 : 2;
     }
     if (w->kind == 2)
-        return on_body(p, size, n, &w->ans);
+        return cli_on_body(p, size, n, &w->ans);
     return cli_lines_feed(&w->lines, p, size * n, on_watch_line, NULL) < 0 ? 0 : size * n;
 }
 
 /* Prints the election's changes until the stream ends (the service
  * stopped or cannot be reached: 69) or a signal ends redlock. */
-int cmd_observe(const cli_args *a)
+int cli_cmd_observe(const cli_args *a)
 {
     char path[CLI_PATH_MAX], seg[RULES_NAME_PATH_MAX];
     if (rules_name_path(a->name, seg, sizeof seg) < 0)
@@ -195,9 +195,9 @@ int cmd_observe(const cli_args *a)
     watch w;
     memset(&w, 0, sizeof w);
     struct curl_slist *hdrs = NULL;
-    w.h = new_request("GET", path, NULL, NULL, 0, &hdrs, &w.ans);
+    w.h = cli_new_request("GET", path, NULL, NULL, 0, &hdrs, &w.ans);
     if (!w.h) {
-        say("out of memory");
+        cli_say("out of memory");
         return CLI_EXIT_SOFTWARE;
     }
     curl_easy_setopt(w.h, CURLOPT_WRITEFUNCTION, on_watch);
@@ -210,22 +210,21 @@ int cmd_observe(const cli_args *a)
     int code = CLI_EXIT_UNAVAILABLE;
     if (w.kind == 2) {
         w.ans.status = status;
-        code = refused(&w.ans);
+        code = cli_refused(&w.ans);
     } else if (rc != CURLE_OK && !w.kind) {
-        if (!w.ans.errbuf[0])
-            snprintf(w.ans.errbuf, sizeof w.ans.errbuf, "%s", curl_easy_strerror(rc));
-        code = unreachable(&w.ans);
+        w.ans.rc = rc;
+        code = cli_unreachable(&w.ans);
     } else {
-        say("the watch ended: %s", rc == CURLE_OK ? "the service closed it" : curl_easy_strerror(rc));
+        cli_say("the watch ended: %s", rc == CURLE_OK ? "the service closed it" : curl_easy_strerror(rc));
     }
     cli_lines_free(&w.lines);
-    answer_reset(&w.ans);
+    cli_answer_reset(&w.ans);
     return code;
 }
 
 /* ---- list ---- */
 
-int cmd_list(const cli_args *a)
+int cli_cmd_list(const cli_args *a)
 {
     char prefix[RULES_NAME_PATH_MAX] = "", next[CLI_CURSOR_MAX + 1] = "", line[700];
     if (a->prefix && rules_name_path(a->prefix, prefix, sizeof prefix) < 0)
@@ -234,7 +233,7 @@ int cmd_list(const cli_args *a)
     cJSON *locks = all ? cJSON_AddArrayToObject(all, "locks") : NULL;
     if (a->json && !locks) {
         cJSON_Delete(all);
-        say("out of memory");
+        cli_say("out of memory");
         return CLI_EXIT_SOFTWARE;
     }
     int code = CLI_EXIT_OK;
@@ -243,14 +242,14 @@ int cmd_list(const cli_args *a)
         snprintf(path, sizeof path, "/locks?limit=%d%s%s%s%s", CLI_LIST_PAGE, prefix[0] ? "&prefix=" : "", prefix,
                  next[0] ? "&cursor=" : "", next);
         answer ans = {0};
-        if (call("GET", path, NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0) {
-            code = unreachable(&ans);
-            answer_reset(&ans);
+        if (cli_call("GET", path, NULL, NULL, CALL_TIMEOUT_MS, &ans) < 0) {
+            code = cli_unreachable(&ans);
+            cli_answer_reset(&ans);
             break;
         }
         if (ans.status != 200) {
-            code = refused(&ans);
-            answer_reset(&ans);
+            code = cli_refused(&ans);
+            cli_answer_reset(&ans);
             break;
         }
         cJSON *page = cJSON_Parse(ans.body);
@@ -274,14 +273,14 @@ int cmd_list(const cli_args *a)
                 printf("%s\n", line);
         }
         if (!understood) {
-            say("an answer redlock does not understand: %.200s", ans.body);
+            cli_say("an answer redlock does not understand: %.200s", ans.body);
             code = CLI_EXIT_PROTOCOL;
         } else if (cJSON_IsString(cursor)) {
             snprintf(next, sizeof next, "%s", cursor->valuestring);
         }
         bool more = understood && cJSON_IsString(cursor);
         cJSON_Delete(page);
-        answer_reset(&ans);
+        cli_answer_reset(&ans);
         if (!more)
             break;
     }

@@ -1,8 +1,9 @@
 /* cli_int.h - what the files of the `redlock` client share (cli_parse.h
  * is its pure part: arguments, values, answers). Which file holds what:
  *   redlock.c      main: parse, then one command
- *   cli_http.c     the service: its address and token, one HTTP call and
- *                  its answer, waiting between tries
+ *   cli_http.c     the service: its address (http, https, a Unix socket),
+ *                  TLS files and token, one HTTP call and its answer,
+ *                  waiting between tries
  *   cli_cmds.c     acquire, extend, release, status, ready, elect --observe
  *   cli_run.c      run and elect: the held stream's state machine, signals
  *   cli_child.c    CMD: its environment, descriptors, process group, exit
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -49,7 +51,8 @@ extern char **environ;
 /* ---- HTTP ---- */
 
 typedef struct answer {
-    long status;                 /* 0: no answer; errbuf says why */
+    long status;                 /* 0: no answer; errbuf and rc say why */
+    CURLcode rc;                 /* the transfer's outcome, once it ended */
     char *body;                  /* NUL-terminated, never NULL after a call */
     size_t len;
     char errbuf[CURL_ERROR_SIZE];
@@ -97,67 +100,71 @@ typedef struct run {
     uint64_t kill_at_us;
 } run;
 
-extern char g_url[2048];            /* the service, without a trailing '/' */
-extern char g_auth[600];            /* "Authorization: Bearer ..." or "" */
-extern int sig_pipe[2];             /* the signal handlers' self-pipe */
+extern cli_service cli_svc;          /* the service, its TLS files (cli_set_service) */
+extern char cli_auth_header[600];    /* "Authorization: Bearer ..." or "" */
+extern int cli_sig_pipe[2];          /* the signal handlers' self-pipe */
 
 /* cli_http.c */
-void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-uint64_t now_us(void);
-double random_unit(void);
-void sleep_ms(long long ms);
-int set_url(const char *url);
-int set_auth(const char *file);
+void cli_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t cli_now_us(void);
+double cli_random_unit(void);
+void cli_sleep_ms(long long ms);
+/* The service from --url, --cacert, --cert, --key and their variables
+ * (cli_service_resolve), its files checked readable; -1 (said) when not. */
+int cli_set_service(const cli_args *a);
+/* The bearer token from --auth-token-file, REDLOCK_AUTH_TOKEN or
+ * REDLOCK_TOKEN (cli_token_source); -1 (said) when it is unusable. */
+int cli_set_auth(const char *file);
 /* The admin token instead (release --force): --admin-token-file or
  * REDLOCK_ADMIN_TOKEN; -1 (said) when there is none. */
-int set_admin_auth(const char *file);
-void answer_reset(answer *a);
-size_t on_body(char *p, size_t size, size_t n, void *arg);
-CURL *new_request(const char *method, const char *path, const char *body,
-                  const char *lock_token, long timeout_ms, struct curl_slist **hdrs,
-                  answer *a);
-int call(const char *method, const char *path, const char *body, const char *lock_token,
-         long timeout_ms, answer *a);
-int unreachable(const answer *a);
-int refused(const answer *a);
-void lock_path(const char *name, char *out, size_t outlen);
-const char *json_str(const char *body, const char *field, char *out, size_t outlen);
-long long json_int(const char *body, const char *field);
-long long next_wait(long long wait_ms, uint64_t deadline_us, long long cap);
-bool wait_left(long long wait_ms, uint64_t deadline_us);
-void back_off(const answer *a, long long wait_ms, uint64_t deadline_us);
+int cli_set_admin_auth(const char *file);
+void cli_answer_reset(answer *a);
+size_t cli_on_body(char *p, size_t size, size_t n, void *arg);
+CURL *cli_new_request(const char *method, const char *path, const char *body,
+                      const char *lock_token, long timeout_ms, struct curl_slist **hdrs,
+                      answer *a);
+int cli_call(const char *method, const char *path, const char *body, const char *lock_token,
+             long timeout_ms, answer *a);
+int cli_unreachable(const answer *a);
+int cli_refused(const answer *a);
+void cli_lock_path(const char *name, char *out, size_t outlen);
+const char *cli_json_str(const char *body, const char *field, char *out, size_t outlen);
+long long cli_json_int(const char *body, const char *field);
+long long cli_next_wait(long long wait_ms, uint64_t deadline_us, long long cap);
+bool cli_wait_left(long long wait_ms, uint64_t deadline_us);
+void cli_back_off(const answer *a, long long wait_ms, uint64_t deadline_us);
 /* A transient 503 within --wait: says so on stderr (what failed, the
- * attempt, the wait left) and returns when to try again (now_us clock),
+ * attempt, the wait left) and returns when to try again (cli_now_us clock),
  * within the wait. */
-uint64_t ride_out(const answer *a, int attempt, long long wait_ms, uint64_t deadline_us);
+uint64_t cli_ride_out(const answer *a, int attempt, long long wait_ms, uint64_t deadline_us);
 
 /* cli_cmds.c */
-int cmd_acquire(const cli_args *a);
-int cmd_extend(const cli_args *a);
-int cmd_release(const cli_args *a);
-int cmd_status(const cli_args *a);
-int cmd_ready(const cli_args *a);
-int cmd_list(const cli_args *a);
-int cmd_observe(const cli_args *a);
+int cli_cmd_acquire(const cli_args *a);
+int cli_cmd_extend(const cli_args *a);
+int cli_cmd_release(const cli_args *a);
+int cli_cmd_status(const cli_args *a);
+int cli_cmd_ready(const cli_args *a);
+int cli_cmd_list(const cli_args *a);
+int cli_cmd_observe(const cli_args *a);
 
 /* cli_run.c */
-void lose(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void on_signals(run *r);
-int setup_signals(void);
-void default_owner(char *out, size_t outlen);
-long until_ms(uint64_t t, uint64_t now, long cap);
-long stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout);
-int cmd_run(const cli_args *a);
+void cli_lose(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_on_signals(run *r);
+int cli_setup_signals(void);
+void cli_default_owner(char *out, size_t outlen);
+long cli_until_ms(uint64_t t, uint64_t now, long cap);
+long cli_stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout);
+int cli_cmd_run(const cli_args *a);
 
 /* cli_child.c */
-void note_inherited_fds(void);
-int spawn(run *r);
-void take_back_tty(run *r);
-void reap(run *r);
-bool group_alive(const run *r);
-int child_exit_code(int st);
+void cli_note_inherited_fds(void);
+int cli_spawn(run *r);
+void cli_take_back_tty(run *r);
+void cli_reap(run *r);
+bool cli_group_alive(const run *r);
+int cli_child_exit_code(int st);
 
 /* cli_permit.c */
-int cmd_run_permit(const cli_args *a);
+int cli_cmd_run_permit(const cli_args *a);
 
 #endif

@@ -128,10 +128,18 @@ const char *cli_cmd_name(enum cli_cmd cmd)
 }
 
 static const char common_help[] =
-    "Options of every command:\n"
-    "  --url URL               the service (env REDLOCK_URL; default " CLI_DEFAULT_URL ")\n"
+    "Options of every command (a flag wins over its environment variable):\n"
+    "  --url URL               the service: http://HOST:PORT, https://HOST:PORT or\n"
+    "                          unix:/PATH/redlockd.sock, a Unix socket (env REDLOCK_URL;\n"
+    "                          default " CLI_DEFAULT_URL ")\n"
     "  --auth-token-file FILE  file holding the bearer token the service asks for\n"
-    "                          (env REDLOCK_AUTH_TOKEN holds the token itself)\n"
+    "                          (env REDLOCK_TOKEN holds the token itself; so does\n"
+    "                          REDLOCK_AUTH_TOKEN, its older name, which wins when set)\n"
+    "  --cacert FILE           https: the CA certificates (PEM) the service's certificate\n"
+    "                          must chain to (env REDLOCK_CACERT; default the system's)\n"
+    "  --cert FILE             https: a client certificate (PEM), for a service that asks\n"
+    "                          for one (env REDLOCK_CERT)\n"
+    "  --key FILE              its private key (PEM; env REDLOCK_KEY; default: in --cert)\n"
     "  -h, --help              this help;  --version  the version\n"
     "\n"
     "Durations: 500ms, 30s, 1.5s, 2m, 1h, 1h30m (a unit is required).\n";
@@ -139,9 +147,10 @@ static const char common_help[] =
 static const char exit_help[] =
     "Exit codes: 0 done (run: CMD's own status; 128+N if signal N ended CMD);\n"
     "1 not held (status, extend, release); 3 run: the lock was lost and CMD stopped;\n"
-    "64 usage error or a request the service refused as malformed (400);\n"
-    "69 the service is unreachable, has no quorum or is shutting down (503, 5xx;\n"
-    "with --wait, a 503 is retried until the wait is spent);\n"
+    "64 usage error (a bad URL or TLS file too) or a request the service refused\n"
+    "as malformed (400); 69 the service is unreachable (a TLS handshake that\n"
+    "fails too), has no quorum or is shutting down (503, 5xx; with --wait, a 503\n"
+    "is retried until the wait is spent);\n"
     "75 not acquired within --wait (409 locked, 429); 76 an answer redlock does not\n"
     "understand; 77 unauthorized (401) or forbidden (403).\n";
 
@@ -154,9 +163,10 @@ void cli_usage(FILE *out, enum cli_cmd cmd)
         return;
     }
     fprintf(out,
-            "usage: redlock [--url URL] [--auth-token-file FILE] COMMAND [options] [args]\n"
+            "usage: redlock [--url URL] [--auth-token-file FILE] [--cacert FILE]\n"
+            "               [--cert FILE [--key FILE]] COMMAND [options] [args]\n"
             "\n"
-            "Takes distributed locks from a redlockd service over HTTP.\n"
+            "Takes distributed locks from a redlockd service over HTTP, HTTPS or a Unix socket.\n"
             "\n"
             "Commands:\n");
     for (size_t i = 0; i < NCMDS; i++)
@@ -201,7 +211,8 @@ static enum cli_cmd cmd_of(const char *s)
 }
 
 static const struct { const char *name; unsigned bit; bool value; } known[] = {
-    {"url", 0, true}, {"auth-token-file", 0, true}, {"ttl", OPT_TTL, true},
+    {"url", 0, true}, {"auth-token-file", 0, true}, {"cacert", 0, true}, {"cert", 0, true},
+    {"key", 0, true}, {"ttl", OPT_TTL, true},
     {"wait", OPT_WAIT, true}, {"owner", OPT_OWNER, true}, {"grace", OPT_GRACE, true},
     {"json", OPT_JSON, false}, {"candidate", OPT_CANDIDATE, true}, {"value", OPT_VALUE, true},
     {"observe", OPT_OBSERVE, false}, {"limit", OPT_LIMIT, true}, {"force", OPT_FORCE, false},
@@ -272,11 +283,12 @@ static int parse_option(int argc, char **argv, int *i, cli_args *a, char *err, s
         }
         const char *why = NULL;
         switch (known[k].bit) {
-        case 0:
-            if (known[k].name[0] == 'u')
-                a->url = v;
-            else
-                a->auth_token_file = v;
+        case 0:   /* every command's: checked once the environment is read (cli_service_resolve) */
+            *(!strcmp(known[k].name, "url")      ? &a->url
+              : !strcmp(known[k].name, "cacert") ? &a->cacert
+              : !strcmp(known[k].name, "cert")   ? &a->cert
+              : !strcmp(known[k].name, "key")    ? &a->key
+                                                 : &a->auth_token_file) = v;
             break;
         case OPT_TTL:
             if (cli_parse_duration(v, &a->ttl_ms, &why) < 0 || a->ttl_ms == 0) {

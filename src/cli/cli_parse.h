@@ -1,6 +1,7 @@
 /* cli_parse.h - the pure parts of the `redlock` command-line client: its
- * command line, durations, lock names and owners, the lines of a held
- * stream, the service's error answers and the exit code each maps to.
+ * command line, durations, lock names and owners, the service's URL, TLS
+ * files and bearer token (cli_service.c), the lines of a held stream, the
+ * service's error answers and the exit code each maps to.
  *
  * Nothing here touches a socket, a process or the environment, so it is
  * unit-tested as it is (tests/unit/cli/test_cli.c); redlock.c does the I/O.
@@ -49,7 +50,10 @@ typedef struct cli_args {
     bool version;
     bool json;                    /* acquire, extend, status, ready: print the whole answer */
     const char *url;              /* --url; NULL: REDLOCK_URL, else CLI_DEFAULT_URL */
-    const char *auth_token_file;  /* --auth-token-file; NULL: REDLOCK_AUTH_TOKEN, else none */
+    const char *cacert;           /* --cacert; NULL: REDLOCK_CACERT (cli_service_resolve) */
+    const char *cert;             /* --cert; NULL: REDLOCK_CERT */
+    const char *key;              /* --key; NULL: REDLOCK_KEY */
+    const char *auth_token_file;  /* --auth-token-file; NULL: the environment (cli_token_source) */
     long long ttl_ms;             /* --ttl; -1: not given (the service's default) */
     long long wait_ms;            /* --wait; 0 = try once, CLI_WAIT_FOREVER */
     long long grace_ms;           /* --grace: SIGTERM to SIGKILL after a loss */
@@ -65,6 +69,71 @@ typedef struct cli_args {
     const char *admin_token_file; /* --admin-token-file; NULL: REDLOCK_ADMIN_TOKEN */
     const char *prefix;           /* list --prefix; NULL: every name */
 } cli_args;
+
+/* ---- the service: its URL, TLS files and bearer token ---- */
+
+#define CLI_URL_MAX 1700           /* the longest --url */
+#define CLI_SOCKET_PATH_MAX 107    /* a Unix socket's path: sun_path holds 108 bytes with the NUL */
+#define CLI_UNIX_BASE "http://localhost"   /* the URL calls over a Unix socket are made to: redlockd
+                                              takes localhost as a Host of its own */
+
+enum cli_scheme { CLI_SCHEME_HTTP, CLI_SCHEME_HTTPS, CLI_SCHEME_UNIX };
+
+/* What one place says about the service: the command line's flags or the
+ * environment's variables. NULL: not given (a variable set to "" is not
+ * given either). Points into argv or environ. */
+typedef struct cli_service_in {
+    const char *url, *cacert, *cert, *key;
+} cli_service_in;
+
+/* The service as the calls reach it. The file names point into the inputs. */
+typedef struct cli_service {
+    enum cli_scheme scheme;
+    char shown[CLI_URL_MAX + 1];       /* the URL as given, without trailing '/': for messages */
+    char base[CLI_URL_MAX + 1];        /* what a request's path is appended to */
+    char socket_path[CLI_SOCKET_PATH_MAX + 1];   /* CLI_SCHEME_UNIX: the socket file; else "" */
+    const char *cacert, *cert, *key;   /* https: PEM files for CURLOPT_CAINFO, _SSLCERT,
+                                          _SSLKEY; NULL: the system's CAs, no client certificate,
+                                          the key in the certificate's file */
+    const char *cacert_from, *cert_from, *key_from;   /* "--cacert" or "REDLOCK_CACERT", ...: for messages */
+} cli_service;
+
+/* Resolves the service from flags and env (either may be NULL: nothing
+ * given). A flag wins over its variable. The URL is one of
+ *   http://HOST[:PORT][/PATH], https://HOST[:PORT][/PATH]   (HOST may be [v6])
+ *   unix:PATH   the socket file (at most CLI_SOCKET_PATH_MAX bytes), called as CLI_UNIX_BASE
+ * and CLI_DEFAULT_URL when neither gives one; no query, fragment or
+ * user:password@ (a token goes in a header). The TLS files are for https
+ * only: a flag given with another scheme is an error, a variable is passed
+ * over (it may be meant for another service). The key goes with its
+ * certificate: --key or, for REDLOCK_CERT, REDLOCK_KEY; a key without a
+ * certificate is an error. Nothing is opened here (cli_set_service checks
+ * that the files can be read). Returns 0, or -1 with one line in err
+ * naming the flag or variable at fault. */
+int cli_service_resolve(const cli_service_in *flags, const cli_service_in *env, cli_service *s, char *err,
+                        size_t errlen);
+
+/* Where the bearer token comes from, given --auth-token-file (NULL: not
+ * given) and the values of REDLOCK_AUTH_TOKEN and REDLOCK_TOKEN (NULL:
+ * unset). The flag wins; then REDLOCK_AUTH_TOKEN, the older name, whenever
+ * it is set, "" meaning no token (so that a redlock that `run`'s CMD runs
+ * takes it over REDLOCK_TOKEN, which there is the lock's token:
+ * cli_child_auth_token); then REDLOCK_TOKEN unless it is "". */
+enum cli_token_from { CLI_TOKEN_NONE, CLI_TOKEN_FILE, CLI_TOKEN_AUTH_ENV, CLI_TOKEN_ENV };
+enum cli_token_from cli_token_source(const char *file, const char *auth_env, const char *token_env);
+
+/* The REDLOCK_AUTH_TOKEN that run and elect give CMD, whose REDLOCK_TOKEN
+ * is the lock's token: the bearer token redlock's own environment gave
+ * (as cli_token_source reads it), else "" (no token). A token from
+ * --auth-token-file is not put into CMD's environment. */
+const char *cli_child_auth_token(const char *auth_env, const char *token_env);
+
+/* Is a TLS error (libcurl's text, with OpenSSL's reason) the service's
+ * alert against the client's certificate, or its lack of one ("tlsv13
+ * alert certificate required", "tlsv1 alert unknown ca", "sslv3 alert bad
+ * certificate", ...)? A server sends those about the client only, so the
+ * message can say so. */
+bool cli_tls_refused_client(const char *error);
 
 /* Parses a duration: a decimal number and a unit, ms, s, m or h, repeated
  * ("500ms", "30s", "1.5s", "2m", "1h30m"). A bare number is refused: it

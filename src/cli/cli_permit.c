@@ -9,16 +9,16 @@
 static int permit_take(const cli_args *a, run *r)
 {
     char body[600];
-    uint64_t deadline = a->wait_ms > 0 ? now_us() + (uint64_t)a->wait_ms * 1000u : 0;
+    uint64_t deadline = a->wait_ms > 0 ? cli_now_us() + (uint64_t)a->wait_ms * 1000u : 0;
     answer ans = {0};
     for (;;) {
-        long long w = next_wait(a->wait_ms, deadline, CLI_SERVER_MAX_WAIT_MS);
+        long long w = cli_next_wait(a->wait_ms, deadline, CLI_SERVER_MAX_WAIT_MS);
         if (cli_permit_body(a->limit, w, a->ttl_ms, r->owner, body, sizeof body) < 0)
             return CLI_EXIT_SOFTWARE;
-        uint64_t t0 = now_us();
-        if (call("POST", r->path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
-            int code = unreachable(&ans);
-            answer_reset(&ans);
+        uint64_t t0 = cli_now_us();
+        if (cli_call("POST", r->path, body, NULL, (long)w + CALL_TIMEOUT_MS, &ans) < 0) {
+            int code = cli_unreachable(&ans);
+            cli_answer_reset(&ans);
             return code;
         }
         if (ans.status == 201) {
@@ -32,21 +32,21 @@ static int permit_take(const cli_args *a, run *r)
                 r->valid_until_us = t0 + (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "validity_ms")) * 1000u;
             }
             cJSON_Delete(o);
-            answer_reset(&ans);
+            cli_answer_reset(&ans);
             if (!ok) {
-                say("the service granted a permit but sent no token");
+                cli_say("the service granted a permit but sent no token");
                 return CLI_EXIT_PROTOCOL;
             }
             return 0;
         }
         int code = cli_answer_exit(ans.status, ans.body);
-        if (code == CLI_EXIT_NOT_ACQUIRED && wait_left(a->wait_ms, deadline)) {
-            if ((long long)((now_us() - t0) / 1000) + 50 < w || w == 0)
-                back_off(&ans, a->wait_ms, deadline);
+        if (code == CLI_EXIT_NOT_ACQUIRED && cli_wait_left(a->wait_ms, deadline)) {
+            if ((long long)((cli_now_us() - t0) / 1000) + 50 < w || w == 0)
+                cli_back_off(&ans, a->wait_ms, deadline);
             continue;
         }
-        code = refused(&ans);
-        answer_reset(&ans);
+        code = cli_refused(&ans);
+        cli_answer_reset(&ans);
         return code;
     }
 }
@@ -59,24 +59,24 @@ static bool permit_renew(const cli_args *a, run *r, bool first)
     if (a->ttl_ms >= 0)
         snprintf(body, sizeof body, "{\"ttl_ms\":%lld}", a->ttl_ms);
     answer ans = {0};
-    uint64_t t0 = now_us();
+    uint64_t t0 = cli_now_us();
     long budget = first ? CALL_TIMEOUT_MS : (long)((r->valid_until_us > t0 ? r->valid_until_us - t0 : 0) / 1000);
     bool ok = false;
-    if (budget > 0 && call("PATCH", r->path, body, r->token, budget, &ans) == 0 && ans.status == 200) {
-        long long v = json_int(ans.body, "validity_ms");
+    if (budget > 0 && cli_call("PATCH", r->path, body, r->token, budget, &ans) == 0 && ans.status == 200) {
+        long long v = cli_json_int(ans.body, "validity_ms");
         r->valid_until_us = t0 + (uint64_t)(v > 0 ? v : 0) * 1000u;
         ok = v > 0;
     } else if (ans.status == 409) {
         char line[600];
         cli_format_error(ans.status, ans.body, line, sizeof line);
-        lose(r, "lost: the permit is no longer held: %s", line);
+        cli_lose(r, "lost: the permit is no longer held: %s", line);
     }
-    answer_reset(&ans);
+    cli_answer_reset(&ans);
     return ok;
 }
 
 /* run --limit: CMD with one permit of a semaphore, renewed by redlock. */
-int cmd_run_permit(const cli_args *a)
+int cli_cmd_run_permit(const cli_args *a)
 {
     run r;
     memset(&r, 0, sizeof r);
@@ -87,10 +87,10 @@ int cmd_run_permit(const cli_args *a)
     if (a->owner)
         snprintf(r.owner, sizeof r.owner, "%s", a->owner);
     else
-        default_owner(r.owner, sizeof r.owner);
-    note_inherited_fds();
-    if (setup_signals() < 0) {
-        say("cannot start: %s", strerror(errno));
+        cli_default_owner(r.owner, sizeof r.owner);
+    cli_note_inherited_fds();
+    if (cli_setup_signals() < 0) {
+        cli_say("cannot start: %s", strerror(errno));
         return CLI_EXIT_SOFTWARE;
     }
     int code = permit_take(a, &r);
@@ -99,43 +99,43 @@ int cmd_run_permit(const cli_args *a)
     /* The answer's validity counts from when the acquire was sent, long ago
      * after a wait: a renewal first, whose validity counts from now. */
     if (!permit_renew(a, &r, true)) {
-        say("%s", r.lost ? r.why : "lost: the permit could not be renewed after the wait");
+        cli_say("%s", r.lost ? r.why : "lost: the permit could not be renewed after the wait");
         return CLI_EXIT_LOST;
     }
-    long long ttl = a->ttl_ms >= 0 ? a->ttl_ms : (long long)((r.valid_until_us - now_us()) / 1000);
-    uint64_t next_renew = now_us() + (uint64_t)(ttl / 3) * 1000u;
-    if (spawn(&r) < 0)
+    long long ttl = a->ttl_ms >= 0 ? a->ttl_ms : (long long)((r.valid_until_us - cli_now_us()) / 1000);
+    uint64_t next_renew = cli_now_us() + (uint64_t)(ttl / 3) * 1000u;
+    if (cli_spawn(&r) < 0)
         return CLI_EXIT_SOFTWARE;
     for (;;) {
-        uint64_t now = now_us();
+        uint64_t now = cli_now_us();
         if (!r.lost && now >= r.valid_until_us)
-            lose(&r, "lost: the permit's validity ran out before a renewal succeeded");
+            cli_lose(&r, "lost: the permit's validity ran out before a renewal succeeded");
         if (!r.lost && now >= next_renew) {
             if (permit_renew(a, &r, false))
-                next_renew = now_us() + (uint64_t)(ttl / 3) * 1000u;
+                next_renew = cli_now_us() + (uint64_t)(ttl / 3) * 1000u;
             else
-                next_renew = now_us() + 200000u;   /* again soon, while validity lasts */
+                next_renew = cli_now_us() + 200000u;   /* again soon, while validity lasts */
         }
         if (r.lost)
-            stop_lost_child(a, &r, now, 50);   /* lost: the poll below waits 50 ms */
-        if (r.reaped && (!r.lost || r.kill_sent || !group_alive(&r)))
+            cli_stop_lost_child(a, &r, now, 50);   /* lost: the poll below waits 50 ms */
+        if (r.reaped && (!r.lost || r.kill_sent || !cli_group_alive(&r)))
             break;
-        long timeout = r.lost ? 50 : until_ms(next_renew < r.valid_until_us ? next_renew : r.valid_until_us,
-                                              now_us(), 1000);
-        struct pollfd pfd = {sig_pipe[0], POLLIN, 0};
+        long timeout = r.lost ? 50 : cli_until_ms(next_renew < r.valid_until_us ? next_renew : r.valid_until_us,
+                                                  cli_now_us(), 1000);
+        struct pollfd pfd = {cli_sig_pipe[0], POLLIN, 0};
         poll(&pfd, 1, (int)timeout);
-        on_signals(&r);
+        cli_on_signals(&r);
     }
     if (r.lost)
         return CLI_EXIT_LOST;
-    code = child_exit_code(r.status);
+    code = cli_child_exit_code(r.status);
     answer rel = {0};
-    if (call("DELETE", r.path, NULL, r.token, RELEASE_TIMEOUT_MS, &rel) < 0)
-        say("release: unreachable (%s); the permit expires with its ttl", rel.errbuf);
+    if (cli_call("DELETE", r.path, NULL, r.token, RELEASE_TIMEOUT_MS, &rel) < 0)
+        cli_say("release: unreachable (%s); the permit expires with its ttl", rel.errbuf);
     else if (rel.status == 409) {
-        say("lost: the permit was no longer held when the command exited");
+        cli_say("lost: the permit was no longer held when the command exited");
         code = CLI_EXIT_LOST;
     }
-    answer_reset(&rel);
+    cli_answer_reset(&rel);
     return code;
 }

@@ -4,18 +4,18 @@
 
 /* ---- run ---- */
 
-int sig_pipe[2] = {-1, -1};
+int cli_sig_pipe[2] = {-1, -1};
 
 static void on_signal(int sig)
 {
     int saved = errno;
     unsigned char b = (unsigned char)sig;
-    ssize_t w = write(sig_pipe[1], &b, 1);   /* a full pipe already has a wake-up in it */
+    ssize_t w = write(cli_sig_pipe[1], &b, 1);   /* a full pipe already has a wake-up in it */
     (void)w;
     errno = saved;
 }
 
-void lose(run *r, const char *fmt, ...)
+void cli_lose(run *r, const char *fmt, ...)
 {
     if (r->lost)
         return;
@@ -32,15 +32,15 @@ static int on_event(const char *line, void *arg)
     cli_event ev;
     if (cli_parse_event(line, &ev) < 0) {
         if (!r->acquired) {
-            say("the held stream began with something redlock does not understand: %.200s", line);
+            cli_say("the held stream began with something redlock does not understand: %.200s", line);
             r->exit_code = CLI_EXIT_PROTOCOL;
             r->phase = DONE;
             return 1;
         }
-        lose(r, "the held stream sent something redlock does not understand: %.200s", line);
+        cli_lose(r, "the held stream sent something redlock does not understand: %.200s", line);
         return 1;
     }
-    uint64_t now = now_us();
+    uint64_t now = cli_now_us();
     switch (ev.kind) {
     case CLI_EV_ACQUIRED:
         if (r->acquired)
@@ -55,11 +55,11 @@ static int on_event(const char *line, void *arg)
             r->valid_until_us = now + (uint64_t)ev.validity_ms * 1000u;
         break;
     case CLI_EV_LOST:
-        lose(r, "lost: the service lost the lock (%s)", ev.reason[0] ? ev.reason : "no reason given");
+        cli_lose(r, "lost: the service lost the lock (%s)", ev.reason[0] ? ev.reason : "no reason given");
         break;
     case CLI_EV_RELEASED:
         if (!r->releasing)
-            lose(r, "lost: the service released the lock%s%s%s", ev.reason[0] ? " (" : "",
+            cli_lose(r, "lost: the service released the lock%s%s%s", ev.reason[0] ? " (" : "",
                  ev.reason, ev.reason[0] ? ")" : "");
         break;
     case CLI_EV_OTHER:
@@ -80,12 +80,12 @@ static size_t on_stream(char *p, size_t size, size_t n, void *arg)
         r->kind = status == 201 && ct && !strncmp(ct, "application/x-ndjson", 20) ? 1 : 2;
     }
     if (r->kind == 2)
-        return on_body(p, size, n, &r->ans);
+        return cli_on_body(p, size, n, &r->ans);
     if (cli_lines_feed(&r->lines, p, len, on_event, r) < 0) {
         if (r->acquired)
-            lose(r, "the held stream sent a line longer than %d bytes", CLI_LINE_MAX);
+            cli_lose(r, "the held stream sent a line longer than %d bytes", CLI_LINE_MAX);
         else {
-            say("the held stream sent a line longer than %d bytes", CLI_LINE_MAX);
+            cli_say("the held stream sent a line longer than %d bytes", CLI_LINE_MAX);
             r->exit_code = CLI_EXIT_PROTOCOL;
             r->phase = DONE;
         }
@@ -124,24 +124,24 @@ static int add_heartbeat(char *body, size_t cap, long long ms)
 static int start_try(run *r)
 {
     char body[512];
-    r->asked_ms = next_wait(r->a->wait_ms, r->deadline_us, r->cap);
+    r->asked_ms = cli_next_wait(r->a->wait_ms, r->deadline_us, r->cap);
     if (r->a->cmd == CLI_ELECT ? campaign_body(r, body, sizeof body) < 0
                                : cli_acquire_body(r->a->ttl_ms, r->asked_ms, true, r->owner, body,
                                                   sizeof body) < 0)
         return -1;
     if (add_heartbeat(body, sizeof body, r->heartbeat_ms) < 0)
         return -1;
-    answer_reset(&r->ans);
+    cli_answer_reset(&r->ans);
     cli_lines_free(&r->lines);
     r->kind = 0;
-    r->h = new_request("POST", r->path, body, NULL, 0, &r->hdrs, &r->ans);
+    r->h = cli_new_request("POST", r->path, body, NULL, 0, &r->hdrs, &r->ans);
     if (!r->h)
         return -1;
     curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, on_stream);
     curl_easy_setopt(r->h, CURLOPT_WRITEDATA, r);
     /* Only the connect and the wait are bounded: the stream itself lasts as
      * long as CMD, and a stalled one is caught by the validity timer. */
-    r->sent_us = now_us();
+    r->sent_us = cli_now_us();
     if (curl_multi_add_handle(r->multi, r->h) != CURLM_OK)
         return -1;
     return 0;
@@ -157,19 +157,18 @@ static void on_done(run *r, CURLcode rc)
         drop_request(r);
         if (r->acquired) {
             if (!r->releasing)
-                lose(r, "lost: the held stream %s", rc == CURLE_OK ? "ended" : "broke");
+                cli_lose(r, "lost: the held stream %s", rc == CURLE_OK ? "ended" : "broke");
         } else if (r->phase != DONE) {
-            say("the held stream ended before the lock was acquired");
+            cli_say("the held stream ended before the lock was acquired");
             r->exit_code = CLI_EXIT_PROTOCOL;
             r->phase = DONE;
         }
         return;
     }
     if (rc != CURLE_OK) {
-        if (!r->ans.errbuf[0])
-            snprintf(r->ans.errbuf, sizeof r->ans.errbuf, "%s", curl_easy_strerror(rc));
+        r->ans.rc = rc;
         drop_request(r);
-        r->exit_code = unreachable(&r->ans);
+        r->exit_code = cli_unreachable(&r->ans);
         r->phase = DONE;
         return;
     }
@@ -179,13 +178,13 @@ static void on_done(run *r, CURLcode rc)
     if (status == 201) {
         /* An ordinary grant: this service ignores "hold". Give it back. */
         char tok[300];
-        if (json_str(r->ans.body, "token", tok, sizeof tok)) {
+        if (cli_json_str(r->ans.body, "token", tok, sizeof tok)) {
             answer rel = {0};
-            call("DELETE", r->path, NULL, tok, RELEASE_TIMEOUT_MS, &rel);
-            answer_reset(&rel);
+            cli_call("DELETE", r->path, NULL, tok, RELEASE_TIMEOUT_MS, &rel);
+            cli_answer_reset(&rel);
         }
-        say("the service at %s does not keep held streams (a redlockd older than this redlock?)",
-            g_url);
+        cli_say("the service at %s does not keep held streams (a redlockd older than this redlock?)",
+                cli_svc.shown);
         r->exit_code = CLI_EXIT_PROTOCOL;
         r->phase = DONE;
         return;
@@ -193,24 +192,24 @@ static void on_done(run *r, CURLcode rc)
     long long newcap;
     if (status == 400 && r->asked_ms > 0 && cli_wait_cap(r->ans.body, &newcap) && newcap < r->asked_ms) {
         r->cap = newcap;
-        r->retry_at_us = now_us();
+        r->retry_at_us = cli_now_us();
         return;
     }
     int code = cli_answer_exit(status, r->ans.body);
-    if (cli_transient(status) && wait_left(r->a->wait_ms, r->deadline_us)) {
-        r->retry_at_us = ride_out(&r->ans, ++r->transients, r->a->wait_ms, r->deadline_us);
+    if (cli_transient(status) && cli_wait_left(r->a->wait_ms, r->deadline_us)) {
+        r->retry_at_us = cli_ride_out(&r->ans, ++r->transients, r->a->wait_ms, r->deadline_us);
         return;
     }
-    if (code == CLI_EXIT_NOT_ACQUIRED && wait_left(r->a->wait_ms, r->deadline_us)) {
+    if (code == CLI_EXIT_NOT_ACQUIRED && cli_wait_left(r->a->wait_ms, r->deadline_us)) {
         long long d = 0;
-        if ((long long)((now_us() - r->sent_us) / 1000) + 50 < r->asked_ms || r->asked_ms == 0)
-            d = cli_retry_delay_ms(json_int(r->ans.body, "retry_after_ms"), random_unit());
-        r->retry_at_us = now_us() + (uint64_t)d * 1000u;
+        if ((long long)((cli_now_us() - r->sent_us) / 1000) + 50 < r->asked_ms || r->asked_ms == 0)
+            d = cli_retry_delay_ms(cli_json_int(r->ans.body, "retry_after_ms"), cli_random_unit());
+        r->retry_at_us = cli_now_us() + (uint64_t)d * 1000u;
         if (r->a->wait_ms != CLI_WAIT_FOREVER && r->retry_at_us > r->deadline_us)
             r->retry_at_us = r->deadline_us;
         return;
     }
-    r->exit_code = refused(&r->ans);
+    r->exit_code = cli_refused(&r->ans);
     r->phase = DONE;
 }
 
@@ -220,40 +219,40 @@ static void finish(run *r)
 {
     int still;
     curl_multi_perform(r->multi, &still);   /* events already received */
-    r->exit_code = child_exit_code(r->status);
+    r->exit_code = cli_child_exit_code(r->status);
     if (!r->lost) {
         r->releasing = true;
         answer rel = {0};
-        if (call("DELETE", r->path, NULL, r->token, RELEASE_TIMEOUT_MS, &rel) < 0)
-            say("release: unreachable (%s); closing the held stream releases the lock", rel.errbuf);
+        if (cli_call("DELETE", r->path, NULL, r->token, RELEASE_TIMEOUT_MS, &rel) < 0)
+            cli_say("release: unreachable (%s); closing the held stream releases the lock", rel.errbuf);
         else if (rel.status == 409 && cli_answer_exit(rel.status, rel.body) == CLI_EXIT_NOT_HELD) {
             char line[600];
             cli_format_error(rel.status, rel.body, line, sizeof line);
-            lose(r, "lost: the lock was no longer held when the command exited: %s", line);
+            cli_lose(r, "lost: the lock was no longer held when the command exited: %s", line);
         } else if (rel.status != 204) {
             char line[600];
             cli_format_error(rel.status, rel.body, line, sizeof line);
-            say("release: %s; closing the held stream releases the lock", line);
+            cli_say("release: %s; closing the held stream releases the lock", line);
         }
-        answer_reset(&rel);
+        cli_answer_reset(&rel);
     }
     if (r->lost) {
-        say("%s", r->why);
+        cli_say("%s", r->why);
         r->exit_code = CLI_EXIT_LOST;
     }
     drop_request(r);
     r->phase = DONE;
 }
 
-void on_signals(run *r)
+void cli_on_signals(run *r)
 {
     unsigned char sigs[64];
     ssize_t n;
-    while ((n = read(sig_pipe[0], sigs, sizeof sigs)) > 0) {
+    while ((n = read(cli_sig_pipe[0], sigs, sizeof sigs)) > 0) {
         for (ssize_t i = 0; i < n; i++) {
             int sig = sigs[i];
             if (sig == SIGCHLD) {
-                reap(r);
+                cli_reap(r);
             } else if (r->child > 0) {
                 kill(-r->child, sig);   /* to CMD's whole group */
             } else if (r->phase == ACQUIRING) {
@@ -266,9 +265,9 @@ void on_signals(run *r)
     }
 }
 
-int setup_signals(void)
+int cli_setup_signals(void)
 {
-    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    if (pipe2(cli_sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         return -1;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -282,7 +281,7 @@ int setup_signals(void)
     return 0;
 }
 
-void default_owner(char *out, size_t outlen)
+void cli_default_owner(char *out, size_t outlen)
 {
     char host[256] = "";
     if (gethostname(host, sizeof host) < 0)
@@ -303,7 +302,7 @@ void default_owner(char *out, size_t outlen)
  * CLI_CANDIDATE_MAX bytes. */
 static void default_candidate(char *out, size_t outlen)
 {
-    default_owner(out, outlen);
+    cli_default_owner(out, outlen);
     for (char *p = out; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
               *p == '.' || *p == '_' || *p == '-'))
@@ -314,7 +313,7 @@ static void default_candidate(char *out, size_t outlen)
 }
 
 /* Milliseconds until t (0 if past), at most cap. */
-long until_ms(uint64_t t, uint64_t now, long cap)
+long cli_until_ms(uint64_t t, uint64_t now, long cap)
 {
     if (t <= now)
         return 0;
@@ -326,12 +325,12 @@ long until_ms(uint64_t t, uint64_t now, long cap)
  * SIGKILL a->grace_ms later. Kills even after CMD itself exited: what it
  * started must stop too. Returns timeout, or less when the SIGKILL is due
  * sooner. */
-long stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout)
+long cli_stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout)
 {
     if (!r->term_sent) {
         char grace[32];
         cli_format_ms(a->grace_ms, grace, sizeof grace);
-        say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r->why, grace);
+        cli_say("%s; stopping the command (SIGTERM, SIGKILL after %s)", r->why, grace);
         kill(-r->child, SIGTERM);
         r->term_sent = true;
         r->kill_at_us = now + (uint64_t)a->grace_ms * 1000u;
@@ -339,7 +338,7 @@ long stop_lost_child(const cli_args *a, run *r, uint64_t now, long timeout)
     if (r->kill_sent)
         return timeout;
     if (now < r->kill_at_us)
-        return until_ms(r->kill_at_us, now, timeout);
+        return cli_until_ms(r->kill_at_us, now, timeout);
     kill(-r->child, SIGKILL);
     r->kill_sent = true;
     return timeout;
@@ -363,9 +362,9 @@ static void beat_done(run *r, CURLcode rc)
     long status = 0;
     curl_easy_getinfo(r->beat, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK)
-        say("heartbeat: %s", r->beat_ans.errbuf[0] ? r->beat_ans.errbuf : curl_easy_strerror(rc));
+        cli_say("heartbeat: %s", r->beat_ans.errbuf[0] ? r->beat_ans.errbuf : curl_easy_strerror(rc));
     else if (status != 204 && status != 202)
-        say("heartbeat: answered %ld %s", status, r->beat_ans.body ? r->beat_ans.body : "");
+        cli_say("heartbeat: answered %ld %s", status, r->beat_ans.body ? r->beat_ans.body : "");
     beat_drop(r);
 }
 
@@ -375,21 +374,21 @@ static long heartbeat(run *r, uint64_t now, long timeout)
     if (r->beat || !r->acquired || r->lost)
         return timeout;
     if (now < r->next_beat_us)
-        return until_ms(r->next_beat_us, now, timeout);
+        return cli_until_ms(r->next_beat_us, now, timeout);
     char path[CLI_PATH_MAX + 16];   /* (r->path and /heartbeat) */
     snprintf(path, sizeof path, "%s/heartbeat", r->path);
-    answer_reset(&r->beat_ans);
+    cli_answer_reset(&r->beat_ans);
     long timeout_ms = r->heartbeat_ms > 1000 ? (long)r->heartbeat_ms : 1000;
-    r->beat = new_request("PUT", path, NULL, r->token, timeout_ms, &r->beat_hdrs, &r->beat_ans);
+    r->beat = cli_new_request("PUT", path, NULL, r->token, timeout_ms, &r->beat_hdrs, &r->beat_ans);
     if (r->beat && curl_multi_add_handle(r->multi, r->beat) != CURLM_OK) {
         curl_easy_cleanup(r->beat);
         r->beat = NULL;
     }
     r->next_beat_us = now + (uint64_t)r->heartbeat_ms * 250u;
-    return until_ms(r->next_beat_us, now, timeout);
+    return cli_until_ms(r->next_beat_us, now, timeout);
 }
 
-int cmd_run(const cli_args *a)
+int cli_cmd_run(const cli_args *a)
 {
     run r;
     memset(&r, 0, sizeof r);
@@ -398,11 +397,11 @@ int cmd_run(const cli_args *a)
     r.cap = CLI_SERVER_MAX_WAIT_MS;
     r.fence = -1;
     r.heartbeat_ms = a->ttl_ms > 0 ? a->ttl_ms : CLI_HEARTBEAT_MS;
-    lock_path(a->name, r.path, sizeof r.path);
+    cli_lock_path(a->name, r.path, sizeof r.path);
     if (a->owner)
         snprintf(r.owner, sizeof r.owner, "%s", a->owner);
     else
-        default_owner(r.owner, sizeof r.owner);
+        cli_default_owner(r.owner, sizeof r.owner);
     if (a->cmd == CLI_ELECT) {
         /* The owner slot carries the candidate: a campaign waits forever. */
         char seg[RULES_NAME_PATH_MAX];
@@ -414,25 +413,25 @@ int cmd_run(const cli_args *a)
             default_candidate(r.owner, sizeof r.owner);
     }
     if (a->wait_ms > 0)
-        r.deadline_us = now_us() + (uint64_t)a->wait_ms * 1000u;
-    note_inherited_fds();
-    if (setup_signals() < 0 || !(r.multi = curl_multi_init()) || start_try(&r) < 0) {
-        say("cannot start: %s", strerror(errno));
+        r.deadline_us = cli_now_us() + (uint64_t)a->wait_ms * 1000u;
+    cli_note_inherited_fds();
+    if (cli_setup_signals() < 0 || !(r.multi = curl_multi_init()) || start_try(&r) < 0) {
+        cli_say("cannot start: %s", strerror(errno));
         return CLI_EXIT_SOFTWARE;
     }
     while (r.phase != DONE) {
-        uint64_t now = now_us();
+        uint64_t now = cli_now_us();
         long timeout = 1000;
         if (r.phase == ACQUIRING && !r.h && r.retry_at_us) {
             if (now >= r.retry_at_us) {
                 r.retry_at_us = 0;
                 if (start_try(&r) < 0) {
-                    say("out of memory");
+                    cli_say("out of memory");
                     r.exit_code = CLI_EXIT_SOFTWARE;
                     break;
                 }
             } else {
-                timeout = until_ms(r.retry_at_us, now, timeout);
+                timeout = cli_until_ms(r.retry_at_us, now, timeout);
             }
         }
         if (r.h && !r.acquired && !(a->cmd == CLI_ELECT && r.kind == 1)) {
@@ -441,51 +440,52 @@ int cmd_run(const cli_args *a)
              * by the end of the wait asked for, give or take a call's time. */
             uint64_t due = r.sent_us + (uint64_t)(r.asked_ms + CALL_TIMEOUT_MS) * 1000u;
             if (now >= due) {
-                say("unreachable: %s: no answer within %lld ms", g_url, r.asked_ms + CALL_TIMEOUT_MS);
+                cli_say("unreachable: %s: no answer within %lld ms", cli_svc.shown,
+                        r.asked_ms + CALL_TIMEOUT_MS);
                 r.exit_code = CLI_EXIT_UNAVAILABLE;
                 break;
             }
-            timeout = until_ms(due, now, timeout);
+            timeout = cli_until_ms(due, now, timeout);
         }
         if (r.acquired && !r.child && !r.lost) {
-            if (spawn(&r) < 0) {
+            if (cli_spawn(&r) < 0) {
                 r.exit_code = CLI_EXIT_SOFTWARE;
                 break;
             }
             r.phase = HOLDING;
         }
         if (r.acquired && !r.lost && now >= r.valid_until_us)
-            lose(&r, "lost: no renewal came before the lock's validity ran out (the held stream stalled?)");
+            cli_lose(&r, "lost: no renewal came before the lock's validity ran out (the held stream stalled?)");
         if (r.acquired && !r.lost) {
-            timeout = until_ms(r.valid_until_us, now, timeout);
+            timeout = cli_until_ms(r.valid_until_us, now, timeout);
             timeout = heartbeat(&r, now, timeout);
         }
         if (r.lost && !r.child) {
-            say("%s", r.why);   /* before CMD started */
+            cli_say("%s", r.why);   /* before CMD started */
             r.exit_code = CLI_EXIT_LOST;
             break;
         }
         if (r.lost)
-            timeout = stop_lost_child(a, &r, now, timeout);
+            timeout = cli_stop_lost_child(a, &r, now, timeout);
         if (r.reaped) {
             if (!r.lost) {
                 finish(&r);
                 break;
             }
-            if (r.kill_sent || !group_alive(&r)) {
+            if (r.kill_sent || !cli_group_alive(&r)) {
                 r.exit_code = CLI_EXIT_LOST;
                 break;
             }
             if (timeout > 50)
                 timeout = 50;   /* CMD's leader is gone; watch the rest of its group */
         }
-        struct curl_waitfd extra = {.fd = sig_pipe[0], .events = CURL_WAIT_POLLIN};
+        struct curl_waitfd extra = {.fd = cli_sig_pipe[0], .events = CURL_WAIT_POLLIN};
         if (curl_multi_poll(r.multi, &extra, 1, (int)timeout, NULL) != CURLM_OK) {
-            say("curl_multi_poll failed");
+            cli_say("curl_multi_poll failed");
             r.exit_code = CLI_EXIT_SOFTWARE;
             break;
         }
-        on_signals(&r);
+        cli_on_signals(&r);
         if (r.phase == DONE)
             break;
         int still;
@@ -501,16 +501,16 @@ int cmd_run(const cli_args *a)
     /* Whatever way out: the stream closes, and with it the lock. */
     if (r.beat)
         beat_drop(&r);
-    answer_reset(&r.beat_ans);
+    cli_answer_reset(&r.beat_ans);
     drop_request(&r);
     if (r.child > 0 && !r.reaped && r.phase != DONE) {
         /* An internal failure while CMD runs: it must not run unlocked. */
         kill(-r.child, SIGKILL);
         waitpid(r.child, NULL, 0);
-        take_back_tty(&r);
+        cli_take_back_tty(&r);
     }
     curl_multi_cleanup(r.multi);
-    answer_reset(&r.ans);
+    cli_answer_reset(&r.ans);
     cli_lines_free(&r.lines);
     return r.exit_code;
 }

@@ -36,23 +36,24 @@ int main(int argc, char **argv)
         printf("redlock %s (libcurl %s)\n", REDLOCKD_VERSION, curl_version_info(CURLVERSION_NOW)->version);
         return CLI_EXIT_OK;
     }
-    if (set_url(a.url) < 0 || set_auth(a.auth_token_file) < 0 || (a.force && set_admin_auth(a.admin_token_file) < 0))
+    if (cli_set_service(&a) < 0 || cli_set_auth(a.auth_token_file) < 0 ||
+        (a.force && cli_set_admin_auth(a.admin_token_file) < 0))
         return CLI_EXIT_USAGE;
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        say("curl_global_init failed");
+        cli_say("curl_global_init failed");
         return CLI_EXIT_SOFTWARE;
     }
     int code;
     switch (a.cmd) {
-    case CLI_RUN: code = a.limit ? cmd_run_permit(&a) : cmd_run(&a); break;
-    case CLI_ELECT: code = a.observe ? cmd_observe(&a) : cmd_run(&a); break;
-    case CLI_ACQUIRE: code = cmd_acquire(&a); break;
-    case CLI_EXTEND: code = cmd_extend(&a); break;
-    case CLI_RELEASE: code = cmd_release(&a); break;
-    case CLI_STATUS: code = cmd_status(&a); break;
-    case CLI_READY: code = cmd_ready(&a); break;
-    case CLI_LIST: code = cmd_list(&a); break;
+    case CLI_RUN: code = a.limit ? cli_cmd_run_permit(&a) : cli_cmd_run(&a); break;
+    case CLI_ELECT: code = a.observe ? cli_cmd_observe(&a) : cli_cmd_run(&a); break;
+    case CLI_ACQUIRE: code = cli_cmd_acquire(&a); break;
+    case CLI_EXTEND: code = cli_cmd_extend(&a); break;
+    case CLI_RELEASE: code = cli_cmd_release(&a); break;
+    case CLI_STATUS: code = cli_cmd_status(&a); break;
+    case CLI_READY: code = cli_cmd_ready(&a); break;
+    case CLI_LIST: code = cli_cmd_list(&a); break;
     default: code = CLI_EXIT_USAGE; break;
     }
     curl_global_cleanup();

@@ -148,13 +148,15 @@ void cli_setup(void)
     ssize_t n = readlink("/proc/self/exe", SELF, sizeof SELF - 1);
     cr_assert_gt(n, 0);
     SELF[n] = '\0';
-    unsetenv("REDLOCK_URL");
-    unsetenv("REDLOCK_AUTH_TOKEN");
-    unsetenv("REDLOCK_ADMIN_TOKEN");
+    const char *const inherited[] = {"REDLOCK_URL", "REDLOCK_AUTH_TOKEN", "REDLOCK_TOKEN", "REDLOCK_ADMIN_TOKEN",
+                                     "REDLOCK_CACERT", "REDLOCK_CERT", "REDLOCK_KEY"};
+    for (size_t i = 0; i < sizeof inherited / sizeof *inherited; i++)
+        unsetenv(inherited[i]);
 }
 
 void cli_teardown(void)
 {
+    cli_proxy_stop();
     h_cluster_free(C);
     C = NULL;
     if (getenv("H_KEEP")) {
@@ -266,6 +268,12 @@ const char *err_of(const char *tag)
     return slurp(1, f);
 }
 
+bool cli_one_line(const char *tag)
+{
+    const char *e = err_of(tag), *nl = strchr(e, '\n');
+    return !strncmp(e, "redlock: ", 9) && nl && nl[1] == '\0';
+}
+
 /* Waits up to timeout_ms for T/file to exist with content. */
 bool wait_file(const char *file, int timeout_ms)
 {
@@ -302,4 +310,79 @@ const char *trapping_child(char *buf, size_t len)
              "trap 'echo HUP > %1$s/got; exit 11' HUP; echo $$ > %1$s/started; "
              "while :; do sleep 0.05; done", T);
     return buf;
+}
+
+/* ---- HTTPS and Unix sockets: the stand-in listener (cli_harness.h) ---- */
+
+static pid_t proxy_pid;
+
+void cli_make_certs(cli_certs *k)
+{
+    char dir[200], cmd[4096];   /* T is short: the files' paths fit in 300 */
+    path_of(dir, sizeof dir, "tls");
+    cr_assert_eq(mkdir(dir, 0700), 0, "%s: %s", dir, strerror(errno));
+    /* EC keys: quick to make; each certificate signed for 2 days. */
+    snprintf(cmd, sizeof cmd,
+             "(cd %s && K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes' && "
+             "S='-CAcreateserial -days 2' && "
+             "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=redlock-test-ca && "
+             "openssl req -x509 $K -keyout other.key -out other.crt -days 2 -subj /CN=some-other-ca && "
+             "openssl req $K -keyout server.key -out server.csr -subj /CN=redlockd && "
+             "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && "
+             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key $S -out server.crt -extfile san.ext && "
+             "openssl req $K -keyout client.key -out client.csr -subj /CN=redlock-test-client && "
+             "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key $S -out client.crt && "
+             "openssl req $K -keyout foreign.key -out foreign.csr -subj /CN=foreign-client && "
+             "openssl x509 -req -in foreign.csr -CA other.crt -CAkey other.key $S -out foreign.crt"
+             ") > %s/openssl.log 2>&1",
+             dir, dir);
+    cr_assert_eq(system(cmd), 0, "openssl failed: %s", slurp(3, "tls/openssl.log"));
+    const struct { char *out; const char *file; } files[] = {
+        {k->ca, "ca.crt"}, {k->server_crt, "server.crt"}, {k->server_key, "server.key"},
+        {k->client_crt, "client.crt"}, {k->client_key, "client.key"}, {k->other_ca, "other.crt"},
+        {k->foreign_crt, "foreign.crt"}, {k->foreign_key, "foreign.key"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        snprintf(files[i].out, 300, "%s/%s", dir, files[i].file);
+}
+
+static bool proxy_ready(void *log_name)
+{
+    return strstr(slurp(2, log_name), "READY\n") != NULL;
+}
+
+void cli_proxy_start(const char *listen, const char *log_name, const cli_certs *k, const char *client_ca)
+{
+    const char *root = getenv("REDLOCK_SOURCE_ROOT");
+    cr_assert(root && C, "REDLOCK_SOURCE_ROOT and a started service are needed");
+    char script[600], target[64], log[300], out[400];
+    snprintf(script, sizeof script, "%s/tests/integration/cli/cli_proxy.py", root);
+    snprintf(target, sizeof target, "127.0.0.1:%d", C->http_port);
+    path_of(log, sizeof log, log_name);
+    snprintf(out, sizeof out, "%s.out", log);
+    char *argv[12] = {"python3", script, (char *)listen, target, log};
+    int n = 5;
+    if (k) {
+        argv[n++] = "--cert";
+        argv[n++] = (char *)k->server_crt;
+        argv[n++] = "--key";
+        argv[n++] = (char *)k->server_key;
+    }
+    if (client_ca) {
+        argv[n++] = "--client-ca";
+        argv[n++] = (char *)client_ca;
+    }
+    argv[n] = NULL;
+    proxy_pid = h_spawn(argv, out);
+    cr_assert(h_eventually(proxy_ready, (void *)log_name, 10000), "cli_proxy.py did not start: %s",
+              slurp(3, strrchr(out, '/') + 1));
+}
+
+void cli_proxy_stop(void)
+{
+    if (proxy_pid > 0) {
+        kill(proxy_pid, SIGKILL);
+        waitpid(proxy_pid, NULL, 0);
+    }
+    proxy_pid = 0;
 }

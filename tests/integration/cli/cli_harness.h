@@ -29,6 +29,8 @@ int finish(pid_t pid, int timeout_ms);
 const char *slurp(int slot, const char *file);
 const char *out_of(const char *tag);
 const char *err_of(const char *tag);
+/* Is tag's stderr one line that names redlock, as every error must be? */
+bool cli_one_line(const char *tag);
 bool wait_file(const char *file, int timeout_ms);
 void start_service(int n, ...);
 const char *trapping_child(char *buf, size_t len);
@@ -39,5 +41,31 @@ pid_t start_v(const char *tag, const char *const *args);
 int run_v(const char *tag, const char *const *args);
 #define START(tag, ...) start_v(tag, (const char *const[]){__VA_ARGS__, NULL})
 #define RUN(tag, ...) run_v(tag, (const char *const[]){__VA_ARGS__, NULL})
+
+/* ---- HTTPS and Unix sockets (issue 43) ----
+ * Until redlockd serves them itself, cli_proxy.py stands in for its new
+ * listeners: a Unix socket or HTTPS (with a client certificate required)
+ * in front of the started service C, passing every byte on. Its log shows
+ * what came through (REQ, HOST, AUTH lines; CONN with the client
+ * certificate's CN; HANDSHAKE_FAILED). Once the daemon has the listeners,
+ * cli_proxy_start is replaced by starting C with them, and the log's
+ * checks by the daemon's own (its audit log names the principal). */
+
+/* Certificates made by the openssl CLI in T/tls: a CA, a server certificate
+ * for 127.0.0.1 and localhost signed by it, a client certificate (CN
+ * redlock-test-client) signed by it, and another CA with a client
+ * certificate of its own (CN foreign-client). Full paths. */
+typedef struct cli_certs {
+    char ca[300], server_crt[300], server_key[300], client_crt[300], client_key[300];
+    char other_ca[300], foreign_crt[300], foreign_key[300];
+} cli_certs;
+void cli_make_certs(cli_certs *k);
+
+/* Starts the stand-in listening at listen ("unix:PATH", or "tls:127.0.0.1:PORT"
+ * with k's server certificate and, when client_ca, a client certificate
+ * signed by it required) in front of C, its log in T/log_name; returns once
+ * it listens. Stopped at teardown, or by cli_proxy_stop. */
+void cli_proxy_start(const char *listen, const char *log_name, const cli_certs *k, const char *client_ca);
+void cli_proxy_stop(void);
 
 #endif

@@ -210,6 +210,11 @@ Test(cli_args, other_commands)
     cr_assert_str_eq(a.auth_token_file, "/f");
     a = ok("ready --url=http://x");
     cr_assert_str_eq(a.url, "http://x");
+    /* HTTPS's files, before or after the command; checked with the
+     * environment (test_cli_service.c) */
+    a = ok("--url https://h:1 --cacert /ca --cert=/c status --key /k x");
+    cr_assert(!strcmp(a.cacert, "/ca") && !strcmp(a.cert, "/c") && !strcmp(a.key, "/k"));
+    usage_error("ready --cacert", "--cacert needs a value");
 }
 
 /* A token that begins with '-' is TOKEN, not an option: 1 in 64 tokens of
@@ -291,7 +296,9 @@ Test(cli_args, help_is_complete)
         for (size_t k = 0; k < 6 && want[i].opts[k]; k++)
             cr_assert(strstr(text, want[i].opts[k]), "help of %s lacks %s", cli_cmd_name(want[i].cmd),
                       want[i].opts[k]);
-        cr_assert(strstr(text, "--url") && strstr(text, "--auth-token-file"));
+        cr_assert(strstr(text, "--url") && strstr(text, "--auth-token-file") && strstr(text, "unix:/") &&
+                  strstr(text, "https://") && strstr(text, "--cacert") && strstr(text, "--cert") &&
+                  strstr(text, "--key") && strstr(text, "REDLOCK_TOKEN") && strstr(text, "REDLOCK_CERT"));
         if (want[i].cmd == CLI_NONE)
             cr_assert(strstr(text, "REDLOCK_URL") && strstr(text, "REDLOCK_AUTH_TOKEN") &&
                       strstr(text, "75") && strstr(text, "69") && strstr(text, "64"));
@@ -573,3 +580,7 @@ Test(answers, hostile_numbers_and_text)
                                            out, sizeof out), 0);
     cr_assert_null(strchr(out, '\n'), "%s", out);
 }
+
+/* The service's URL, TLS files and token: in a file of its own, compiled
+ * here (see its head). */
+#include "test_cli_service.c"
