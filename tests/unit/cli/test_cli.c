@@ -580,7 +580,3 @@ Test(answers, hostile_numbers_and_text)
                                            out, sizeof out), 0);
     cr_assert_null(strchr(out, '\n'), "%s", out);
 }
-
-/* The service's URL, TLS files and token: in a file of its own, compiled
- * here (see its head). */
-#include "test_cli_service.c"

@@ -1,11 +1,6 @@
 /* Unit tests of the redlock client's service (src/cli/cli_service.c): the
  * URL forms (http, https, a Unix socket), the TLS files, which flag or
- * variable wins, and which bearer token.
- *
- * Built as part of test_cli.c, which #includes this file at its end, since
- * test_cli.c is near the 600-line limit and tests/unit/meson.build lists
- * one file for unit_cli; listing this one there too would make it its own
- * compilation unit, and it is written to be one (its own helpers). */
+ * variable wins, and which bearer token. */
 #include <criterion/criterion.h>
 #include <string.h>
 
