@@ -17,6 +17,8 @@ masters:
   its alert), without one gets 401; none of those changes anything on the
   masters; plain HTTP on the HTTPS port gets nothing; the health check
   over HTTPS;
+* a held stream over HTTPS: its events, and its release when the client
+  closes;
 * SIGHUP: a new certificate served to a new connection while an open
   keep-alive connection goes on with its own; a broken key file keeps the
   certificate in force (reload_failed in the log).
@@ -214,8 +216,31 @@ def https(tmp, masters, certs):
                    "--tls-key-file", key])
     check(rc == 0 and f"healthy: GET https://127.0.0.1:{port}/healthz answered 200" in out,
           f"the health check over HTTPS: {rc} {out}")
+    held_stream(port, certs, masters)
     reload_certificate(d, port, certs, cert, key)
     d.stop()
+
+
+def held_stream(port, certs, masters):
+    """A held stream over HTTPS: its events arrive through TLS, and closing
+    the connection releases the lock (the watcher sees the client go)."""
+    s = tls_conn(port, certs)
+    body = '{"hold": true, "ttl_ms": 3000}'
+    s.sendall(f"POST /locks/billing/held HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n\r\n"
+              f"{body}".encode())
+    got, deadline = b"", time.monotonic() + 5
+    while b'"renewed"' not in got and time.monotonic() < deadline:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    check(b'"event":"acquired"' in got and b'"renewed"' in got, f"a held stream's events over HTTPS: {got[-300:]!r}")
+    check(keys(masters, "lock:billing/held") == len(masters), "the held lock is on the masters")
+    s.close()
+    deadline = time.monotonic() + 3
+    while keys(masters, "lock:billing/held") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(keys(masters, "lock:billing/held") == 0, "closing the HTTPS connection released the held lock")
 
 
 def tls_conn(port, certs):
