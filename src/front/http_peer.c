@@ -6,10 +6,10 @@
  *
  * A connection's certificate is looked at once, by the first request that
  * asks, on the connection's loop, and kept in its registry entry
- * (conn_info.cert, cert_name) until it closes: the handshake already
- * refused a certificate that does not check out (http_tls.c), and this
- * checks it again (a resumed session brings the certificate of its first
- * handshake), so that only a verified certificate ever names anybody. */
+ * (conn_info.cert, cert_name) until it closes: a full handshake already
+ * refused a certificate that does not check out (http_tls.c); a resumed
+ * session's, which an earlier handshake brought, is checked again here, so
+ * that only a verified certificate ever names anybody. */
 #include "http_int.h"
 
 #include <gnutls/gnutls.h>
@@ -102,7 +102,15 @@ static void look_at_cert(req_ctx *ctx, gnutls_session_t session)
     ci->cert = -1;
     unsigned n = 0, status = 0;
     const gnutls_datum_t *peers = gnutls_certificate_get_peers(session, &n);
-    if (!peers || n == 0 || gnutls_certificate_verify_peers2(session, &status) < 0 || status != 0)
+    if (!peers || n == 0)
+        return;
+    /* A full handshake checked it already (verify_client in http_tls.c: a
+     * certificate that does not check out ends the handshake), and a check
+     * costs about a millisecond here, which every new connection's first
+     * request would wait for. A resumed session brings the certificate of
+     * an earlier handshake: checked again, against the clock of now. */
+    if (gnutls_session_is_resumed(session) &&
+        (gnutls_certificate_verify_peers2(session, &status) < 0 || status != 0))
         return;
     ci->cert = 1;
     ci->cert_name = name_of(&peers[0]);
