@@ -16,6 +16,11 @@
  *   bench [--seconds S] [--levels 1,8,64,256] [--json FILE]
  *         [--redlockd PATH] [--masters host:port,...] [--label TEXT]
  *         [--no-node] [--node-dir DIR] [--leases N] [--lease-window W]
+ *         [--listeners R]
+ *
+ * --listeners R runs only the listener rows (bench_listen.c), R rounds:
+ * HTTPS with client certificates at 1 and 64 clients against plain HTTP,
+ * and a Unix socket at 1 client against TCP, in the same run.
  *
  * --leases N adds the leases row (bench_leases.c): N held streams renewed
  * every second on a redlockd of their own, for --seconds (at least 5),
@@ -92,6 +97,24 @@ static int start_masters(const char *masters_arg, const char *dir, pid_t redis[N
     return 0;
 }
 
+/* The masters started (SIGKILL: no persistence) and the run's directory. */
+static void stop_masters(const pid_t redis[NMASTERS], const char *dir)
+{
+    for (int m = 0; m < NMASTERS; m++) {
+        if (info_ctx[m])
+            redisFree(info_ctx[m]);
+        info_ctx[m] = NULL;
+        if (redis[m] > 0) {
+            kill(redis[m], SIGKILL);
+            waitpid(redis[m], NULL, 0);
+        }
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench: could not remove %s\n", dir);
+}
+
 int main(int argc, char **argv)
 {
     double seconds = 5;
@@ -99,7 +122,7 @@ int main(int argc, char **argv)
     const char *json_path = "bench-result.json", *bin = "build/src/redlockd", *masters_arg = NULL;
     const char *label = "", *node_dir = BENCH_NODE_DIR;
     bool use_node = true;
-    int leases = 0, lease_window = 256;
+    int leases = 0, lease_window = 256, listener_rounds = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
             seconds = atof(argv[++i]);
@@ -123,10 +146,12 @@ int main(int argc, char **argv)
             leases = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--lease-window") && i + 1 < argc) {
             lease_window = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--listeners") && i + 1 < argc) {
+            listener_rounds = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench [--seconds S] [--levels 1,8,64,256] [--json FILE] "
                             "[--redlockd PATH] [--masters h:p,...] [--label TEXT] [--no-node] [--node-dir DIR] "
-                            "[--leases N] [--lease-window W]\n");
+                            "[--leases N] [--lease-window W] [--listeners R]\n");
             return 2;
         }
     }
@@ -145,6 +170,11 @@ int main(int argc, char **argv)
         return rc;
     if (masters_cpu_s() < 0)
         fprintf(stderr, "bench: INFO cpu fails on a master: the masters' CPU is left blank\n");
+    if (listener_rounds > 0) {
+        rc = run_listeners(bin, masters, dir, seconds, listener_rounds);
+        stop_masters(redis, dir);
+        return rc;
+    }
 
     /* redlockd twice on the same masters: --threads 1 and --threads 2. */
     pid_t daemon[2];
@@ -254,18 +284,7 @@ int main(int argc, char **argv)
         kill(daemon[k], SIGTERM);
         waitpid(daemon[k], NULL, 0);
     }
-    for (int m = 0; m < NMASTERS; m++) {
-        if (info_ctx[m])
-            redisFree(info_ctx[m]);
-        if (redis[m] > 0) {
-            kill(redis[m], SIGKILL);
-            waitpid(redis[m], NULL, 0);
-        }
-    }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "bench: could not remove %s\n", dir);
+    stop_masters(redis, dir);
     long errs = 0;
     for (int i = 0; i < nlevels; i++)
         errs += res[i][ROW_T1].errors + res[i][ROW_T2].errors + res[i][ROW_T1_NEW].errors;

@@ -8,6 +8,7 @@ enum hstate { H_ACQ, H_REL };
 
 typedef struct hclient {
     int fd;
+    SSL *ssl;                    /* HTTPS: the connection's TLS (NULL: plain) */
     int id;
     enum hstate st;
     uint64_t sent_us;
@@ -20,16 +21,65 @@ typedef struct hclient {
     long seq;                    /* acquires sent: the fresh name's suffix */
 } hclient;
 
-static int connect_to(int port)
+/* A client's connection to t: TCP to 127.0.0.1 or a Unix socket, and over
+ * HTTPS its handshake done here, before the level's clock starts (one
+ * handshake per client: the connection is kept alive for the level). */
+static int connect_to(const bench_target *t, SSL **ssl)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS)
-        die("connect");
+    int fd;
+    *ssl = NULL;
+    if (t->unix_path) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", t->unix_path);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
+            die("connect (unix)");
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)t->port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
+            die("connect");
+    }
+    if (t->tls) {
+        *ssl = SSL_new(t->tls);
+        if (!*ssl || SSL_set_fd(*ssl, fd) != 1 || SSL_connect(*ssl) != 1) {
+            ERR_print_errors_fp(stderr);
+            die("TLS handshake");
+        }
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     return fd;
+}
+
+/* write(2) and read(2), or their TLS forms, as those return: -1 with
+ * EAGAIN when the socket must be waited for. */
+static ssize_t c_write(hclient *c, const void *buf, size_t n)
+{
+    if (!c->ssl)
+        return write(c->fd, buf, n);
+    int w = SSL_write(c->ssl, buf, (int)n);
+    if (w > 0)
+        return w;
+    int e = SSL_get_error(c->ssl, w);
+    errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPROTO;
+    return -1;
+}
+
+static ssize_t c_read(hclient *c, void *buf, size_t n)
+{
+    if (!c->ssl)
+        return read(c->fd, buf, n);
+    int r = SSL_read(c->ssl, buf, (int)n);
+    if (r > 0)
+        return r;
+    int e = SSL_get_error(c->ssl, r);
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EPROTO;
+    return -1;
 }
 
 static void h_request(hclient *c)
@@ -54,7 +104,7 @@ static void h_request(hclient *c)
     c->inlen = 0;
     c->sent_us = now_us();
     while (c->outoff < c->outlen) {
-        ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+        ssize_t w = c_write(c, c->out + c->outoff, c->outlen - c->outoff);
         if (w < 0 && errno == EAGAIN)
             break;   /* EPOLLOUT finishes it */
         if (w < 0)
@@ -90,6 +140,8 @@ static int h_parse(hclient *c, size_t *consumed)
 /* The value of an unlabelled counter in redlockd's /metrics on port, or -1. */
 static double metric_value(int port, const char *family)
 {
+    if (port < 0)
+        return -1;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -129,13 +181,20 @@ static long fresh_seq_base;
 
 result run_http(int port, int nclients, double seconds, pid_t daemon, bool fresh)
 {
+    bench_target t = {.port = port};
+    return run_http_to(&t, nclients, seconds, daemon, fresh);
+}
+
+result run_http_to(const bench_target *to, int nclients, double seconds, pid_t daemon, bool fresh)
+{
+    int port = to->unix_path || to->tls ? -1 : to->port;   /* /metrics is read over plain TCP only */
     int ep = epoll_create1(0);
     hclient *cl = calloc((size_t)nclients, sizeof *cl);
     for (int i = 0; i < nclients; i++) {
         cl[i].id = i;
         cl[i].fresh = fresh;
         cl[i].seq = fresh_seq_base;
-        cl[i].fd = connect_to(port);
+        cl[i].fd = connect_to(to, &cl[i].ssl);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET, .data.ptr = &cl[i]};
         epoll_ctl(ep, EPOLL_CTL_ADD, cl[i].fd, &ev);
     }
@@ -164,14 +223,14 @@ result run_http(int port, int nclients, double seconds, pid_t daemon, bool fresh
         for (int k = 0; k < n; k++) {
             hclient *c = evs[k].data.ptr;
             if ((evs[k].events & EPOLLOUT) && c->outoff < c->outlen) {
-                ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+                ssize_t w = c_write(c, c->out + c->outoff, c->outlen - c->outoff);
                 if (w > 0)
                     c->outoff += (size_t)w;
             }
             if (!(evs[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
                 continue;
             for (;;) {
-                ssize_t rd = read(c->fd, c->in + c->inlen, sizeof c->in - 1 - c->inlen);
+                ssize_t rd = c_read(c, c->in + c->inlen, sizeof c->in - 1 - c->inlen);
                 if (rd == 0 || (rd < 0 && errno != EAGAIN)) {
                     fprintf(stderr, "bench: client %d: connection closed by redlockd\n", c->id);
                     break;
@@ -212,6 +271,8 @@ result run_http(int port, int nclients, double seconds, pid_t daemon, bool fresh
     double cpu1 = proc_cpu_s(daemon), mcpu1 = masters_cpu_s();
     double raises1 = metric_value(port, "redlockd_fence_raises_total");
     for (int i = 0; i < nclients; i++) {
+        if (cl[i].ssl)
+            SSL_free(cl[i].ssl);
         close(cl[i].fd);
         if (cl[i].seq > fresh_seq_base)
             fresh_seq_base = cl[i].seq;

@@ -9,6 +9,7 @@
  *   bench_handoff.c  hand-off between two instances, and /healthz's p50
  *   bench_leases.c   N held streams on a redlockd of their own: what they cost
  *   bench_report.c   the table and the JSON
+ *   bench_listen.c   HTTPS and a Unix socket beside plain TCP (--listeners)
  * Ports come from the test harness's reservation (h_free_port).
  */
 #ifndef BENCH_INT_H
@@ -20,6 +21,8 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -32,6 +35,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,7 +131,18 @@ double proc_cpu_s(pid_t pid);
 long proc_kib(pid_t pid, const char *field);
 
 /* bench_http.c */
+/* Where the HTTP clients go: TCP to 127.0.0.1:port, or unix_path; over
+ * HTTPS when tls is set (each client handshakes once, before the clock). */
+typedef struct bench_target {
+    int port;
+    const char *unix_path;
+    SSL_CTX *tls;
+} bench_target;
 result run_http(int port, int nclients, double seconds, pid_t daemon, bool fresh);
+result run_http_to(const bench_target *t, int nclients, double seconds, pid_t daemon, bool fresh);
+
+/* bench_listen.c: HTTPS and a Unix socket beside plain TCP (--listeners). */
+int run_listeners(const char *bin, const char *masters, const char *dir, double seconds, int rounds);
 
 /* bench_floor.c */
 result run_floor(int nclients, double seconds);

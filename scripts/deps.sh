@@ -9,7 +9,9 @@
 # test, npm to fetch the OpenAPI meta-schema (and the benchmark's Node.js,
 # and the Dapr JavaScript SDK); iptables cuts a held stream's client off in
 # the hold suite; libssl-dev is TLS to the masters, the openssl CLI makes the
-# TLS tests' certificates; libnghttp2-dev, libprotobuf-c-dev and
+# TLS tests' certificates; libgnutls28-dev is HTTPS on the HTTP listeners
+# (libmicrohttpd's TLS is GnuTLS's: src/front/http_tls.c, client
+# certificates, the health check's TLS client); libnghttp2-dev, libprotobuf-c-dev and
 # protobuf-c-compiler build Dapr's gRPC API, python3-grpcio and
 # python3-grpc-tools test it; libjansson-dev reads request bodies strictly
 # (src/base/jsonio.c); clang and libclang-rt-14-dev build the libFuzzer targets
@@ -18,7 +20,7 @@
 # podman-compose, runc, debootstrap, netavark, aardvark-dns, iptables and git
 # itself (tests/containers/containers.py).
 REDLOCKD_PACKAGES="gcc libc6-dev meson ninja-build pkg-config libmicrohttpd-dev libhiredis-dev
-libcjson-dev libjansson-dev libssl-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
+libcjson-dev libjansson-dev libssl-dev libgnutls28-dev openssl libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 libcriterion-dev libcurl4-openssl-dev redis-server redis-tools curl iptables python3
 python3-yaml python3-kubernetes python3-jsonschema python3-grpcio python3-grpc-tools
 docker-compose systemd clang libclang-rt-14-dev chromium chromium-driver python3-selenium"

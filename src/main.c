@@ -21,10 +21,15 @@
 static const char *env_lookup(const char *name) { return getenv(name); }
 
 /* SIGHUP: the principals file read again (an error keeps the set in force,
- * and is logged) and the audit log reopened (logrotate). */
+ * and is logged), the audit log reopened (logrotate), and the HTTPS
+ * certificate and key read again (an error keeps those in force, and is
+ * logged; open connections keep theirs either way). */
 static void reload_all(const conf *cfg)
 {
     char err[512];
+    if (http_reload_tls(cfg, err, sizeof err) < 0)
+        log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "tls certificate", "error", err,
+                  "kept", "the certificate and key in force", NULL);
     if (auth_load(cfg, err, sizeof err) < 0)
         log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "principals", "error", err,
                   "kept", "the principals in force", NULL);
@@ -56,10 +61,10 @@ static void raise_fd_limit(void)
 
 static void log_config(const conf *c)
 {
-    char masters[1024], listen[300], n[16], ttl[24], maxttl[24], maxwait[24], timeout[24],
+    char masters[1024], listen[CONF_MAX_LISTEN * 300], n[16], ttl[24], maxttl[24], maxwait[24], timeout[24],
         drift[24], retry[24], threads[16], body[24];
     conf_masters_str(c, masters, sizeof masters);
-    snprintf(listen, sizeof listen, "%s:%d", c->listen.host, c->listen.port);
+    conf_listen_str(c, listen, sizeof listen);
     snprintf(n, sizeof n, "%d", c->nmasters);
     snprintf(ttl, sizeof ttl, "%lld", c->default_ttl_ms);
     snprintf(maxttl, sizeof maxttl, "%lld", c->max_ttl_ms);
@@ -185,8 +190,10 @@ int main(int argc, char **argv)
     log_config(&cfg);
     /* Who may call (auth.h), and the audit log: a file that cannot be read
      * or opened is a bad value. */
-    if (auth_load(&cfg, err, sizeof err) < 0 || (cfg.audit_log && audit_open(cfg.audit_log, err, sizeof err) < 0)) {
+    if (auth_load(&cfg, err, sizeof err) < 0 || (cfg.audit_log && audit_open(cfg.audit_log, err, sizeof err) < 0) ||
+        http_tls_load(&cfg, err, sizeof err) < 0) {   /* (HTTPS: the same) */
         fprintf(stderr, "redlockd: %s\n", err);
+        http_tls_free();
         auth_free();
         mtls_ctx_free(tls);
         conf_free(&cfg);
@@ -211,6 +218,7 @@ int main(int argc, char **argv)
     if (cfg.setup_cluster) {
         mpool *setup = m ? mpool_new(&pc) : NULL;
         mtls_ctx_free(tls);   /* the pool holds its own reference */
+        http_tls_free();
         auth_free();
         audit_close();
         return setup_cluster(&cfg, setup, quarantine_us, m);
@@ -265,13 +273,14 @@ int main(int argc, char **argv)
             mpool_free(loops[k].pool);
         }
         metrics_free(m);
+        http_tls_free();
         auth_free();
         audit_close();
         conf_free(&cfg);
         return 1;
     }
-    char listen[300];
-    snprintf(listen, sizeof listen, "%s:%d", cfg.listen.host, cfg.listen.port);
+    char listen[CONF_MAX_LISTEN * 300];
+    conf_listen_str(&cfg, listen, sizeof listen);
     log_event(LOG_LEVEL_INFO, "listening", "addr", listen, NULL);
 
     int sig = 0;
@@ -317,6 +326,7 @@ int main(int argc, char **argv)
     }
     grpc_free(grpc);
     metrics_free(m);
+    http_tls_free();
     auth_free();
     audit_close();
     conf_free(&cfg);

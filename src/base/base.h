@@ -13,7 +13,7 @@
  *   token.h     tokens: 128 random bits as URL-safe text
  *   jsonio.h    the strict JSON reader of every body, the integer writer
  *   metrics.h   counters and histograms, lock-free, from any thread
- *   listener.h  stopping a listener without resetting its queue
+ *   listener.h  stopping a listener without resetting its queue; a Unix socket's file
  *   deadline.h  an absolute time for pthread_cond_timedwait
  *   dlist.h     intrusive doubly linked lists, guarded by their owner
  *   principals.h  who may do what to which names (--principals-file)

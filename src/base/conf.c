@@ -12,7 +12,7 @@
 
 enum opt_kind { OPT_ADDR, OPT_MASTERS, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_LEVEL,
                 OPT_FORMAT, OPT_TOKEN_FILE, OPT_SECRET, OPT_ONOFF, OPT_STORES, OPT_CHOICE,
-                OPT_FLAG, OPT_TEXT, OPT_ALLOW };
+                OPT_FLAG, OPT_TEXT, OPT_ALLOW, OPT_LISTEN, OPT_MODE };
 
 struct opt {
     const char *name;     /* flag without the leading dashes */
@@ -23,7 +23,18 @@ struct opt {
 };
 
 static const struct opt opts[] = {
-    {"listen", OPT_ADDR, 0, 0, 0, 0, "ADDR:PORT to serve HTTP on (default " CONF_DEFAULT_LISTEN ")"},
+    {"listen", OPT_LISTEN, 0, 0, 0, 0,
+     "ADDR:PORT to serve HTTP on, or unix:/PATH for a Unix socket; repeat it or separate with "
+     "commas to serve several (default " CONF_DEFAULT_LISTEN ")"},
+    {"listen-mode", OPT_MODE, 0, 0, 0, 0,
+     "file mode of a unix: listener's socket, octal (default 0660: the user and group of redlockd)"},
+    {"tls-cert-file", OPT_TEXT, 0, 0, 0, 0,
+     "PEM certificate (chain) to serve HTTPS with on the TCP listeners (with --tls-key-file); "
+     "SIGHUP reloads both (default: none, plain HTTP)"},
+    {"tls-key-file", OPT_TEXT, 0, 0, 0, 0, "PEM private key of --tls-cert-file"},
+    {"tls-client-ca-file", OPT_TEXT, 0, 0, 0, 0,
+     "PEM CA certificates that HTTPS clients' certificates must chain to: a certificate that does "
+     "not fails the handshake, and a call without one is answered 401 (default: none asked)"},
     {"masters", OPT_MASTERS, 0, 0, 0, 0,
      "comma-separated host:port of the independent Redis masters (default the five local "
      "masters of scripts/run.sh: 127.0.0.1:6381..6385)"},
@@ -138,8 +149,9 @@ static const struct opt opts[] = {
     {"help", OPT_FLAG, 0, 0, 0, 0, "print this help and exit"},
     {"version", OPT_FLAG, 0, 0, 0, 0, "print the version and exit"},
     {"health-check", OPT_FLAG, 0, 0, 0, 0,
-     "GET /healthz on the --listen address (0.0.0.0 or :: on loopback) within 2 s, print one "
-     "line, exit 0 on 200, else 1; for container and exec probes"},
+     "GET /healthz on the first TCP --listen address (0.0.0.0 or :: on loopback; over HTTPS, "
+     "without checking the certificate, when --tls-cert-file is set), else on the first Unix "
+     "socket, within 2 s; print one line, exit 0 on 200, else 1; for container and exec probes"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
@@ -178,6 +190,9 @@ static char **text_field(conf *c, const char *name)
     if (!strcmp(name, "redis-tls-key-file")) return &c->redis_tls_key_file;
     if (!strcmp(name, "principals-file")) return &c->principals_file;
     if (!strcmp(name, "audit-log")) return &c->audit_log;
+    if (!strcmp(name, "tls-cert-file")) return &c->tls_cert_file;
+    if (!strcmp(name, "tls-key-file")) return &c->tls_key_file;
+    if (!strcmp(name, "tls-client-ca-file")) return &c->tls_client_ca_file;
     return &c->redis_tls_server_name;
 }
 
@@ -188,7 +203,13 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
     char *end;
     switch (o->kind) {
     case OPT_ADDR:
-        if (conf_parse_addr(val, !strcmp(o->name, "listen") ? &c->listen : &c->dapr_grpc_listen) < 0)
+        if (conf_parse_addr(val, &c->dapr_grpc_listen) < 0)
+            goto bad;
+        return 0;
+    case OPT_LISTEN:
+        return conf_listen_add(c, from, val, err, errlen);
+    case OPT_MODE:
+        if (conf_listen_mode(val, &c->listen_mode) < 0)
             goto bad;
         return 0;
     case OPT_MASTERS:
@@ -389,7 +410,7 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
                             char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    conf_parse_addr(CONF_DEFAULT_LISTEN, &c->listen);
+    c->listen_mode = CONF_DEFAULT_LISTEN_MODE;   /* (the listeners: conf_listen_check) */
     conf_parse_masters(CONF_DEFAULT_MASTERS, c);
     strcpy(c->key_prefix, CONF_DEFAULT_KEY_PREFIX);
     c->default_ttl_ms = CONF_DEFAULT_TTL_MS;
@@ -430,7 +451,8 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
     }
 
     enum conf_result result = CONF_OK;
-    bool origin_flag = false, host_flag = false;   /* a flag given: the variable's entries go */
+    bool origin_flag = false, host_flag = false, listen_flag = false;   /* a flag given: the variable's
+                                                                          entries go */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0) {
@@ -478,9 +500,16 @@ enum conf_result conf_parse(conf *c, int argc, char **argv, conf_getenv_fn env,
                              origins ? &c->nallow_origins : &c->nallow_hosts);
             *seen = true;
         }
+        if (o->kind == OPT_LISTEN && !listen_flag) {
+            c->nlisten = 0;
+            listen_flag = true;
+        }
         if (apply(c, o, val, from, err, errlen) < 0)
             return CONF_ERROR;
     }
+    /* (the probe asks the listeners too: which one, and over TLS or not) */
+    if ((result == CONF_OK || result == CONF_HEALTH_CHECK) && conf_listen_check(c, err, errlen) < 0)
+        return CONF_ERROR;
     if (result != CONF_OK)
         return result;
 
@@ -525,6 +554,10 @@ void conf_free(conf *c)
     free(c->redis_tls_server_name);
     free(c->principals_file);
     free(c->audit_log);
+    free(c->tls_cert_file);
+    free(c->tls_key_file);
+    free(c->tls_client_ca_file);
+    c->tls_cert_file = c->tls_key_file = c->tls_client_ca_file = NULL;
     c->redis_username = c->redis_tls_ca_file = c->redis_tls_cert_file = c->redis_tls_key_file =
         c->redis_tls_server_name = c->principals_file = c->audit_log = NULL;
     conf_free_allowed(&c->allow_origins, &c->nallow_origins);

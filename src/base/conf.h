@@ -13,6 +13,9 @@
 #include <stdio.h>
 
 #define CONF_DEFAULT_LISTEN "127.0.0.1:8080"
+#define CONF_MAX_LISTEN 8              /* --listen entries */
+#define CONF_UNIX_PATH_MAX 107         /* a Unix socket's path: sun_path less its NUL */
+#define CONF_DEFAULT_LISTEN_MODE 0660  /* --listen-mode: a Unix socket's file mode */
 #define CONF_DEFAULT_MASTERS \
     "127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385"
 #define CONF_DEFAULT_KEY_PREFIX "lock:"
@@ -57,13 +60,22 @@ enum conf_log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL
 enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 
 typedef struct conf_addr {
-    char host[256];
-    int port;
-    bool tls;                      /* masters only: rediss://, or --redis-tls on */
+    char host[256];                /* a Unix socket's path when unix_socket */
+    int port;                      /* 0 for a Unix socket */
+    bool tls;                      /* masters: rediss://, or --redis-tls on; a listener: HTTPS
+                                      (a TCP one, with --tls-cert-file) */
+    bool unix_socket;              /* a listener: unix:PATH */
 } conf_addr;
 
 typedef struct conf {
-    conf_addr listen;
+    conf_addr listen[CONF_MAX_LISTEN]; /* --listen, in the order given (at least one) */
+    int nlisten;
+    int listen_mode;               /* --listen-mode: the file mode of a Unix listener's socket */
+    char *tls_cert_file;           /* --tls-cert-file: PEM certificate (chain) of the HTTPS
+                                      listeners; NULL: plain HTTP */
+    char *tls_key_file;            /* --tls-key-file: its PEM private key */
+    char *tls_client_ca_file;      /* --tls-client-ca-file: PEM CA a client certificate must
+                                      chain to; NULL: none asked */
     int nmasters;
     conf_addr masters[CONF_MAX_MASTERS];
     char key_prefix[CONF_MAX_KEY_PREFIX + 1];
@@ -136,6 +148,10 @@ bool conf_tls_used(const conf *c);
 
 /* Masters as "host:port,host:port" for logs. */
 void conf_masters_str(const conf *c, char *out, size_t outlen);
+
+/* The listeners as "127.0.0.1:8443 (https),unix:/run/redlockd.sock" for
+ * logs (conf_listen.c). */
+void conf_listen_str(const conf *c, char *out, size_t outlen);
 
 /* Who may call the HTTP front from a browser (--allow-origin, --allow-host,
  * and the Host and Origin headers they are compared with: front/api.h's

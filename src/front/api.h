@@ -142,22 +142,30 @@ int api_pick_token(const char *header, const char *query, bool have_body, rl_req
  * with text/plain), and a page whose name an attacker rebinds to 127.0.0.1
  * is same-origin with what it loads from there. So, judged before anything
  * else of a request (after its framing):
- *   Host    on a loopback listener (loopback: conf_host_loopback of
- *           --listen's host), the Host header's host must be localhost, a
- *           loopback address or one of --allow-host (any port); on another
- *           listener any Host goes until --allow-host is given, and then
- *           only those and the loopback ones. A request without Host
- *           (HTTP/1.0) goes. Every route but /healthz and Dapr's healthz.
+ *   Host    on a loopback listener (API_LISTENER_LOOPBACK: conf_host_loopback
+ *           of its --listen host, or a Unix socket, which a proxy on the
+ *           host may front as it may a loopback port), the Host header's
+ *           host must be localhost, a loopback address or one of
+ *           --allow-host (any port); on another listener any Host goes
+ *           until --allow-host is given, and then only those and the
+ *           loopback ones. A request without Host (HTTP/1.0) goes. Every
+ *           route but /healthz and Dapr's healthz.
  *   Origin  absent (curl, SDKs: no browser's request) goes; present, it must
- *           be the service's own, "http://" and the Host header, or one of
+ *           be the service's own, "http://" (on an HTTPS listener,
+ *           API_LISTENER_HTTPS: "https://") and the Host header, or one of
  *           --allow-origin. Every route but /healthz, /readyz, /metrics and
  *           Dapr's healthz (they change nothing, and without a CORS header,
  *           which redlockd never sends, a page cannot read them). */
 
+/* What the listener a request came by is, for api_origin_verdict. */
+#define API_LISTENER_LOOPBACK 1u   /* a loopback address or a Unix socket */
+#define API_LISTENER_HTTPS 2u      /* served over TLS: the service's own origin is https:// */
+
 /* Returns -1 when the request may go on, else API_E_FORBIDDEN_HOST or
  * API_E_FORBIDDEN_ORIGIN with msg (naming the header's value, printable
- * ASCII only). host, origin: the headers' values, NULL when absent. */
-int api_origin_verdict(const conf *cfg, bool loopback_listener, enum api_route route, const char *host,
+ * ASCII only). listener: API_LISTENER_* bits. host, origin: the headers'
+ * values, NULL when absent. */
+int api_origin_verdict(const conf *cfg, unsigned listener, enum api_route route, const char *host,
                        const char *origin, char *msg, size_t msglen);
 
 /* The class of a master's reason for being down (master_status.reason, the

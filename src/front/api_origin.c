@@ -37,7 +37,7 @@ static bool host_ok(const conf *cfg, bool loopback_listener, const char *host)
     return conf_host_loopback(h) || listed(cfg->allow_hosts, cfg->nallow_hosts, h);
 }
 
-static bool origin_ok(const conf *cfg, const char *host, const char *origin)
+static bool origin_ok(const conf *cfg, bool https, const char *host, const char *origin)
 {
     if (!origin)
         return true;   /* no browser's request */
@@ -48,14 +48,15 @@ static bool origin_ok(const conf *cfg, const char *host, const char *origin)
         return true;
     if (!host)
         return false;
-    int n = snprintf(url, sizeof url, "http://%s", host);
+    int n = snprintf(url, sizeof url, "%s://%s", https ? "https" : "http", host);
     return n > 0 && (size_t)n < sizeof url && conf_origin_norm(url, (size_t)n, own, sizeof own) == 0 &&
            !strcmp(o, own);
 }
 
-int api_origin_verdict(const conf *cfg, bool loopback_listener, enum api_route route, const char *host,
+int api_origin_verdict(const conf *cfg, unsigned listener, enum api_route route, const char *host,
                        const char *origin, char *msg, size_t msglen)
 {
+    bool loopback_listener = listener & API_LISTENER_LOOPBACK;
     bool probe = route == ROUTE_HEALTHZ || route == ROUTE_DAPR_HEALTHZ;
     char v[104];
     if (!probe && !host_ok(cfg, loopback_listener, host)) {
@@ -65,7 +66,7 @@ int api_origin_verdict(const conf *cfg, bool loopback_listener, enum api_route r
                  "(DNS rebinding?) may not call it", v);
         return API_E_FORBIDDEN_HOST;
     }
-    if (probe || route == ROUTE_READYZ || route == ROUTE_METRICS || origin_ok(cfg, host, origin))
+    if (probe || route == ROUTE_READYZ || route == ROUTE_METRICS || origin_ok(cfg, listener & API_LISTENER_HTTPS, host, origin))
         return -1;
     shown(origin, v, sizeof v);
     snprintf(msg, msglen, "a page of the origin %s may not call this service: it is not the "

@@ -331,7 +331,7 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
     /* A browser's page of another origin, or of a rebound name (api.h):
      * before anything else, so that nothing is read or changed for it. */
     char why[300];
-    int foreign = api_origin_verdict(s->cfg, s->loopback, route,
+    int foreign = api_origin_verdict(s->cfg, http_listener_kind(ctx), route,
                                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                                      MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"), why, sizeof why);
     if (foreign >= 0)

@@ -2,8 +2,10 @@
  * JSON answers, served by the event loops of the master layer.
  *
  * Each loop (--threads of them) runs its own libmicrohttpd daemon in
- * external epoll mode on the loop's thread, all listening on one address
- * with SO_REUSEPORT, beside that loop's own master connections and engine.
+ * external epoll mode on the loop's thread for every TCP listener (all
+ * loops listening on each address with SO_REUSEPORT), beside that loop's
+ * own master connections and engine; a Unix socket (--listen unix:PATH)
+ * has one daemon, on loop 0.
  * A request is parsed and answered on the loop that accepted it; its
  * engine is that loop's for an inspection, and the name's owner loop's
  * (by hash) for an acquire, extension or release, so that every write of a
@@ -52,8 +54,26 @@ typedef struct http_loop {
  * release of it goes to that loop's engine, whichever API it came by. */
 int http_loop_of(const char *name, int nloops);
 
-/* Binds cfg->listen once per loop (SO_REUSEPORT) and serves each share on
- * that loop's thread; the pools must be started. NULL with err on failure. */
+/* HTTPS (http_tls.c), the process's: the certificate and key of cfg
+ * (--tls-cert-file, --tls-key-file) and the client CA
+ * (--tls-client-ca-file), read before http_start; a file that cannot be
+ * read, or a key that is not the certificate's, is a bad value. Does
+ * nothing when HTTPS is off. 0, or -1 with err (one line). */
+int http_tls_load(const conf *cfg, char *err, size_t errlen);
+/* SIGHUP, from the main thread: reads the certificate and key again and
+ * puts them in force for every handshake from now on; open connections
+ * keep theirs and are not touched. On failure (-1, err) the ones in force
+ * stay. 0 when HTTPS is off. The client CA is read at start only. */
+int http_reload_tls(const conf *cfg, char *err, size_t errlen);
+/* Lets the certificate go, after http_stop. */
+void http_tls_free(void);
+
+/* Serves every cfg->listen: a TCP listener once per loop (SO_REUSEPORT),
+ * over HTTPS when cfg says so (http_tls_load first); a Unix socket
+ * (unix:PATH) on loop 0 only, its file made with --listen-mode after a
+ * stale one is removed (another process's, or a file that is not a
+ * socket, is refused), and removed again at stop. The pools must be
+ * started. NULL with err on failure. */
 http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, metrics *m, char *err,
                         size_t errlen);
 

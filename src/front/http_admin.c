@@ -8,18 +8,6 @@
 #include "http_int.h"
 #include "auth.h"
 
-void http_client_addr(req_ctx *ctx, char *out, size_t cap)
-{
-    char host[INET6_ADDRSTRLEN + 1] = "", port[8] = "";
-    if (!ctx->ci || !ctx->ci->peer_len ||
-        getnameinfo((const struct sockaddr *)&ctx->ci->peer, ctx->ci->peer_len, host, sizeof host, port, sizeof port,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        snprintf(out, cap, "unknown");
-        return;
-    }
-    snprintf(out, cap, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
-}
-
 static void log_force(req_ctx *ctx, const char *what, long long fence, const char *owner, int permits)
 {
     char client[INET6_ADDRSTRLEN + 16], f[24], n[16];
@@ -172,14 +160,4 @@ enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char 
         http_ctx_resume(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
     }
     return MHD_YES;
-}
-
-/* A client certificate's name: none yet, as no HTTP listener serves TLS
- * (the HTTPS listener's own, with --tls-client-ca-file, is to come). */
-const char *http_client_cert_name(req_ctx *ctx, char *buf, size_t cap)
-{
-    (void)ctx;
-    (void)buf;
-    (void)cap;
-    return NULL;
 }

@@ -117,11 +117,8 @@ void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_co
         ci->fd = fdi->connect_fd;
         ci->phase_start_us = loop_now_us();
         const union MHD_ConnectionInfo *ai = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        if (ai && ai->client_addr) {
-            ci->peer_len = ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                                   : sizeof(struct sockaddr_in);
-            memcpy(&ci->peer, ai->client_addr, ci->peer_len);
-        }
+        if (ai && ai->client_addr)
+            http_peer_note(ci, ai->client_addr);
         pthread_mutex_lock(&s->reg_lock);
         /* The limits hold for the whole server: each loop's daemon would
          * count only the connections the kernel happened to give it. One
@@ -153,6 +150,7 @@ void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_co
     s->closed_since_trim++;
     s->last_close_us = loop_now_us();
     pthread_mutex_unlock(&s->reg_lock);
+    http_peer_forget(ci);
     free(ci);
     *socket_context = NULL;
 }

@@ -16,8 +16,13 @@
  *   http_conns.c    the registry of connections, its watcher thread, and
  *                   the delivery checks of grants to clients that sent
  *                   their FIN
- *   http_loops.c    the loops: each one's libmicrohttpd daemon; start,
- *                   quiesce, drain and stop
+ *   http_loops.c    the loops: each one's libmicrohttpd daemons, one per
+ *                   listener it serves; start, quiesce, drain and stop
+ *   http_tls.c      HTTPS: the certificate and key in force (swapped on
+ *                   SIGHUP), given to each handshake; the client
+ *                   certificate's check during the handshake
+ *   http_peer.c     who calls: the client's address, its verified client
+ *                   certificate and that certificate's name
  */
 #ifndef RL_HTTP_INT_H
 #define RL_HTTP_INT_H
@@ -75,6 +80,10 @@ typedef struct conn_info {
     struct req_ctx *suspended;  /* the request waiting for the engine, if any */
     bool recheck;               /* its socket spoke (watch_ep) while its stream was writing:
                                    looked at again soon (reg_lock) */
+    /* Only the connection's loop touches these two (http_peer.c): */
+    signed char cert;           /* HTTPS with --tls-client-ca-file: 0 not looked at yet, 1 a
+                                   verified client certificate, -1 none */
+    char *cert_name;            /* that certificate's name, malloc'd (NULL: none, or too long) */
 } conn_info;
 
 /* A grant answered to a client that had already sent its FIN: it may have
@@ -95,19 +104,40 @@ typedef struct delivery_check {
     mpool *pool;                /* the loop that serves sem's give-back */
 } delivery_check;
 
-/* One event loop's share of the server: a libmicrohttpd daemon in external
- * epoll mode, listening on the common address with SO_REUSEPORT, run by
- * the loop of its master pool (loop_set_io), with that loop's engine. A
- * request is parsed, decided and answered on the loop that accepted it. */
-typedef struct http_shard {
-    http_server *s;
-    struct MHD_Daemon *daemon;
-    rl_engine *engine;
-    mpool *pool;
-    atomic_bool kick;           /* a connection was resumed: run the daemon now (in external
-                                   mode libmicrohttpd signals nothing itself) */
+/* One --listen: what it is, for the requests that come by it. A TCP
+ * listener is served by every loop (a socket each, SO_REUSEPORT); a Unix
+ * socket, which cannot be shared so, by loop 0 alone. */
+typedef struct http_listener {
+    const conf_addr *addr;      /* cfg->listen[i] */
+    unsigned kind;              /* API_LISTENER_* bits: loopback (or Unix), HTTPS */
+    int unix_fd;                /* a Unix socket: bound at start, ours to close (-1: none) */
+    listener_file file;         /* ... its file, removed at stop if still ours */
+    bool removed;               /* ... the file is gone (quiescing removes it first) */
+} http_listener;
+
+/* A libmicrohttpd daemon in external epoll mode: one listener's, on one
+ * loop. */
+typedef struct http_daemon {
+    struct MHD_Daemon *d;
+    http_listener *l;
     MHD_socket listen_fd;       /* while quiescing: the listener libmicrohttpd gave up */
     int *taken, ntaken, taken_cap;   /* while quiescing: connections taken from its queue */
+} http_daemon;
+
+/* One event loop's share of the server: a daemon for each listener it
+ * serves (every TCP listener, and on loop 0 the Unix sockets), run by the
+ * loop of its master pool (loop_set_io: the daemon's epoll fd, or with
+ * several an epoll set of theirs), with that loop's engine. A request is
+ * parsed, decided and answered on the loop that accepted it. */
+typedef struct http_shard {
+    http_server *s;
+    http_daemon daemons[CONF_MAX_LISTEN];
+    int ndaemons;
+    int epfd;                   /* several daemons: the epoll set of their epoll fds (-1: one) */
+    rl_engine *engine;
+    mpool *pool;
+    atomic_bool kick;           /* a connection was resumed: run the daemons now (in external
+                                   mode libmicrohttpd signals nothing itself) */
     struct MHD_Connection **parked; /* held back while the admission queue is long, oldest
                                        first (http_park.c; the loop's thread) */
     int nparked, cap_parked;
@@ -129,8 +159,8 @@ struct http_server {
     metrics *m;
     hold_set *holds;            /* held streams; wakes resume their connections */
     api_limits limits;
-    bool loopback;              /* --listen is a loopback address: foreign Hosts are refused
-                                   (api_origin_verdict) */
+    http_listener listeners[CONF_MAX_LISTEN];  /* cfg->listen's, in order */
+    int nlisteners;
     atomic_bool quiescing;      /* SIGTERM seen: no new connections */
 
     pthread_mutex_t reg_lock;
@@ -364,11 +394,36 @@ bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *r
 /* One line of the audit log (audit.h) for ctx: its principal, client and
  * route. */
 void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char *name, long long fence);
+
+/* http_peer.c */
 /* The client's address ("unix" for a Unix socket), for the log and the
  * audit; the verified client certificate's name (its subject CN, or its
- * first DNS SAN) into buf, or NULL when there is none. */
+ * first DNS SAN) into buf, or NULL when there is none (also when it does
+ * not fit in cap bytes: a cut name must name nobody). */
 void http_client_addr(req_ctx *ctx, char *out, size_t cap);
 const char *http_client_cert_name(req_ctx *ctx, char *buf, size_t cap);
+/* Is ctx an HTTPS request without a verified client certificate where
+ * --tls-client-ca-file asks for one? (Then every route that needs a right
+ * answers 401.) */
+bool http_client_cert_missing(req_ctx *ctx);
+/* What a connection's registry entry holds of its peer: its address (for
+ * --max-connections-per-ip; none for a Unix socket's client), and at its
+ * close, the certificate's name let go. */
+void http_peer_note(conn_info *ci, const struct sockaddr *addr);
+void http_peer_forget(conn_info *ci);
+
+/* http_loops.c */
+/* The listener ctx came by: API_LISTENER_* bits. */
+unsigned http_listener_kind(req_ctx *ctx);
+
+/* http_tls.c (the certificate in force is the process's: see http.h) */
+/* Is HTTPS on, and is a client certificate asked for? */
+bool http_tls_on(void);
+bool http_tls_client_ca(void);
+/* Fills opts (room for HTTP_TLS_OPTIONS) with the options of an HTTPS
+ * daemon: the certificate callback, the client CA. Returns how many. */
+#define HTTP_TLS_OPTIONS 2
+int http_tls_daemon_options(struct MHD_OptionItem *opts);
 
 /* http_conns.c */
 bool http_check_delivery(req_ctx *ctx);

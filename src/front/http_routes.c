@@ -205,6 +205,11 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
 {
     if (r->right == RIGHT_NONE)
         return false;
+    if (http_client_cert_missing(ctx)) {   /* HTTPS with --tls-client-ca-file (http_peer.c) */
+        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "a client certificate signed by the CA of --tls-client-ca-file "
+                                                 "is required");
+        return true;
+    }
     ctx->principal = caller(ctx, r);
     if (r->right == RIGHT_ADMIN)
         return admin_refused(ctx, r, rc);

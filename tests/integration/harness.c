@@ -299,9 +299,14 @@ static void daemon_startv(h_cluster *c, bool wait_ready, va_list ap)
     argv[a++] = "--log-format";
     argv[a++] = "text";
     const char *arg;
-    while ((arg = va_arg(ap, const char *)) && a < 62)
+    bool own_listen = false;   /* the test names its listeners: they replace the harness's */
+    while ((arg = va_arg(ap, const char *)) && a < 62) {
+        own_listen |= !strcmp(arg, "--listen");
         argv[a++] = (char *)arg;
+    }
     argv[a] = NULL;
+    if (own_listen)   /* (--listen may be given more than once: they would add up) */
+        memmove(&argv[1], &argv[3], (size_t)(a - 2) * sizeof argv[0]);
     c->daemon = spawn(argv, c->log, true);
     if (!h_wait_status(c, "/healthz", 200, 5000) || waitpid(c->daemon, NULL, WNOHANG) != 0) {
         fprintf(stderr, "harness: redlockd did not start (log %s)\n", c->log);

@@ -77,7 +77,9 @@ h_cluster *h_cluster_start(int n, const char *extra_redis);
 h_cluster *h_cluster_start_with(int n, const char *extra_redis, const char *port_flag,
                                 const char *scheme);
 /* Starts redlockd against the cluster with extra flags (NULL-terminated) and
- * waits until it is ready. */
+ * waits until it is ready. It listens on 127.0.0.1:c->http_port unless the
+ * extra flags name --listen (which may be given more than once): then on
+ * those alone, and c->http_port must be reachable on 127.0.0.1. */
 void h_daemon_start(h_cluster *c, ...) __attribute__((sentinel));
 /* The same, waiting only until it serves (/healthz): for a cluster that is
  * not to become ready. */

@@ -35,8 +35,8 @@ Test(conf, defaults)
     char err[256];
     char *argv[] = {"redlockd"};
     cr_assert_eq(run(&c, err, 1, argv), CONF_OK);
-    cr_assert_str_eq(c.listen.host, "127.0.0.1");
-    cr_assert_eq(c.listen.port, 8080);
+    cr_assert_str_eq(c.listen[0].host, "127.0.0.1");
+    cr_assert_eq(c.listen[0].port, 8080);
     cr_assert_eq(c.nmasters, 5);
     cr_assert_eq(c.masters[4].port, 6385);
     cr_assert_str_eq(c.key_prefix, "lock:");
@@ -75,7 +75,7 @@ Test(conf, flags_both_forms_and_env_with_flag_winning)
     cr_assert_eq(run(&c, err, 6, argv), CONF_OK, "%s", err);
     cr_assert_str_eq(c.key_prefix, "", "flag (empty) wins over env");
     cr_assert_eq(c.master_timeout_ms, 80, "env applies where no flag");
-    cr_assert_eq(c.listen.port, 9000);
+    cr_assert_eq(c.listen[0].port, 9000);
     cr_assert_eq(c.nmasters, 3);
     cr_assert_str_eq(c.masters[1].host, "::1");
     cr_assert_eq(c.masters[1].port, 7001);
@@ -183,7 +183,9 @@ Test(conf, usage_lists_every_flag_and_variable)
                            "--auth-token-file", "--redis-password", "--redis-username", "--redis-tls",
                            "--redis-tls-ca-file", "--redis-tls-cert-file", "--redis-tls-key-file",
                            "--redis-tls-server-name", "REDLOCKD_REDIS_TLS_SERVER_NAME", "--log-level", "--log-format",
-                           "--help", "--version", "REDLOCKD_MASTER_TIMEOUT_MS"};
+                           "--help", "--version", "REDLOCKD_MASTER_TIMEOUT_MS", "--listen-mode",
+                           "REDLOCKD_LISTEN_MODE", "--tls-cert-file", "--tls-key-file", "--tls-client-ca-file",
+                           "REDLOCKD_TLS_CLIENT_CA_FILE"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         cr_assert(strstr(buf, flags[i]), "help lacks %s", flags[i]);
     free(buf);
@@ -319,20 +321,20 @@ Test(conf, health_check_reads_the_listen_address)
     env_n = 0;
     char *plain[] = {"redlockd", "--health-check"};
     cr_assert_eq(run(&c, err, 2, plain), CONF_HEALTH_CHECK, "%s", err);
-    cr_assert_str_eq(c.listen.host, "127.0.0.1");
-    cr_assert_eq(c.listen.port, 8080);
+    cr_assert_str_eq(c.listen[0].host, "127.0.0.1");
+    cr_assert_eq(c.listen[0].port, 8080);
     conf_free(&c);
 
     setenv_fake("REDLOCKD_LISTEN", "0.0.0.0:9000");
     cr_assert_eq(run(&c, err, 2, plain), CONF_HEALTH_CHECK, "%s", err);
-    cr_assert_str_eq(c.listen.host, "0.0.0.0", "REDLOCKD_LISTEN applies to the probe");
-    cr_assert_eq(c.listen.port, 9000);
+    cr_assert_str_eq(c.listen[0].host, "0.0.0.0", "REDLOCKD_LISTEN applies to the probe");
+    cr_assert_eq(c.listen[0].port, 9000);
     conf_free(&c);
 
     char *after[] = {"redlockd", "--health-check", "--listen", "[::]:7000"};
     cr_assert_eq(run(&c, err, 4, after), CONF_HEALTH_CHECK, "%s", err);
-    cr_assert_str_eq(c.listen.host, "::", "a flag after --health-check still applies");
-    cr_assert_eq(c.listen.port, 7000);
+    cr_assert_str_eq(c.listen[0].host, "::", "a flag after --health-check still applies");
+    cr_assert_eq(c.listen[0].port, 7000);
     conf_free(&c);
     env_n = 0;
 

@@ -9,7 +9,7 @@
 
 static char msg[300];
 
-static int verdict(const conf *c, bool loopback, enum api_route r, const char *host, const char *origin)
+static int verdict(const conf *c, unsigned loopback, enum api_route r, const char *host, const char *origin)
 {
     msg[0] = '\0';
     return api_origin_verdict(c, loopback, r, host, origin, msg, sizeof msg);
@@ -129,4 +129,19 @@ Test(origin, force_by_query_routes_the_collections_only)
     const char *other[] = {"/locks", "/locks/x", "/locks//", "/", "/ui/", "/elections", "/semaphores/x"};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
         cr_assert_eq(api_force_route_of(other[i]), ROUTE_NOT_FOUND, "%s", other[i]);
+}
+
+/* Over HTTPS the service's own origin is https:// and its Host; http:// of
+ * the same Host is another origin (a page served in clear). */
+Test(origin, an_https_listeners_own_origin_is_https)
+{
+    conf c = plain();
+    unsigned https = API_LISTENER_LOOPBACK | API_LISTENER_HTTPS;
+    cr_assert_eq(verdict(&c, https, ROUTE_LOCK, "127.0.0.1:8443", "https://127.0.0.1:8443"), -1);
+    cr_assert_eq(verdict(&c, https, ROUTE_LOCK, "localhost", "https://localhost:443"), -1);
+    cr_assert_eq(verdict(&c, https, ROUTE_LOCK, "127.0.0.1:8443", "http://127.0.0.1:8443"), API_E_FORBIDDEN_ORIGIN);
+    cr_assert_eq(verdict(&c, API_LISTENER_LOOPBACK, ROUTE_LOCK, "127.0.0.1:8443", "https://127.0.0.1:8443"),
+                 API_E_FORBIDDEN_ORIGIN, "an https:// origin on a plain listener is another origin");
+    /* A Unix socket counts as loopback: a foreign Host is refused there. */
+    cr_assert_eq(verdict(&c, API_LISTENER_LOOPBACK, ROUTE_LOCK, "attacker.example", NULL), API_E_FORBIDDEN_HOST);
 }

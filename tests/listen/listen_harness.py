@@ -1,0 +1,159 @@
+"""What the listener tests (test_listen.py) stand on: redlockd started with
+listeners of any kind (TCP, HTTPS, unix:PATH) and waited for on one of
+them, the real curl and openssl binaries, and the certificates the openssl
+CLI makes: a CA, the server's (for 127.0.0.1 and localhost) and a second
+one for a reload, clients of that CA (one named by its CN, one by a DNS SAN
+only), one of another CA, and an expired one (`openssl ca` with dates in
+the past)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "races"))
+from races_harness import BIN, check, fail, log  # noqa: E402,F401
+from testproc import free_port, spawn  # noqa: E402
+
+
+def run(argv, timeout=15, stdin=None):
+    """A tool's run: (exit status, stdout + stderr as text)."""
+    r = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
+    return r.returncode, (r.stdout + r.stderr).decode(errors="replace")
+
+
+def curl(*args, timeout=10):
+    """curl -s with the status on the last line: (status or 0, body, exit)."""
+    r = subprocess.run(["curl", "-s", "-S", "--max-time", str(timeout), "-w", "\n%{http_code}", *args],
+                       capture_output=True, timeout=timeout + 5)
+    out = r.stdout.decode(errors="replace")
+    body, _, code = out.rpartition("\n")
+    return (int(code) if code.isdigit() else 0), body, r.returncode
+
+
+def json_of(body):
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {}
+
+
+# ---- certificates, with the openssl CLI ----
+
+KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def _ssl(d, *args):
+    rc, out = run(["openssl", *args])
+    if rc != 0:
+        raise RuntimeError(f"openssl {' '.join(args)}: {out}")
+
+
+def make_certs(d):
+    """Everything in d; returns a dict of paths."""
+    p = {k: os.path.join(d, k) for k in ("ca.crt", "ca.key", "other.crt", "other.key")}
+    _ssl(d, "req", "-x509", *KEY, "-keyout", p["ca.key"], "-out", p["ca.crt"], "-days", "2",
+         "-subj", "/CN=redlockd-test-ca")
+    _ssl(d, "req", "-x509", *KEY, "-keyout", p["other.key"], "-out", p["other.crt"], "-days", "2",
+         "-subj", "/CN=some-other-ca")
+
+    def leaf(name, subj, ca="ca", ext=None):
+        key, csr, crt = (os.path.join(d, f"{name}.{x}") for x in ("key", "csr", "crt"))
+        _ssl(d, "req", *KEY, "-keyout", key, "-out", csr, "-subj", subj)
+        args = ["x509", "-req", "-in", csr, "-CA", p[f"{ca}.crt"], "-CAkey", p[f"{ca}.key"], "-CAcreateserial",
+                "-out", crt, "-days", "2"]
+        if ext:
+            extf = os.path.join(d, f"{name}.ext")
+            open(extf, "w").write(ext + "\n")
+            args += ["-extfile", extf]
+        _ssl(d, *args)
+        p[f"{name}.key"], p[f"{name}.crt"] = key, crt
+
+    san = "subjectAltName=IP:127.0.0.1,DNS:localhost"
+    leaf("server", "/CN=redlockd-test", ext=san)
+    leaf("server2", "/CN=redlockd-reloaded", ext=san)
+    leaf("billing", "/CN=billing")
+    leaf("ops", "/O=no common name here", ext="subjectAltName=DNS:ops.example,DNS:second.example")
+    leaf("foreign", "/CN=billing", ca="other")
+    # Expired: `openssl x509` cannot date a certificate in the past, `openssl ca` can.
+    db = os.path.join(d, "ca.db")
+    os.makedirs(db, exist_ok=True)
+    open(os.path.join(db, "index.txt"), "w").close()
+    open(os.path.join(db, "serial"), "w").write("1000\n")
+    cnf = os.path.join(d, "ca.cnf")
+    open(cnf, "w").write(f"[ca]\ndefault_ca = d\n[d]\ndatabase = {db}/index.txt\nserial = {db}/serial\n"
+                         f"new_certs_dir = {db}\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n")
+    key, csr, crt = (os.path.join(d, f"expired.{x}") for x in ("key", "csr", "crt"))
+    _ssl(d, "req", *KEY, "-keyout", key, "-out", csr, "-subj", "/CN=billing")
+    _ssl(d, "ca", "-batch", "-config", cnf, "-cert", p["ca.crt"], "-keyfile", p["ca.key"], "-in", csr,
+         "-out", crt, "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-notext")
+    p["expired.key"], p["expired.crt"] = key, crt
+    return p
+
+
+def der_of(pem_path):
+    rc, _ = run(["openssl", "x509", "-in", pem_path, "-outform", "DER", "-out", pem_path + ".der"])
+    return open(pem_path + ".der", "rb").read() if rc == 0 else b""
+
+
+# ---- redlockd ----
+
+class Daemon:
+    """redlockd with the listeners given (argv's --listen ...), waited for
+    until GET /healthz answers 200 through `probe` (curl arguments and a
+    URL) and its masters vote."""
+
+    def __init__(self, tmp, name, masters, listen_args, probe, extra=()):
+        self.name = name
+        self.log = os.path.join(tmp, f"redlockd-{name}.log")
+        env = dict(os.environ)
+        env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=99"
+        env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1:exitcode=99"
+        argv = [BIN, *listen_args, "--masters", ",".join(f"127.0.0.1:{m.port}" for m in masters),
+                "--log-format", "text", *extra]
+        self.proc = spawn(argv, self.log, env)
+        deadline = time.monotonic() + 15
+        while True:
+            st, body, _ = curl(*probe[:-1], probe[-1].replace("/healthz", "/readyz"), timeout=2)
+            if st == 200 and all(m.get("marker") == "ready" for m in json_of(body).get("masters", [{}])):
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redlockd {name} did not start: {self.text()[-2000:]}")
+            time.sleep(0.05)
+
+    def text(self):
+        return open(self.log, errors="replace").read()
+
+    def wait_log(self, needle, after=0, timeout=5):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text()[after:]:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        check(rc == 0, f"redlockd {self.name} exited {rc} (log {self.log})")
+        text = self.text()
+        check("Sanitizer" not in text and "runtime error:" not in text,
+              f"redlockd {self.name}: sanitizer report:\n{text[-4000:]}")
+        return rc
+
+
+def refused_start(tmp, name, masters, listen_args):
+    """redlockd that must refuse to start: (exit status, its output)."""
+    argv = [BIN, *listen_args, "--masters", ",".join(f"127.0.0.1:{m.port}" for m in masters)]
+    try:
+        return run(argv, timeout=10)
+    except subprocess.TimeoutExpired:
+        return None, "still running after 10 s"
