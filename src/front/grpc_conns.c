@@ -71,7 +71,7 @@ static int conn_flush(gconn *c)
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                return want_out(c, !c->tls_write_in);
+                return want_out(c, !c->tls_write_in || c->tls_read_out);
             if (n <= 0)
                 return -1;
             c->woff += (size_t)n;
@@ -227,7 +227,7 @@ static void accept_all(grpc_server *s)
         };
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (nghttp2_submit_settings(c->sess, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
-            (s->tls_ctx && grpc_tls_accept(c) < 0) || epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            (s->cfg->dapr_grpc_listen.tls && grpc_tls_accept(c) < 0) || epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
             grpc_tls_close(c);
             nghttp2_session_del(c->sess);
             free(c);
