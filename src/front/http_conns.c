@@ -88,15 +88,14 @@ void http_settle_deliveries(http_server *s, bool finally)
 }
 
 /* Do a and b name the same host (address only, not port)? */
-static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+static bool same_host(const http_addr *a, const http_addr *b)
 {
-    if (a->ss_family != b->ss_family)
+    if (a->sa.sa_family != b->sa.sa_family)
         return false;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
-                       sizeof(struct in6_addr));
+    if (a->sa.sa_family == AF_INET)
+        return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+    if (a->sa.sa_family == AF_INET6)
+        return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(struct in6_addr));
     return false;
 }
 
@@ -345,4 +344,27 @@ void *http_watch_main(void *arg)
             malloc_trim(0);
     }
     return NULL;
+}
+
+/* ---- permits nobody received ---- */
+
+static void sem_ignore(void *arg, const sem_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* Permits nobody will receive: released on every master at once. */
+void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
+{
+    sem_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return;   /* (they expire with their ttl) */
+    r->op = SEM_RELEASE;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    for (int i = 0; i < res->npermits; i++)
+        memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
+    if (r->ntokens)
+        sem_submit(r, http_engine_of_name, s, pool, sem_ignore, NULL, NULL);
+    free(r);
 }

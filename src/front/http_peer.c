@@ -23,7 +23,7 @@ void http_peer_note(conn_info *ci, const struct sockaddr *addr)
     } else {
         /* A Unix socket's client (its address may be 2 bytes long): no
          * address to count connections by, and "unix" to the log. */
-        ci->peer.ss_family = addr->sa_family;
+        ci->peer.sa.sa_family = addr->sa_family;
         ci->peer_len = 0;
     }
 }
@@ -37,12 +37,12 @@ void http_peer_forget(conn_info *ci)
 void http_client_addr(req_ctx *ctx, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN + 1] = "", port[8] = "";
-    if (ctx->ci && ctx->ci->peer.ss_family == AF_UNIX) {
+    if (ctx->ci && ctx->ci->peer.sa.sa_family == AF_UNIX) {
         snprintf(out, cap, "unix");
         return;
     }
     if (!ctx->ci || !ctx->ci->peer_len ||
-        getnameinfo((const struct sockaddr *)&ctx->ci->peer, ctx->ci->peer_len, host, sizeof host, port, sizeof port,
+        getnameinfo(&ctx->ci->peer.sa, ctx->ci->peer_len, host, sizeof host, port, sizeof port,
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         snprintf(out, cap, "unknown");
         return;
@@ -137,4 +137,14 @@ bool http_client_cert_missing(req_ctx *ctx)
         return true;    /* (no registry entry: out of memory) */
     look_at_cert(ctx, session);
     return ctx->ci->cert != 1;
+}
+
+/* The listener ctx came by: its daemon's. */
+unsigned http_listener_kind(req_ctx *ctx)
+{
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(ctx->conn, MHD_CONNECTION_INFO_DAEMON);
+    for (int k = 0; i && k < ctx->sh->ndaemons; k++)
+        if (ctx->sh->daemons[k].d == i->daemon)
+            return ctx->sh->daemons[k].l->kind;
+    return 0;
 }
