@@ -3,19 +3,21 @@ listeners of any kind (TCP, HTTPS, unix:PATH) and waited for on one of
 them, the real curl and openssl binaries, and the certificates the openssl
 CLI makes: a CA, the server's (for 127.0.0.1 and localhost) and a second
 one for a reload, clients of that CA (one named by its CN, one by a DNS SAN
-only), one of another CA, and an expired one (`openssl ca` with dates in
+only, one naming nobody), one of another CA, and an expired one (`openssl ca` with dates in
 the past)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import traceback
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "races"))
-from races_harness import BIN, check, fail, log  # noqa: E402,F401
+from races_harness import BIN, check, fail, failures, kill_all, log  # noqa: E402,F401
 from testproc import free_port, spawn  # noqa: E402
 
 
@@ -77,6 +79,7 @@ def make_certs(d):
     leaf("server2", "/CN=redlockd-reloaded", ext=san)
     leaf("billing", "/CN=billing")
     leaf("ops", "/O=no common name here", ext="subjectAltName=DNS:ops.example,DNS:second.example")
+    leaf("nobody", "/CN=nobody")   # of the CA, naming no principal
     leaf("foreign", "/CN=billing", ca="other")
     # Expired: `openssl x509` cannot date a certificate in the past, `openssl ca` can.
     db = os.path.join(d, "ca.db")
@@ -157,3 +160,24 @@ def refused_start(tmp, name, masters, listen_args):
         return run(argv, timeout=10)
     except subprocess.TimeoutExpired:
         return None, "still running after 10 s"
+
+
+def run_sections(tmp, sections):
+    """Runs each (name, fn) in turn, an exception a failure of its own; then
+    kills every process started and removes tmp (kept when anything
+    failed). The exit status: 1 on any failure."""
+    try:
+        for name, fn in sections:
+            log(f"-- {name}")
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                fail(f"{name}: {traceback.format_exc()}")
+    finally:
+        kill_all()
+        if failures:
+            log(f"kept {tmp} for a look")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    log(f"{len(failures)} failures")
+    return 1 if failures else 0
