@@ -134,10 +134,12 @@ void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char
     audit_write(&ev);
 }
 
-/* A refusal: answered, and written to the audit log. */
-static enum MHD_Result refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message)
+/* A refusal: answered, and written to the audit log with the name refused
+ * (NULL: none, a listing's). */
+static enum MHD_Result refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message,
+                              const char *name)
 {
-    http_audit(ctx, "refused", api_errors[e].status == 401 ? "401" : "403", ctx->route_name, 0);
+    http_audit(ctx, "refused", api_errors[e].status == 401 ? "401" : "403", name, 0);
     if (r->auth == AUTH_DAPR) {
         const char *code = e == API_E_UNAUTHORIZED ? "ERR_UNAUTHORIZED" : "ERR_PERMISSION_DENIED";
         return http_send_body(ctx, api_errors[e].status, api_dapr_error_json(code, message), NULL, 0, true);
@@ -152,7 +154,9 @@ bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *r
     char m[400];
     snprintf(m, sizeof m, "%s may not %s the name %.200s", ctx->principal ? ctx->principal->name : "this caller",
              right_word(right), name ? name : "");
-    *rc = refuse(ctx, ctx->row, API_E_FORBIDDEN, m);
+    /* The name refused: a Dapr lock's is its key name once its body is
+     * read (as gRPC's refusal says), else the path's (Dapr's: its store). */
+    *rc = refuse(ctx, ctx->row, API_E_FORBIDDEN, m, name ? name : ctx->route_name);
     return false;
 }
 
@@ -180,17 +184,20 @@ static bool admin_refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc
     }
     if (!auth_admin_exists()) {
         *rc = refuse(ctx, r, API_E_FORBIDDEN,
-                     "force release is off: the service has no --admin-token-file and no principal with the admin right");
+                     "force release is off: the service has no --admin-token-file and no principal with the admin right",
+                     ctx->route_name);
         return true;
     }
     if (!ctx->principal) {
-        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "force release needs the admin token as Authorization: Bearer");
+        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "force release needs the admin token as Authorization: Bearer",
+                     ctx->route_name);
         return true;
     }
     if (!(ctx->principal->rights & RIGHT_ADMIN)) {
         *rc = refuse(ctx, r, API_E_FORBIDDEN, !strcmp(ctx->principal->name, "token")
                                               ? "force release needs the admin token, not the ordinary one"
-                                              : "force release needs a principal with the admin right");
+                                              : "force release needs a principal with the admin right",
+                     ctx->route_name);
         return true;
     }
     return !http_may(ctx, RIGHT_ADMIN, ctx->route_name, rc);
@@ -207,7 +214,8 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
         return false;
     if (http_client_cert_missing(ctx)) {   /* HTTPS with --tls-client-ca-file (http_peer.c) */
         *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "a client certificate signed by the CA of --tls-client-ca-file "
-                                                 "is required");
+                                                 "is required",
+                     ctx->route_name);
         return true;
     }
     ctx->principal = caller(ctx, r);
@@ -217,7 +225,8 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
         return false;
     if (!ctx->principal) {
         *rc = refuse(ctx, r, API_E_UNAUTHORIZED, r->auth == AUTH_DAPR ? "a valid dapr-api-token header is required"
-                                                                      : "a valid Authorization: Bearer token is required");
+                                                                      : "a valid Authorization: Bearer token is required",
+                     ctx->route_name);
         return true;
     }
     return !http_may(ctx, r->right, r->name == NAME_PATH ? ctx->route_name : NULL, rc);
