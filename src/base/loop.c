@@ -387,3 +387,35 @@ void loop_free(rl_loop *l)
     pthread_mutex_destroy(&l->jobs_lock);
     free(l);
 }
+
+/* loop_call's: fn(arg) run on the loop's thread, waited for. */
+struct waited_call {
+    void (*fn)(void *);
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void waited_call_job(void *arg)
+{
+    struct waited_call *c = arg;
+    c->fn(c->arg);
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void loop_call(rl_loop *l, void (*fn)(void *), void *arg)
+{
+    struct waited_call c = {fn, arg, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    if (loop_post(l, waited_call_job, &c) < 0) {
+        fn(arg);   /* the loop has stopped: nothing else runs on it */
+        return;
+    }
+    pthread_mutex_lock(&c.mu);
+    while (!c.done)
+        pthread_cond_wait(&c.cv, &c.mu);
+    pthread_mutex_unlock(&c.mu);
+}

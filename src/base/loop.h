@@ -69,6 +69,10 @@ int loop_post(rl_loop *l, void (*fn)(void *), void *arg);
  * timer, another job, or whatever the client is due for). For bookkeeping
  * that nothing waits for. */
 int loop_post_lazy(rl_loop *l, void (*fn)(void *), void *arg);
+/* Any thread but the loop's own: runs fn(arg) on the loop thread and waits
+ * for it (here, at once, when the loop has stopped). For what only the loop
+ * may touch, such as a libmicrohttpd daemon in external mode. */
+void loop_call(rl_loop *l, void (*fn)(void *), void *arg);
 
 /* Runs fn(arg) on the loop thread after delay_us. Returns 0 or -1 on OOM or
  * once the loop is ending. Timers still pending when the loop ends run then,

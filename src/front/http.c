@@ -1,193 +1,9 @@
 /* http.c - see http.h; the layer's files are listed in http_int.h. This
- * one: a request's life (routing, answers, suspension, completion). */
+ * one: a request's life, the top of the layer: it reads the request,
+ * routes it through the table (http_routes.c), answers it once the engine
+ * did with the function its handler chose, and completes it by running
+ * its cleanup handlers. It names no route's handler and no recipe. */
 #include "http_int.h"
-
-static void kick_job(void *arg) { (void)arg; }
-
-/* Resumes ctx's connection and makes its loop run the daemon soon: at once
- * on its next turn when called on the loop, else by waking it. Any thread. */
-void http_ctx_wake(req_ctx *ctx)
-{
-    http_shard *sh = ctx->sh;
-    MHD_resume_connection(ctx->conn);
-    atomic_store(&sh->kick, true);
-    if (!loop_on(mpool_loop(sh->pool)))
-        loop_post(mpool_loop(sh->pool), kick_job, NULL);   /* wakes it; on the loop the kick is seen */
-}
-
-/* ---- answers ---- */
-
-enum MHD_Result http_send_body(req_ctx *ctx, int status, char *body, const char *allow,
-                          long long retry_after_s, bool json)
-{
-    struct MHD_Response *r;
-    if (body)
-        r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    else
-        r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    if (body)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                json ? "application/json" : "text/plain; version=0.0.4");
-    if (allow)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    if (retry_after_s > 0) {
-        char v[24];
-        snprintf(v, sizeof v, "%lld", retry_after_s);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
-    }
-    if (status == 401)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    static const char no_quorum[] = "{\"error\":\"no_quorum\"";
-    if (status == 503 && body && !strncmp(body, no_quorum, sizeof no_quorum - 1))
-        metrics_count(ctx->s->m, METRICS_NO_QUORUM);   /* answered, not retried inside */
-    return http_send_response(ctx, status, r);
-}
-
-enum MHD_Result http_send_response(req_ctx *ctx, int status, struct MHD_Response *r)
-{
-    /* Stopping: serve what arrives on open connections, then close them so
-     * clients move on to another instance instead of meeting a 503. */
-    if (atomic_load(&ctx->s->quiescing) || ctx->close)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result rc = MHD_queue_response(ctx->conn, (unsigned)status, r);
-    MHD_destroy_response(r);
-    ctx->answered = true;
-    metrics_request(ctx->s->m, ctx->mroute, status, loop_now_us() - ctx->start_us);
-    return rc;
-}
-
-enum MHD_Result http_send_error(req_ctx *ctx, enum api_err e, const char *message,
-                           const char *allow)
-{
-    return http_send_body(ctx, api_errors[e].status, api_error_json(e, message), allow, 0, true);
-}
-
-/* ---- auth, and a request's suspension for the engine ---- */
-
-const char *http_bearer(req_ctx *ctx)
-{
-    const char *got = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return got && strncasecmp(got, "Bearer ", 7) == 0 ? got + 7 : NULL;   /* the scheme is case-insensitive */
-}
-
-bool http_secret_is(const char *want, const char *got)
-{
-    if (!want || !got)
-        return false;
-    size_t wl = strlen(want), gl = strlen(got);
-    /* Compare in time that depends on the secret's length only. */
-    unsigned char diff = (unsigned char)(wl != gl);
-    for (size_t i = 0; i < wl; i++)
-        diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
-    return diff == 0;
-}
-
-/* Suspends ctx's connection before its request goes to the engine (whose
- * answer may come at once, and resumes it): the registry knows it waits. */
-/* The engine's request ends with the connection: an answer that did not
- * reach the client releases its grant (a held stream's grant is the
- * hold's to release). */
-static void engine_cleanup(req_ctx *ctx, bool completed_ok)
-{
-    http_server *s = ctx->s;
-    metrics_inflight(s->m, -1);
-    bool delivered = ctx->hold || (completed_ok && ctx->answered && !ctx->gone && !ctx->forced);
-    if (ctx->sem && !delivered && atomic_load(&ctx->result_ready) && !ctx->forced &&
-        ctx->sem->op == SEM_ACQUIRE && ctx->sem_res->outcome == RL_OK)
-        http_sem_give_back(s, ctx->sh->pool, ctx->sem->name, ctx->sem_res);
-    if (!(delivered && ctx->confirm_fd >= 0 && http_check_delivery(ctx)))
-        rl_finish(ctx->eng, ctx->h, delivered);
-}
-
-void http_suspend_for_engine(req_ctx *ctx)
-{
-    http_server *s = ctx->s;
-    http_on_cleanup(ctx, engine_cleanup);
-    pthread_mutex_lock(&s->reg_lock);
-    ctx->susp = true;
-    if (ctx->ci)
-        ctx->ci->suspended = ctx;
-    pthread_mutex_unlock(&s->reg_lock);
-    MHD_suspend_connection(ctx->conn);
-    ctx->submitted = true;
-    metrics_inflight(s->m, 1);
-}
-
-void http_ctx_unref(req_ctx *ctx)
-{
-    if (atomic_fetch_sub(&ctx->refs, 1) == 1) {
-        if (ctx->confirm_fd >= 0)
-            close(ctx->confirm_fd);
-        if (ctx->semh)
-            sem_finish(ctx->semh);
-        free(ctx->sem);
-        free(ctx->sem_res);
-        free(ctx->list_body);
-        free(ctx->body);
-        free(ctx->w);
-        free(ctx);
-    }
-}
-
-/* Takes ctx out of its suspension with result res (once, whoever comes
- * first: the engine's answer, or a shutdown that could not wait for it) and
- * resumes the connection; sem_res, when not NULL, is a semaphore's whole
- * answer, kept beside its outcome. Returns false when it was no longer
- * suspended: res is then not the one answered. */
-bool http_ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res)
-{
-    http_server *s = ctx->s;
-    pthread_mutex_lock(&s->reg_lock);
-    bool was = ctx->susp;
-    if (was) {
-        ctx->w->res = *res;
-        if (sem_res)
-            *ctx->sem_res = *sem_res;
-        atomic_store(&ctx->result_ready, true);
-        ctx->susp = false;
-        if (ctx->ci)
-            ctx->ci->suspended = NULL;
-    }
-    pthread_mutex_unlock(&s->reg_lock);
-    if (was)
-        http_ctx_wake(ctx);
-    return was;
-}
-
-/* Takes ctx out of its suspension as the registry sees it (the watcher and
- * the shutdown look there). Returns whether it was suspended: whoever gets
- * true owns the matching MHD_resume_connection. */
-bool http_ctx_unsuspend(req_ctx *ctx)
-{
-    http_server *s = ctx->s;
-    pthread_mutex_lock(&s->reg_lock);
-    bool was = ctx->susp;
-    ctx->susp = false;
-    if (ctx->ci)
-        ctx->ci->suspended = NULL;
-    pthread_mutex_unlock(&s->reg_lock);
-    return was;
-}
-
-/* Has the connection failed (reset, or closed both ways)? Then an answer
- * cannot reach the client. A FIN alone is not that: a half-closed client
- * (shutdown(SHUT_WR), `nc -N`, Go's CloseWrite) still reads its answer. */
-bool http_client_gone(int fd)
-{
-    struct pollfd pfd = {fd, 0, 0};
-    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR));
-}
-
-/* Has the client sent its FIN (closed or half-closed)? */
-bool http_client_done_sending(int fd)
-{
-    struct pollfd pfd = {fd, POLLRDHUP, 0};
-    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
 
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                    const char *value)
@@ -227,6 +43,19 @@ static void decode_route_name(req_ctx *ctx, const char *url)
     if (rules_percent_decode(raw, len, ctx->w->name, sizeof ctx->w->name) < 0)
         ctx->w->name[0] = '\0';
     ctx->route_name = ctx->w->name;
+}
+
+/* The engine answered ctx: a grant nobody will read is not sent (its
+ * cleanup releases it); else the answer its handler chose
+ * (http_suspend_for_engine). */
+static enum MHD_Result answer(req_ctx *ctx)
+{
+    if (ctx->w->res.outcome == RL_CANCELLED ||
+        (ctx->w->res.outcome == RL_OK && ctx->w->req.op == RL_ACQUIRE && ctx->ci && http_client_gone(ctx->ci->fd))) {
+        ctx->gone = true;
+        return MHD_NO;
+    }
+    return ctx->answer(ctx);
 }
 
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -319,7 +148,7 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
     if (ctx->submitted) {
         if (ctx->gone)
             return MHD_NO;   /* nobody to answer: close */
-        return atomic_load(&ctx->result_ready) ? http_lock_answer(ctx) : MHD_YES;
+        return atomic_load(&ctx->result_ready) ? answer(ctx) : MHD_YES;
     }
     if (ctx->ci) {
         pthread_mutex_lock(&s->reg_lock);
@@ -337,17 +166,6 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const ch
     if (foreign >= 0)
         return http_send_error(ctx, (enum api_err)foreign, why, NULL);
     return http_route_serve(ctx, method);
-}
-
-void http_on_cleanup(req_ctx *ctx, http_cleanup_fn fn)
-{
-    for (int i = 0; i < ctx->ncleanups; i++)
-        if (ctx->cleanups[i] == fn)
-            return;
-    if (ctx->ncleanups < HTTP_CLEANUPS_MAX)
-        ctx->cleanups[ctx->ncleanups++] = fn;
-    else
-        abort();   /* more kinds of things attached than there are: a bug */
 }
 
 void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -383,24 +201,6 @@ size_t http_unescape(void *cls, struct MHD_Connection *c, char *s)
     (void)cls;
     (void)c;
     return strlen(s);
-}
-
-const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap)
-{
-    const char *raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, key);
-    if (!raw)
-        return NULL;
-    if (rules_percent_decode(raw, strlen(raw), buf, cap) < 0)
-        buf[0] = '\0';
-    return buf;
-}
-
-int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen)
-{
-    const char *hdr = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "Lock-Token");
-    char buf[HTTP_QUERY_ARG_MAX];
-    const char *query = http_query_arg(ctx, "token", buf, sizeof buf);
-    return api_pick_token(hdr, query, token_in_body, &ctx->w->req, msg, msglen);
 }
 
 /* libmicrohttpd's messages are mostly caused by clients (a connection

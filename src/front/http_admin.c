@@ -18,15 +18,22 @@ static void log_force(req_ctx *ctx, const char *what, long long fence, const cha
               "fence", f, "owner", owner, "permits", n, "client", client, NULL);
 }
 
-void http_forced_lock(req_ctx *ctx, const rl_result *res)
+/* A force release of a lock or an election was done: its streams are
+ * told, and the force logged. */
+static void forced_lock(req_ctx *ctx, const rl_result *res)
 {
+    if (res->outcome != RL_OK)
+        return;
     hold_forced(ctx->s->holds, ctx->w->req.name);   /* (a notice tells the other instances) */
     log_force(ctx, ctx->route == ROUTE_ELECTION ? "election" : "lock", res->held ? res->fence : 0,
               res->held ? res->owner : "", res->held);
 }
 
-void http_forced_permits(req_ctx *ctx, const sem_result *res)
+/* The same for a semaphore's permits. */
+static void forced_permits(req_ctx *ctx, const sem_result *res)
 {
+    if (res->outcome != RL_OK)
+        return;
     long long fence = 0;
     const char *owner = "";
     for (int i = 0; i < res->npermits; i++) {
@@ -57,6 +64,7 @@ enum MHD_Result http_force_dispatch(req_ctx *ctx, const char *method, const char
             return http_send_error(ctx, API_E_INTERNAL, "out of memory", NULL);
         ctx->sem->op = SEM_FORCE;
         snprintf(ctx->sem->name, sizeof ctx->sem->name, "%s", name);
+        ctx->on_permits = forced_permits;
         return http_sem_start(ctx);
     }
     memset(&ctx->w->req, 0, sizeof ctx->w->req);
@@ -65,7 +73,8 @@ enum MHD_Result http_force_dispatch(req_ctx *ctx, const char *method, const char
         election_lock_name(name, ctx->w->req.name, sizeof ctx->w->req.name);
     else
         snprintf(ctx->w->req.name, sizeof ctx->w->req.name, "%s", name);
-    return http_submit(ctx);
+    ctx->on_result = forced_lock;
+    return http_submit(ctx, http_lock_answer);
 }
 
 /* ---- listings: GET /locks, /elections, /semaphores (listing.h) ---- */
@@ -144,7 +153,6 @@ enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char 
     raw = MHD_lookup_connection_value(ctx->conn, MHD_GET_ARGUMENT_KIND, "cursor");
     if ((raw && *raw && !*cursor) || list_cursor_parse(cursor, mpool_size(ctx->sh->pool), &req.pos) < 0)
         return http_send_error(ctx, API_E_BAD_REQUEST, "cursor must be a next this service gave", NULL);
-    ctx->list = true;
     if (auth_closed()) {
         req.may_see = may_read;
         req.may_arg = ctx->principal;
@@ -153,7 +161,7 @@ enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char 
     /* A page's reads wait for a place among --max-inflight, as inspections
      * do: a crowd of listings is paced, never read as masters failing. */
     rl_request turn = {.op = RL_TURN, .queued = true};
-    http_suspend_for_engine(ctx);   /* list_done may come before rl_submit returns */
+    http_suspend_for_engine(ctx, http_list_answer);   /* list_done may come before rl_submit returns */
     atomic_fetch_add(&ctx->refs, 1);   /* list_done's */
     if (rl_submit(ctx->sh->engine, &turn, list_turn, ctx, &ctx->list_turn) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);

@@ -346,3 +346,26 @@ void *http_watch_main(void *arg)
     }
     return NULL;
 }
+
+/* ---- permits nobody received ---- */
+
+static void sem_ignore(void *arg, const sem_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* Permits nobody will receive: released on every master at once. */
+void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
+{
+    sem_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return;   /* (they expire with their ttl) */
+    r->op = SEM_RELEASE;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    for (int i = 0; i < res->npermits; i++)
+        memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
+    if (r->ntokens)
+        sem_submit(r, http_engine_of_name, s, pool, sem_ignore, NULL, NULL);
+    free(r);
+}

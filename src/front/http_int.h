@@ -1,28 +1,35 @@
 /* http_int.h - what the files of the HTTP layer share (http.h, in
  * front/front.h, is the layer's face to the rest): the server, its loops' shards, the registry
  * of connections, the request context, and the functions one file calls
- * in another. Which file holds what:
- *   http.c          a request's life: reading it (http_on_request), answers,
- *                   the context's suspension and resumption, its cleanup
- *                   handlers and completion
- *   http_routes.c   the route table: each route's methods, right, auth and
- *                   handler; 404, 405 with Allow and the auth check
- *   http_ops.c      the operators' routes: /readyz and /metrics
- *   http_admin.c    an operator's force release, and listings
- *   http_ui.c       the dashboard: its page and GET /ui/state
- *   http_locks.c    the lock and Dapr routes: which engine serves a name,
- *                   submitting, answers, held streams
- *   http_recipes.c  elections and semaphores
- *   http_conns.c    the registry of connections, its watcher thread, and
- *                   the delivery checks of grants to clients that sent
- *                   their FIN
+ * in another. Which file holds what, from the top down (each calls only
+ * files below it; the layers check finds a circle):
  *   http_loops.c    the loops: each one's libmicrohttpd daemons, one per
  *                   listener it serves; start, quiesce, drain and stop
+ *   http.c          a request's life: reading it (http_on_request), its
+ *                   route, its answer once the engine did, its completion
+ *   http_park.c     backpressure: new requests left unread while the
+ *                   admission queue is long
+ *   http_routes.c   the route table: each route's methods, right, auth and
+ *                   handler; 404, 405 with Allow and the auth check
+ *   the route handlers, and the answers they choose:
+ *   http_locks.c    the lock and Dapr routes
+ *   http_recipes.c  elections, semaphores and heartbeats
+ *   http_admin.c    an operator's force release, and listings
+ *   http_ops.c      the operators' routes: /readyz and /metrics
+ *   http_ui.c       the dashboard: its page and GET /ui/state
+ *   http_engine.c   a request's way to the engine and back, and a grant
+ *                   that becomes a held stream
+ *   http_conns.c    the registry of connections, its watcher thread, the
+ *                   delivery checks of grants to clients that sent their
+ *                   FIN, and permits nobody received
+ *   http_ctx.c      a request's context: answers, suspension, cleanup
+ *                   handlers, query arguments, rights and the audit log,
+ *                   and which loop serves a name
+ *   http_peer.c     who calls: the listener it came by, the client's
+ *                   address, its verified client certificate and its name
  *   http_tls.c      HTTPS: the certificate and key in force (swapped on
  *                   SIGHUP), given to each handshake; the client
  *                   certificate's check during the handshake
- *   http_peer.c     who calls: the client's address, its verified client
- *                   certificate and that certificate's name
  */
 #ifndef RL_HTTP_INT_H
 #define RL_HTTP_INT_H
@@ -223,6 +230,8 @@ typedef struct req_work {
  * registration, knowing none of them. completed_ok: the answer was sent
  * whole (libmicrohttpd's MHD_REQUEST_TERMINATED_COMPLETED_OK). */
 typedef void (*http_cleanup_fn)(struct req_ctx *ctx, bool completed_ok);
+/* What answers a request once the engine did (http_suspend_for_engine). */
+typedef enum MHD_Result (*http_answer_fn)(struct req_ctx *ctx);
 #define HTTP_CLEANUPS_MAX 8
 
 typedef struct req_ctx {
@@ -264,8 +273,7 @@ typedef struct req_ctx {
     bool force;               /* an operator's force release (http_admin.c) */
     bool force_query;         /* DELETE /locks/?force=true&name=...: the query form of a
                                  force release (api_force_route_of); route_name from name */
-    bool list;                /* a listing's page (http_admin.c): its body once done */
-    list_request list_req;    /* ... the page asked */
+    list_request list_req;    /* a listing's page (http_admin.c): the page asked */
     rl_handle *list_turn;     /* ... its place among --max-inflight, until list_done */
     char *list_body;
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
@@ -273,11 +281,21 @@ typedef struct req_ctx {
     sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
     atomic_bool result_ready;
     req_work *w;              /* NULL once its stream started (http_stream_answer) */
+    http_answer_fn answer;    /* answers once the engine did (http_suspend_for_engine) */
+    void (*on_result)(struct req_ctx *ctx, const rl_result *res);     /* the engine's result, */
+    void (*on_permits)(struct req_ctx *ctx, const sem_result *res);   /* or a semaphore's, on its
+                                 loop before the connection resumes (a force release's notices) */
     http_cleanup_fn cleanups[HTTP_CLEANUPS_MAX]; /* (loop thread) */
     int ncleanups;
 } req_ctx;
 
-/* http.c */
+/* The files below call only down this list: http_ctx.c, http_peer.c and
+ * http_tls.c at the bottom; then http_conns.c; http_engine.c; the route
+ * handlers (http_locks.c, http_recipes.c, http_admin.c, http_ops.c,
+ * http_ui.c); the table (http_routes.c); http.c and http_park.c; and
+ * http_loops.c at the top (the layers check finds a circle). */
+
+/* http_ctx.c */
 /* Registers fn to run when ctx completes (once: a second registration of
  * the same fn is none). On ctx's loop, before it completes. */
 void http_on_cleanup(req_ctx *ctx, http_cleanup_fn fn);
@@ -289,19 +307,11 @@ enum MHD_Result http_send_error(req_ctx *ctx, enum api_err e, const char *messag
 /* Queues r (the caller's headers set) as ctx's answer, closing the
  * connection while the server stops, and counts it; destroys r. */
 enum MHD_Result http_send_response(req_ctx *ctx, int status, struct MHD_Response *r);
-void http_suspend_for_engine(req_ctx *ctx);
 void http_ctx_unref(req_ctx *ctx);
 bool http_ctx_resume(req_ctx *ctx, const rl_result *res, const sem_result *sem_res);
 bool http_ctx_unsuspend(req_ctx *ctx);
 bool http_client_gone(int fd);
 bool http_client_done_sending(int fd);
-enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                           const char *method, const char *version,
-                           const char *upload_data, size_t *upload_data_size,
-                           void **con_cls);
-void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                  enum MHD_RequestTerminationCode toe);
-size_t http_unescape(void *cls, struct MHD_Connection *c, char *s);
 /* The query argument key of ctx's request, percent-decoded once into buf
  * (cap bytes; a decoded NUL becomes 0x7f, as in a name): NULL when absent,
  * "" when it does not decode or fit. */
@@ -310,90 +320,28 @@ const char *http_query_arg(req_ctx *ctx, const char *key, char *buf, size_t cap)
 /* ctx->req.token from the Lock-Token header, the token query argument or
  * the body (token_in_body): api_pick_token's rules. */
 int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen);
-void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
-
-/* http_ops.c */
-/* Master i as every loop sees it: up only where up on every loop,
- * quarantined where any loop found it so, counters summed. */
-void http_master_status(http_server *s, int i, master_status *out);
-enum MHD_Result http_serve_readyz(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result http_serve_metrics(req_ctx *ctx, const char *method, const char *name);
-
-/* http_locks.c */
-void http_hold_wake(void *arg);
-bool http_reserve_hold(req_ctx *ctx);
-void http_hold_attach(req_ctx *ctx, hold *h);
-enum MHD_Result http_too_many_holds(req_ctx *ctx);
-enum MHD_Result http_stream_refused(req_ctx *ctx);
-enum MHD_Result http_stream_answer(req_ctx *ctx, unsigned status);
-enum MHD_Result http_lock_answer(req_ctx *ctx);
-rl_engine *http_engine_of_name(void *arg, const char *name);
-rl_engine *http_engine_for(const req_ctx *ctx);
-enum MHD_Result http_submit(req_ctx *ctx);
-enum MHD_Result http_lock_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result http_dapr_dispatch(req_ctx *ctx, const char *method, const char *store);
-
-/* http_recipes.c */
-enum MHD_Result http_election_answer(req_ctx *ctx);
-enum MHD_Result http_election_dispatch(req_ctx *ctx, const char *method, const char *name);
-void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
-enum MHD_Result http_heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result http_sem_answer(req_ctx *ctx);
-enum MHD_Result http_sem_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result http_sem_start(req_ctx *ctx);   /* submits ctx->sem (parsed) */
-
-/* http.c: the bearer token of ctx's Authorization header, or NULL; is
- * got the secret want (NULL never is; in time that depends on want's
- * length only)? */
+/* The bearer token of ctx's Authorization header, or NULL; is got the
+ * secret want (NULL never is; in time that depends on want's length
+ * only)? */
 const char *http_bearer(req_ctx *ctx);
 bool http_secret_is(const char *want, const char *got);
-
-/* http_admin.c */
-enum MHD_Result http_force_dispatch(req_ctx *ctx, const char *method, const char *name);
-void http_forced_lock(req_ctx *ctx, const rl_result *res);
-void http_forced_permits(req_ctx *ctx, const sem_result *res);
-enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result http_list_answer(req_ctx *ctx);
-
-/* http_ui.c */
-enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name);
-enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name);
-
-/* http_loops.c: runs fn(arg) on p's loop and waits for it (at once when
- * the loop has stopped). */
-void http_run_on_loop(mpool *p, void (*fn)(void *), void *arg);
-
-/* http_park.c: backpressure. True when conn's request (at its first
- * call) is held back: its connection is suspended until the admission
- * queue shortens. On the shard's loop. */
-bool http_park(http_shard *sh, struct MHD_Connection *conn, const char *url, const char *method);
-/* Resumes every connection held back (arg: the shard; on its loop): the
- * server stops, and no connection may stay suspended. */
-void http_park_release(void *arg);
-/* Is a look at the queue still due on sh's loop? (Any thread.) */
-bool http_park_pending(http_shard *sh);
-void http_park_free(http_shard *sh);
-
-/* http_routes.c */
-/* The bit of method (0: none of the table's). */
-unsigned http_method_bit(const char *method);
-/* The row serving path with method (a force release's form when force),
- * or NULL; then allow (cap bytes) lists the methods path's rows take, for
- * 405 and its Allow header. */
-const http_route *http_route_find(enum api_route path, unsigned method, bool force, char *allow, size_t cap);
-/* Does any row serve path? */
-bool http_route_known(enum api_route path);
-/* The right the row for path and method asks (the gRPC front's calls). */
-unsigned http_route_right(enum api_route path, const char *method);
-/* Serves ctx, whose body is read: 404, 405, 413, the row's auth check,
- * then its handler. */
-enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);
 /* May ctx's caller exercise right on name? When not, the refusal (403) is
- * answered and audited, and *rc is its result. */
+ * answered and audited with the name refused (name; NULL: the path's, or
+ * none for a listing), and *rc is its result. */
 bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *rc);
+/* A refusal by r's auth check (401 or 403): answered in r's format, and
+ * written to the audit log with the path's name. */
+enum MHD_Result http_refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message);
 /* One line of the audit log (audit.h) for ctx: its principal, client and
- * route. */
+ * route; and the line for the engine's answer in ctx->w, when it changed
+ * who holds what (or an extension failed). */
 void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char *name, long long fence);
+void http_audit_result(req_ctx *ctx);
+/* The engine a request goes to: a name's writes, to the loop that owns it
+ * (http_engine_of_name's arg is the server); an inspection stays on its
+ * own loop. */
+rl_engine *http_engine_of_name(void *arg, const char *name);
+rl_engine *http_engine_for(const req_ctx *ctx);
 
 /* http_peer.c */
 /* The client's address ("unix" for a Unix socket), for the log and the
@@ -411,8 +359,6 @@ bool http_client_cert_missing(req_ctx *ctx);
  * close, the certificate's name let go. */
 void http_peer_note(conn_info *ci, const struct sockaddr *addr);
 void http_peer_forget(conn_info *ci);
-
-/* http_loops.c */
 /* The listener ctx came by: API_LISTENER_* bits. */
 unsigned http_listener_kind(req_ctx *ctx);
 
@@ -432,5 +378,85 @@ void http_settle_deliveries(http_server *s, bool finally);
 void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                    enum MHD_ConnectionNotificationCode code);
 void *http_watch_main(void *arg);
+/* Permits nobody will receive: released on every master at once. */
+void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res);
+
+/* http_engine.c */
+/* Suspends ctx for the engine; answer(ctx) answers once its result is in
+ * (http.c calls it; http_submit submits ctx->w->req so). */
+void http_suspend_for_engine(req_ctx *ctx, http_answer_fn answer);
+enum MHD_Result http_submit(req_ctx *ctx, http_answer_fn answer);
+void http_hold_wake(void *arg);
+bool http_reserve_hold(req_ctx *ctx);
+void http_hold_attach(req_ctx *ctx, hold *h);
+enum MHD_Result http_too_many_holds(req_ctx *ctx);
+enum MHD_Result http_stream_refused(req_ctx *ctx);
+enum MHD_Result http_stream_answer(req_ctx *ctx, unsigned status);
+
+/* The route handlers (http_handler), and their answers. */
+/* http_locks.c */
+enum MHD_Result http_lock_answer(req_ctx *ctx);
+enum MHD_Result http_lock_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_dapr_dispatch(req_ctx *ctx, const char *method, const char *store);
+
+/* http_recipes.c */
+enum MHD_Result http_election_answer(req_ctx *ctx);
+enum MHD_Result http_election_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_heartbeat_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_sem_answer(req_ctx *ctx);
+enum MHD_Result http_sem_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_sem_start(req_ctx *ctx);   /* submits ctx->sem (parsed) */
+
+/* http_admin.c */
+enum MHD_Result http_force_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_list_answer(req_ctx *ctx);
+
+/* http_ops.c */
+/* Master i as every loop sees it: up only where up on every loop,
+ * quarantined where any loop found it so, counters summed. */
+void http_master_status(http_server *s, int i, master_status *out);
+enum MHD_Result http_serve_readyz(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result http_serve_metrics(req_ctx *ctx, const char *method, const char *name);
+
+/* http_ui.c */
+enum MHD_Result ui_page(req_ctx *ctx, const char *method, const char *name);
+enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name);
+
+/* http_routes.c */
+/* The bit of method (0: none of the table's). */
+unsigned http_method_bit(const char *method);
+/* The row serving path with method (a force release's form when force),
+ * or NULL; then allow (cap bytes) lists the methods path's rows take, for
+ * 405 and its Allow header. */
+const http_route *http_route_find(enum api_route path, unsigned method, bool force, char *allow, size_t cap);
+/* Does any row serve path? */
+bool http_route_known(enum api_route path);
+/* The right the row for path and method asks (the gRPC front's calls). */
+unsigned http_route_right(enum api_route path, const char *method);
+/* Serves ctx, whose body is read: 404, 405, 413, the row's auth check,
+ * then its handler. */
+enum MHD_Result http_route_serve(req_ctx *ctx, const char *method);
+
+/* http.c: libmicrohttpd's callbacks for a request */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                           const char *method, const char *version,
+                           const char *upload_data, size_t *upload_data_size,
+                           void **con_cls);
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                  enum MHD_RequestTerminationCode toe);
+size_t http_unescape(void *cls, struct MHD_Connection *c, char *s);
+void http_mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+/* http_park.c: backpressure. True when conn's request (at its first
+ * call) is held back: its connection is suspended until the admission
+ * queue shortens. On the shard's loop. */
+bool http_park(http_shard *sh, struct MHD_Connection *conn, const char *url, const char *method);
+/* Resumes every connection held back (arg: the shard; on its loop): the
+ * server stops, and no connection may stay suspended. */
+void http_park_release(void *arg);
+/* Is a look at the queue still due on sh's loop? (Any thread.) */
+bool http_park_pending(http_shard *sh);
+void http_park_free(http_shard *sh);
 
 #endif

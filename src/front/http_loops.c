@@ -5,40 +5,6 @@
 
 /* ---- the loops ---- */
 
-/* A call run on a loop's thread, waited for: libmicrohttpd in external mode
- * is only ever touched by the loop that runs it (and by resume, which it
- * allows from any thread). */
-struct loop_call {
-    void (*fn)(void *);
-    void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-};
-
-static void loop_call_job(void *arg)
-{
-    struct loop_call *c = arg;
-    c->fn(c->arg);
-    pthread_mutex_lock(&c->mu);
-    c->done = true;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-void http_run_on_loop(mpool *p, void (*fn)(void *), void *arg)
-{
-    struct loop_call c = {fn, arg, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-    if (loop_post(mpool_loop(p), loop_call_job, &c) < 0) {
-        fn(arg);   /* the loop has stopped: nobody else runs the daemon */
-        return;
-    }
-    pthread_mutex_lock(&c.mu);
-    while (!c.done)
-        pthread_cond_wait(&c.cv, &c.mu);
-    pthread_mutex_unlock(&c.mu);
-}
-
 /* The loop's io hooks: run the daemons when their epoll fd (or the set of
  * theirs) is readable, and when their own timeout (idle connections, data
  * already pending, a TLS record already read) comes. */
@@ -341,15 +307,6 @@ static void listeners_close(http_server *s)
     }
 }
 
-unsigned http_listener_kind(req_ctx *ctx)
-{
-    const union MHD_ConnectionInfo *i = MHD_get_connection_info(ctx->conn, MHD_CONNECTION_INFO_DAEMON);
-    for (int k = 0; i && k < ctx->sh->ndaemons; k++)
-        if (ctx->sh->daemons[k].d == i->daemon)
-            return ctx->sh->daemons[k].l->kind;
-    return 0;
-}
-
 http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, metrics *m, char *err,
                         size_t errlen)
 {
@@ -408,7 +365,7 @@ http_server *http_start(const conf *cfg, const http_loop *loops, int nloops, met
         hold_attach(s->holds, s->shards[k].engine);
         sem_engine_attach(s->shards[k].engine);
         if (s->shards[k].ndaemons > 0)
-            http_run_on_loop(s->shards[k].pool, shard_attach, &s->shards[k]);
+            loop_call(mpool_loop(s->shards[k].pool), shard_attach, &s->shards[k]);
     }
     s->watching = pthread_create(&s->watcher, NULL, http_watch_main, s) == 0;
     return s;
@@ -425,12 +382,12 @@ void http_quiesce(http_server *s)
     atomic_store(&s->quiescing, true);
     sem_stop_waiting();   /* waiting semaphore acquires answer 409 now, as lock acquires do */
     for (int k = 0; k < s->nshards; k++) {
-        http_run_on_loop(s->shards[k].pool, shard_stop_accepting, &s->shards[k]);
-        http_run_on_loop(s->shards[k].pool, http_park_release, &s->shards[k]);
+        loop_call(mpool_loop(s->shards[k].pool), shard_stop_accepting, &s->shards[k]);
+        loop_call(mpool_loop(s->shards[k].pool), http_park_release, &s->shards[k]);
     }
     take_queues_and_close(s);
     for (int k = 0; k < s->nshards; k++)
-        http_run_on_loop(s->shards[k].pool, shard_add_taken, &s->shards[k]);
+        loop_call(mpool_loop(s->shards[k].pool), shard_add_taken, &s->shards[k]);
 }
 
 int http_end_holds(http_server *s, long long timeout_ms)
@@ -493,10 +450,10 @@ void http_stop(http_server *s)
      * thread touches them. */
     for (int k = 0; k < s->nshards; k++)
         if (s->shards[k].ndaemons > 0)
-            http_run_on_loop(s->shards[k].pool, shard_detach, &s->shards[k]);
+            loop_call(mpool_loop(s->shards[k].pool), shard_detach, &s->shards[k]);
     listeners_close(s);
     for (int k = 0; k < s->nshards; k++) {
-        http_run_on_loop(s->shards[k].pool, shard_holds_detach, &s->shards[k]);
+        loop_call(mpool_loop(s->shards[k].pool), shard_holds_detach, &s->shards[k]);
         /* A look at the admission queue still due points at the shard:
          * it comes within HTTP_PARK_CHECK_MS and arms no other. */
         while (http_park_pending(&s->shards[k]))

@@ -122,7 +122,7 @@ static void ask_pending(void *arg)
 bool http_park_pending(http_shard *sh)
 {
     struct pending_ask a = {sh, false};
-    http_run_on_loop(sh->pool, ask_pending, &a);
+    loop_call(mpool_loop(sh->pool), ask_pending, &a);
     return a.due;
 }
 

@@ -138,3 +138,13 @@ bool http_client_cert_missing(req_ctx *ctx)
     look_at_cert(ctx, session);
     return ctx->ci->cert != 1;
 }
+
+/* The listener ctx came by: its daemon's. */
+unsigned http_listener_kind(req_ctx *ctx)
+{
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(ctx->conn, MHD_CONNECTION_INFO_DAEMON);
+    for (int k = 0; i && k < ctx->sh->ndaemons; k++)
+        if (ctx->sh->daemons[k].d == i->daemon)
+            return ctx->sh->daemons[k].l->kind;
+    return 0;
+}

@@ -11,6 +11,7 @@ static void watch_cleanup(req_ctx *ctx, bool completed_ok)
 /* The answer to an election's GET, DELETE or PUT, as the engine gave it. */
 enum MHD_Result http_election_answer(req_ctx *ctx)
 {
+    http_audit_result(ctx);
     if (ctx->w->req.op == RL_INSPECT && ctx->w->res.outcome == RL_OK) {
         election_state st;
         election_state_of(&ctx->w->res, &st);
@@ -89,7 +90,7 @@ enum MHD_Result http_election_dispatch(req_ctx *ctx, const char *method, const c
         }
         ctx->w->req.op = RL_INSPECT;
         ctx->w->req.queued = true;   /* a place among --max-inflight, as a lock's GET */
-        return http_submit(ctx);
+        return http_submit(ctx, http_election_answer);
     }
     bool token_in_body = false;
     if (!strcmp(method, "PUT")) {
@@ -107,31 +108,10 @@ enum MHD_Result http_election_dispatch(req_ctx *ctx, const char *method, const c
     }
     if (http_pick_token(ctx, token_in_body, msg, sizeof msg) < 0)
         return http_send_error(ctx, API_E_BAD_REQUEST, msg, NULL);
-    return http_submit(ctx);
+    return http_submit(ctx, http_election_answer);
 }
 
 /* ---- semaphores (docs/semaphores.md; the pure parts in semaphore_api.c) ---- */
-
-static void sem_ignore(void *arg, const sem_result *res)
-{
-    (void)arg;
-    (void)res;
-}
-
-/* Permits nobody will receive: released on every master at once. */
-void http_sem_give_back(http_server *s, mpool *pool, const char *name, const sem_result *res)
-{
-    sem_request *r = calloc(1, sizeof *r);
-    if (!r)
-        return;   /* (they expire with their ttl) */
-    r->op = SEM_RELEASE;
-    snprintf(r->name, sizeof r->name, "%s", name);
-    for (int i = 0; i < res->npermits; i++)
-        memcpy(r->tokens[r->ntokens++], res->permits[i].token, sizeof r->tokens[0]);
-    if (r->ntokens)
-        sem_submit(r, http_engine_of_name, s, pool, sem_ignore, NULL, NULL);
-    free(r);
-}
 
 /* The semaphore's answer, on an engine's thread: resumes the connection,
  * unless a shutdown answered it already (then what it won goes back). */
@@ -139,8 +119,8 @@ static void sem_done(void *arg, const sem_result *res)
 {
     req_ctx *ctx = arg;
     http_server *s = ctx->s;
-    if (ctx->sem->op == SEM_FORCE && res->outcome == RL_OK)
-        http_forced_permits(ctx, res);
+    if (ctx->on_permits)
+        ctx->on_permits(ctx, res);
     for (int i = 0; ctx->sem->op == SEM_RELEASE && i < res->npermits; i++) {
         /* a permit kept by a held stream: the stream ends with "released" */
         int slot;
@@ -293,7 +273,7 @@ enum MHD_Result http_sem_dispatch(req_ctx *ctx, const char *method, const char *
 enum MHD_Result http_sem_start(req_ctx *ctx)
 {
     http_server *s = ctx->s;
-    http_suspend_for_engine(ctx);   /* the answer may come at once */
+    http_suspend_for_engine(ctx, http_sem_answer);   /* the answer may come at once */
     atomic_fetch_add(&ctx->refs, 1);   /* sem_done's */
     if (sem_submit(ctx->sem, http_engine_of_name, s, ctx->sh->pool, sem_done, ctx, &ctx->semh) < 0) {
         atomic_fetch_sub(&ctx->refs, 1);

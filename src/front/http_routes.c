@@ -117,49 +117,6 @@ bool http_route_known(enum api_route path)
 
 /* ---- the auth check: the row's right, in one place ---- */
 
-static const char *right_word(unsigned right)
-{
-    return right == RIGHT_ADMIN ? "force" : right == RIGHT_LOCK ? "lock" : "read";
-}
-
-void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char *name, long long fence)
-{
-    if (!audit_on())
-        return;
-    char client[INET6_ADDRSTRLEN + 16], route[160];
-    http_client_addr(ctx, client, sizeof client);
-    snprintf(route, sizeof route, "%s %s", ctx->method ? ctx->method : "?", ctx->row ? ctx->row->pattern : "?");
-    audit_event ev = {.event = event, .principal = ctx->principal ? ctx->principal->name : NULL,
-                      .client = client, .route = route, .name = name, .outcome = outcome, .fence = fence};
-    audit_write(&ev);
-}
-
-/* A refusal: answered, and written to the audit log with the name refused
- * (NULL: none, a listing's). */
-static enum MHD_Result refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message,
-                              const char *name)
-{
-    http_audit(ctx, "refused", api_errors[e].status == 401 ? "401" : "403", name, 0);
-    if (r->auth == AUTH_DAPR) {
-        const char *code = e == API_E_UNAUTHORIZED ? "ERR_UNAUTHORIZED" : "ERR_PERMISSION_DENIED";
-        return http_send_body(ctx, api_errors[e].status, api_dapr_error_json(code, message), NULL, 0, true);
-    }
-    return http_send_error(ctx, e, message, NULL);
-}
-
-bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *rc)
-{
-    if (auth_may(ctx->principal, right, name))
-        return true;
-    char m[400];
-    snprintf(m, sizeof m, "%s may not %s the name %.200s", ctx->principal ? ctx->principal->name : "this caller",
-             right_word(right), name ? name : "");
-    /* The name refused: a Dapr lock's is its key name once its body is
-     * read (as gRPC's refusal says), else the path's (Dapr's: its store). */
-    *rc = refuse(ctx, ctx->row, API_E_FORBIDDEN, m, name ? name : ctx->route_name);
-    return false;
-}
-
 /* The caller's principal (auth.h): by its client certificate, else by its
  * bearer token (on Dapr's routes also dapr-api-token). NULL: none. */
 static const principal *caller(req_ctx *ctx, const http_route *r)
@@ -183,21 +140,18 @@ static bool admin_refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc
         return true;
     }
     if (!auth_admin_exists()) {
-        *rc = refuse(ctx, r, API_E_FORBIDDEN,
-                     "force release is off: the service has no --admin-token-file and no principal with the admin right",
-                     ctx->route_name);
+        *rc = http_refuse(ctx, r, API_E_FORBIDDEN,
+                     "force release is off: the service has no --admin-token-file and no principal with the admin right");
         return true;
     }
     if (!ctx->principal) {
-        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "force release needs the admin token as Authorization: Bearer",
-                     ctx->route_name);
+        *rc = http_refuse(ctx, r, API_E_UNAUTHORIZED, "force release needs the admin token as Authorization: Bearer");
         return true;
     }
     if (!(ctx->principal->rights & RIGHT_ADMIN)) {
-        *rc = refuse(ctx, r, API_E_FORBIDDEN, !strcmp(ctx->principal->name, "token")
+        *rc = http_refuse(ctx, r, API_E_FORBIDDEN, !strcmp(ctx->principal->name, "token")
                                               ? "force release needs the admin token, not the ordinary one"
-                                              : "force release needs a principal with the admin right",
-                     ctx->route_name);
+                                              : "force release needs a principal with the admin right");
         return true;
     }
     return !http_may(ctx, RIGHT_ADMIN, ctx->route_name, rc);
@@ -213,9 +167,8 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
     if (r->right == RIGHT_NONE)
         return false;
     if (http_client_cert_missing(ctx)) {   /* HTTPS with --tls-client-ca-file (http_peer.c) */
-        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, "a client certificate signed by the CA of --tls-client-ca-file "
-                                                 "is required",
-                     ctx->route_name);
+        *rc = http_refuse(ctx, r, API_E_UNAUTHORIZED, "a client certificate signed by the CA of --tls-client-ca-file "
+                                                 "is required");
         return true;
     }
     ctx->principal = caller(ctx, r);
@@ -224,9 +177,8 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
     if (!auth_closed())
         return false;
     if (!ctx->principal) {
-        *rc = refuse(ctx, r, API_E_UNAUTHORIZED, r->auth == AUTH_DAPR ? "a valid dapr-api-token header is required"
-                                                                      : "a valid Authorization: Bearer token is required",
-                     ctx->route_name);
+        *rc = http_refuse(ctx, r, API_E_UNAUTHORIZED, r->auth == AUTH_DAPR ? "a valid dapr-api-token header is required"
+                                                                      : "a valid Authorization: Bearer token is required");
         return true;
     }
     return !http_may(ctx, r->right, r->name == NAME_PATH ? ctx->route_name : NULL, rc);

@@ -155,8 +155,7 @@ enum MHD_Result ui_state(req_ctx *ctx, const char *method, const char *name)
     g->waiters = waiters;
     g->who = auth_closed() ? ctx->principal : NULL;
     g->left = s->nshards;
-    ctx->list = true;
-    http_suspend_for_engine(ctx);
+    http_suspend_for_engine(ctx, http_list_answer);
     atomic_fetch_add(&ctx->refs, 1);   /* gather_done's */
     for (int k = 0; k < s->nshards; k++) {
         ui_job *job = malloc(sizeof *job);
