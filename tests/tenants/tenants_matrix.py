@@ -23,7 +23,7 @@ from tenants_harness import TOKENS, audit_match, audit_read, changes, holding, s
 
 FAMILIES = ("locks", "elections", "semaphores", "listings", "/ui/state", "force", "dapr http")
 DAPR_LOCK, DAPR_UNLOCK = "/v1.0-alpha1/lock/lockstore", "/v1.0-alpha1/unlock/lockstore"
-AUDIT_WAIT_S = 10   # generous: a line is written as the answer is sent
+AUDIT_WAIT_S = 30   # generous: the sentinel's line is written before its answer
 
 
 class Matrix:
@@ -56,25 +56,36 @@ class Matrix:
         self.cases.append(c)
         return c
 
-    def refused(self, family, what, method, path, who, status, name, body=None, dapr=False, headers=()):
+    def refused(self, family, what, method, path, who, status, name, body=None, dapr=False, headers=(),
+                stream=False, live=()):
         """who's request must be refused with status (403: who has not the
-        right; 401: who names no principal) and change nothing."""
+        right; 401: who names no principal) and change nothing. stream: a
+        request whose grant would be a held stream (only its head is read,
+        then it is closed); live: names a stream keeps meanwhile (their
+        renewals are not the request's doing)."""
         before = snap(self.masters, self.t.tag)
         t0 = time.monotonic()
-        a = self.t.req(method, path, body, who, dapr, headers)
+        if stream:
+            st = self.t.stream(path, body, who)
+            st.close()
+            a = st.s.answer
+            a.client = st.client
+        else:
+            a = self.t.req(method, path, body, who, dapr, headers)
         after = snap(self.masters, self.t.tag)
         error = {403: "ERR_PERMISSION_DENIED" if dapr else "forbidden",
                  401: "ERR_UNAUTHORIZED" if dapr else "unauthorized"}[status]
         c = self._case(family, "refused", what, a, status, error)
-        c["problems"] += changes(before, after, (time.monotonic() - t0) * 1000)
+        c["problems"] += changes(before, after, (time.monotonic() - t0) * 1000, live)
         c["audit"] = {"event": "refused", "principal": who if status == 403 else None, "name": name,
                       "outcome": str(status)}
         return a
 
-    def nobody(self, family, method, path, name, body=None, dapr=False):
+    def nobody(self, family, method, path, name, body=None, dapr=False, stream=False, what=""):
         """No credential, and one that names no principal: 401 each."""
-        self.refused(family, "no credential", method, path, None, 401, name, body, dapr)
-        self.refused(family, "a credential of no principal", method, path, "stranger", 401, name, body, dapr)
+        self.refused(family, f"no credential{what}", method, path, None, 401, name, body, dapr, stream=stream)
+        self.refused(family, f"a credential of no principal{what}", method, path, "stranger", 401, name, body, dapr,
+                     stream=stream)
 
     def served(self, family, what, method, path, who, status, body=None, dapr=False, headers=(), audit=None):
         """who's request must get status; audit: the line it must have
@@ -103,19 +114,29 @@ class Matrix:
         k = holding(self.masters, name, kind)
         return self.check(c, ok(k), f"{name} is on {k} of {n} masters, expected {want}")
 
-    def audit_check(self):
-        """Each case's line, waited for; every line JSON; no token."""
+    def audit_check(self, n):
+        """Each case's line. redlockd writes a line before it answers (or
+        sends the stream's event), one write(2) each, in order: once the
+        line of a last request sent after every other answer came (a
+        sentinel: no credential, 401) is in the log, so is every line it
+        will ever hold for the cases before it. Its line is waited for
+        (generously); then a missing line is missing, not late."""
+        sentinel = f"sentinel/{self.t.tag}{n}"
+        a = self.t.req("GET", f"/locks/{sentinel}", None, None)
+        want = {"event": "refused", "principal": None, "name": sentinel, "outcome": "401"}
         deadline = time.monotonic() + AUDIT_WAIT_S
-        lines = []
+        while True:
+            _, lines = audit_read(self.t.audit)
+            if any(audit_match(ln, want, a.client) for ln in lines) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not any(audit_match(ln, want, a.client) for ln in lines):
+            self.cases.append({"family": "audit log", "kind": "log", "what": "the sentinel's line", "status": a.status,
+                               "problems": [f"no line for the sentinel {sentinel} in {AUDIT_WAIT_S} s"], "audit": None})
         for c in self.cases:
             if c["audit"] is None or c.get("audited"):
                 continue
             c["audited"] = True
-            while True:
-                _, lines = audit_read(self.t.audit)
-                if any(audit_match(ln, c["audit"], c["client"]) for ln in lines) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
             if not any(audit_match(ln, c["audit"], c["client"]) for ln in lines):
                 near = [ln for ln in lines if isinstance(ln, dict) and ln.get("name") == c["audit"].get("name")]
                 c["problems"].append(f"no audit line {c['audit']} from {c['client']}; lines of the name: {near[-4:]}")
@@ -173,29 +194,82 @@ def locks(m, t):
     _, c = m.served("locks", "billing releases its own", "DELETE", f"/locks/{own}", "billing", 204, headers=lt,
                     audit=("release", "204", own))
     m.on_masters(c, own, "gone")
+    held_stream(m, t)
+
+
+def held_stream(m, t):
+    """A held stream (hold: true) and its heartbeat, of the locks family.
+    The stream's ttl is long, so that it renews seldom; a refusal beside
+    it discounts the renewals anyway (live)."""
+    lease = f"billing/{t}lease"
+    hold = {"hold": True, "ttl_ms": 30000, "heartbeat_ms": 30000}
+    m.refused("locks", "dashboard (read only) opens a held stream", "POST", f"/locks/{lease}", "dashboard", 403,
+              lease, hold, stream=True)
+    m.nobody("locks", "POST", f"/locks/{lease}", lease, hold, stream=True, what=" (a held stream)")
+    st = m.t.stream(f"/locks/{lease}", hold, "billing")
+    st.s.answer.client = st.client
+    c = m._case("locks", "served", "billing opens a held stream of its own", st.s.answer, 201)
+    c["audit"] = {"event": "grant", "principal": "billing", "outcome": "201", "name": lease}
+    ev = until(st, "acquired", 10) if st.s.answer.status == 201 else None
+    tok = ev.get("token", "") if ev else ""
+    if m.check(c, ev is not None and tok and ev.get("fence"), f"no acquired event: {st.events}"):
+        c["audit"]["fence"] = ev["fence"]
+        m.lock_tokens.append(tok)
+        m.on_masters(c, lease, "held")
+    lt = [("Lock-Token", tok or "x" * 22)]
+    m.refused("locks", "dashboard's heartbeat on billing's held stream", "PUT", f"/locks/{lease}/heartbeat",
+              "dashboard", 403, lease, headers=lt, live=[lease])
+    m.refused("locks", "a heartbeat with no credential", "PUT", f"/locks/{lease}/heartbeat", None, 401, lease,
+              headers=lt, live=[lease])
+    m.served("locks", "billing's heartbeat on its held stream", "PUT", f"/locks/{lease}/heartbeat", "billing", 204,
+             headers=lt)
+    m.refused("locks", "dashboard releases the held stream's lock", "DELETE", f"/locks/{lease}", "dashboard", 403,
+              lease, headers=lt, live=[lease])
+    # the stream goes on: a refused heartbeat or release did not end it
+    a, c2 = m.served("locks", "dashboard reads the held lock", "GET", f"/locks/{lease}", "dashboard", 200)
+    m.check(c2, a.status != 200 or a.json().get("held") is True, f"not held: {a.body[:160]!r}")
+    st.close()   # closing the connection releases the lock
+    m.on_masters(c, lease, "gone")
 
 
 def elections(m, t):
     own, other = f"billing/{t}lead", f"payroll/{t}lead"
     m.refused("elections", "billing campaigns for another team's name", "POST", f"/elections/{other}", "billing",
-              403, other, {"candidate": "b1", "ttl_ms": 30000})
+              403, other, {"candidate": "b1", "ttl_ms": 30000}, stream=True)
     m.refused("elections", "dashboard (read only) campaigns", "POST", f"/elections/{own}", "dashboard", 403, own,
-              {"candidate": "d1", "ttl_ms": 30000})
+              {"candidate": "d1", "ttl_ms": 30000}, stream=True)
     m.refused("elections", "billing reads another team's election", "GET", f"/elections/{other}", "billing", 403,
               other)
-    m.nobody("elections", "POST", f"/elections/{own}", own, {"candidate": "n1", "ttl_ms": 30000})
-    st = m.t.stream(f"/elections/{own}", {"candidate": "b1", "ttl_ms": 3000}, "billing")
+    m.nobody("elections", "POST", f"/elections/{own}", own, {"candidate": "n1", "ttl_ms": 30000}, stream=True)
+    # a campaign is a held stream: its ttl long, so that it renews seldom
+    st = m.t.stream(f"/elections/{own}", {"candidate": "b1", "ttl_ms": 30000}, "billing")
     st.s.answer.client = st.client
     c = m._case("elections", "served", "billing campaigns for its own (held)", st.s.answer, 201)
     c["audit"] = {"event": "term", "principal": "billing", "outcome": "elected", "name": own}
     ev = until(st, "elected", 10) if st.s.answer.status == 201 else None
-    if m.check(c, ev is not None and ev.get("term"), f"no elected event: {st.events}"):
+    tok = ev.get("token", "") if ev else ""
+    if m.check(c, ev is not None and ev.get("term") and tok, f"no elected event: {st.events}"):
         c["audit"]["fence"] = ev["term"]
+        m.lock_tokens.append(tok)
         m.on_masters(c, own, "held", "election")
+    lt = [("Lock-Token", tok or "x" * 22)]
+    m.refused("elections", "dashboard proclaims a value in billing's term", "PUT", f"/elections/{own}/value",
+              "dashboard", 403, own, {"value": "d"}, headers=lt, live=[own])
+    m.refused("elections", "dashboard resigns billing's term", "DELETE", f"/elections/{own}", "dashboard", 403, own,
+              headers=lt, live=[own])
+    m.refused("elections", "dashboard's heartbeat on billing's term", "PUT", f"/elections/{own}/heartbeat",
+              "dashboard", 403, own, headers=lt, live=[own])
+    m.served("elections", "billing proclaims a value", "PUT", f"/elections/{own}/value", "billing", 204,
+             {"value": "v2"}, headers=lt)
     a, c2 = m.served("elections", "dashboard reads the election", "GET", f"/elections/{own}", "dashboard", 200)
-    m.check(c2, a.status != 200 or a.json().get("leader") == "b1", f"the leader is not b1: {a.body[:160]!r}")
-    st.close()   # the campaign ends with its connection
-    m.on_masters(c, own, "gone", "election")
+    m.check(c2, a.status != 200 or (a.json().get("leader") == "b1" and a.json().get("value") == "v2"),
+            f"the leader is not b1 with the value v2: {a.body[:160]!r}")
+    _, c3 = m.served("elections", "billing resigns", "DELETE", f"/elections/{own}", "billing", 204, headers=lt,
+                     audit=("release", "204", own))
+    end = until(st, "resigned", 10) if ev else None
+    m.check(c3, end is not None and end.get("event") == "resigned", f"the stream did not end resigned: {st.events}")
+    st.close()
+    m.on_masters(c3, own, "gone", "election")
 
 
 def semaphores(m, t):
@@ -310,7 +384,7 @@ def run(t, masters, log):
         except Exception as e:  # noqa: BLE001 (a case that broke is a failed case)
             m.cases.append({"family": family, "kind": "error", "what": "the family's run", "status": None,
                             "problems": [f"{type(e).__name__}: {e}"], "audit": None})
-        m.audit_check()
+        m.audit_check(len(m.cases))
         bad = [c for c in m.cases[n:] if c["problems"]]
         log(f"{t.name} {family}: {len(m.cases) - n} cases, {len(bad)} failed")
     m.audit_whole()
