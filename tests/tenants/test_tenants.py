@@ -242,9 +242,13 @@ def matrix(t, masters, all_cases):
         all_cases.append(c)
 
 
-def control_verdict(cells):
-    """--control no_rights: every transport's every family must have a
-    refusal that was served (2xx) instead; the test fails otherwise."""
+def control_verdict(cells, daemons):
+    """--control no_rights: each daemon ran with the hook (its log says
+    so), and every transport's every family must have a refusal that was
+    served (2xx) instead; the test fails otherwise."""
+    for dm in daemons:
+        check("test_hook breaks=no_rights" in open(dm.log, errors="replace").read(),
+              f"redlockd {dm.name} did not run with REDLOCKD_TEST_BREAK=no_rights (log {dm.log})")
     for tr in ("tcp", "unix", "https"):
         for fam in tenants_matrix.FAMILIES:
             caught = [c for c in cells.get((tr, fam), []) if c["kind"] == "refused" and c["problems"]
@@ -281,7 +285,7 @@ def main():
         h.stop()
         cells = report(cases)
         if control:
-            control_verdict(cells)
+            control_verdict(cells, (d, h))
         else:
             for c in cases:
                 if c["problems"]:
