@@ -12,8 +12,18 @@ its status and its effect on the masters. Every case that the audit log
 records (each refusal; each grant, release, force and term) must have its
 line there: JSON, naming the principal (none for a 401), the client
 address of the case's own connection ("unix" on the socket), the route's
-name and outcome. Served reads are not audit events (audit.h) and have no
-line to find. The log holds no bearer token and no lock token.
+name and outcome. Served reads, heartbeats and proclaims are not audit
+events (audit.h) and have no line to find; nor has a held stream or a
+campaign that ends because its client closed the connection (the lock is
+released, but only a loss is a stream's line). The log holds no bearer
+token and no lock token.
+
+The families' calls: locks: acquire, extend, release, inspect, a held
+stream and its heartbeat; elections: campaign (a held stream), inspect,
+proclaim, resign, heartbeat; semaphores: acquire, inspect, release;
+listings: /locks (filtered), /elections, /semaphores; /ui/state; force
+release (admin, and admin on a prefix); Dapr's lock and unlock over HTTP
+(the name refused: the key name once the body is read, else the store).
 
 run(t, masters) returns the cases; each has family, kind ("refused",
 "served"), what, status (what came) and problems (empty: it passed)."""
@@ -279,6 +289,8 @@ def semaphores(m, t):
               403, other, body)
     m.refused("semaphores", "dashboard (read only) takes a permit", "POST", f"/semaphores/{own}", "dashboard", 403,
               own, body)
+    m.refused("semaphores", "billing reads another team's semaphore", "GET", f"/semaphores/{other}", "billing", 403,
+              other)
     m.nobody("semaphores", "POST", f"/semaphores/{own}", own, body)
     a, c = m.served("semaphores", "billing takes a permit of its own", "POST", f"/semaphores/{own}", "billing", 201,
                     body, audit=("grant", "201", own))
