@@ -194,13 +194,15 @@ def locks(m, t):
     lt = [("Lock-Token", tok)]
     m.refused("locks", "dashboard extends billing's lock", "PATCH", f"/locks/{own}", "dashboard", 403, own,
               {"ttl_ms": 60000}, headers=lt)
-    m.refused("locks", "dashboard releases billing's lock", "DELETE", f"/locks/{own}", "dashboard", 403, own, headers=lt)
+    m.refused("locks", "dashboard releases billing's lock", "DELETE", f"/locks/{own}", "dashboard", 403, own,
+              headers=lt)
     m.refused("locks", "billing's heartbeat on another team's name", "PUT", f"/locks/{other}/heartbeat", "billing",
               403, other, headers=[("Lock-Token", "x" * 22)])
     m.refused("locks", "billing reads another team's name", "GET", f"/locks/{other}", "billing", 403, other)
     a, c = m.served("locks", "dashboard reads billing's lock", "GET", f"/locks/{own}", "dashboard", 200)
     m.check(c, a.status != 200 or a.json().get("held") is True, f"not held: {a.body[:160]!r}")
-    m.served("locks", "billing extends its own", "PATCH", f"/locks/{own}", "billing", 200, {"ttl_ms": 30000}, headers=lt)
+    m.served("locks", "billing extends its own", "PATCH", f"/locks/{own}", "billing", 200, {"ttl_ms": 30000},
+             headers=lt)
     _, c = m.served("locks", "billing releases its own", "DELETE", f"/locks/{own}", "billing", 204, headers=lt,
                     audit=("release", "204", own))
     m.on_masters(c, own, "gone")
