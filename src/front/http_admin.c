@@ -98,7 +98,7 @@ static void list_turn(void *arg, const rl_result *res)
         list_done(ctx, res, NULL);
         return;
     }
-    if (list_run(ctx->sh->pool, ctx->s->cfg, &ctx->list_req, list_done, ctx) < 0)
+    if (list_run(ctx->sh->pool, ctx->s->cfg, &ctx->w->list_req, list_done, ctx) < 0)
         list_done(ctx, &(rl_result){.outcome = RL_SHUTTING_DOWN}, NULL);
 }
 
@@ -157,7 +157,7 @@ enum MHD_Result http_list_dispatch(req_ctx *ctx, const char *method, const char 
         req.may_see = may_read;
         req.may_arg = ctx->principal;
     }
-    ctx->list_req = req;
+    ctx->w->list_req = req;
     /* A page's reads wait for a place among --max-inflight, as inspections
      * do: a crowd of listings is paced, never read as masters failing. */
     rl_request turn = {.op = RL_TURN, .queued = true};

@@ -88,15 +88,14 @@ void http_settle_deliveries(http_server *s, bool finally)
 }
 
 /* Do a and b name the same host (address only, not port)? */
-static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+static bool same_host(const http_addr *a, const http_addr *b)
 {
-    if (a->ss_family != b->ss_family)
+    if (a->sa.sa_family != b->sa.sa_family)
         return false;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
-                       sizeof(struct in6_addr));
+    if (a->sa.sa_family == AF_INET)
+        return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+    if (a->sa.sa_family == AF_INET6)
+        return !memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(struct in6_addr));
     return false;
 }
 

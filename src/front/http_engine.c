@@ -176,6 +176,9 @@ enum MHD_Result http_stream_answer(req_ctx *ctx, unsigned status)
     free(ctx->w);
     ctx->w = NULL;
     ctx->route_name = NULL;
+    free(ctx->body);   /* read (and anything after it is never read: answered) */
+    ctx->body = NULL;
+    ctx->body_len = 0;
     return rc;
 }
 

@@ -45,6 +45,7 @@
 #include <microhttpd.h>
 #include <malloc.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -74,12 +75,20 @@
 #define HTTP_HANDSHAKE_GRACE_MS 50   /* quiescing: a handshake under way completes within this */
 #define HTTP_QUEUE_TAKE_MAX_MS 1000  /* quiescing: the most time spent emptying the queues */
 
+/* A client's address: an IP one in 28 bytes (a sockaddr_storage is 128, in
+ * each of 10,000 leases' entries); a Unix socket's keeps its family only. */
+typedef union http_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+} http_addr;
+
 /* One connection, from libmicrohttpd's start notice to its close notice.
  * Every field is guarded by the server's reg_lock. */
 typedef struct conn_info {
     struct conn_info *prev, *next;
     int fd;
-    struct sockaddr_storage peer; /* for --max-connections-per-ip */
+    http_addr peer;             /* for --max-connections-per-ip */
     socklen_t peer_len;
     uint64_t phase_start_us;    /* connect, or the end of the last request */
     bool busy;                  /* a complete request is being served */
@@ -214,7 +223,7 @@ typedef struct http_route {
 } http_route;
 
 /* What a request's exchange with the engine needs, and a stream that it
- * became does not: 2.6 KiB, which http_stream_answer frees so that 10,000
+ * became does not: 3 KiB, which http_stream_answer frees so that 10,000
  * leases do not keep it. */
 typedef struct req_work {
     char name[RULES_NAME_MAX + 2]; /* the path's name ("" when it did not decode or is longer
@@ -223,6 +232,7 @@ typedef struct req_work {
     char candidate_q[ELECTION_CANDIDATE_MAX + 1]; /* GET ?candidate= ("" none) */
     rl_request req;
     rl_result res;
+    list_request list_req;         /* a listing's page (http_admin.c): the page asked */
 } req_work;
 
 /* A teardown that something attached to a request registered on it
@@ -234,6 +244,8 @@ typedef void (*http_cleanup_fn)(struct req_ctx *ctx, bool completed_ok);
 typedef enum MHD_Result (*http_answer_fn)(struct req_ctx *ctx);
 #define HTTP_CLEANUPS_MAX 8
 
+/* A request, and the stream it may become (10,000 leases keep one each:
+ * its fields are packed, and what only a request needs is in req_work). */
 typedef struct req_ctx {
     http_server *s;
     http_shard *sh;           /* the loop serving it */
@@ -241,13 +253,15 @@ typedef struct req_ctx {
     struct MHD_Connection *conn;
     conn_info *ci;
     atomic_int refs;          /* libmicrohttpd's, and the engine's until lock_done */
+    enum api_route route;
     rl_handle *h;             /* the engine's request, until rl_finish */
     bool susp;                /* suspended for the engine (reg_lock) */
     bool gone;                /* the client went away before the answer (reg_lock) */
     bool forced;              /* answered 503 by a shutdown before the engine answered */
     bool close;               /* answer with Connection: close */
+    int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
+                                 socket, to learn whether the answer arrived (-1: none) */
     uint64_t start_us;
-    enum api_route route;
     const http_route *row;    /* the table's row that serves it (NULL until matched) */
     const char *method;       /* as libmicrohttpd gave it, once matched */
     const principal *principal; /* the caller, once its row's auth check ran (NULL: none) */
@@ -261,32 +275,29 @@ typedef struct req_ctx {
     bool submitted;           /* handed to the engine, connection suspended */
     bool dapr;                /* answer in Dapr's wire format */
     bool hold_reserved;       /* a place in s->holds is reserved for this acquire */
+    bool watched;             /* its socket is in the watcher's epoll set (http_watch_stream) */
     bool probed;              /* a held stream's client sent its FIN: it was probed
                                  (hold_probe), which a closed client answers with a reset */
     uint64_t probed_us;       /* the last probe (a half-closed client gets one again) */
-    bool watched;             /* its socket is in the watcher's epoll set (http_watch_stream) */
-    int confirm_fd;           /* a grant to a client that sent its FIN: a duplicate of the
-                                 socket, to learn whether the answer arrived (-1: none) */
     hold *hold;               /* the held stream this request became, until http_on_completed */
     election_watch *watch;    /* GET /elections/{name}?watch=true, until http_on_completed */
     bool election;            /* an election route: answered by election_answer */
     bool force;               /* an operator's force release (http_admin.c) */
     bool force_query;         /* DELETE /locks/?force=true&name=...: the query form of a
                                  force release (api_force_route_of); route_name from name */
-    list_request list_req;    /* a listing's page (http_admin.c): the page asked */
-    rl_handle *list_turn;     /* ... its place among --max-inflight, until list_done */
+    atomic_bool result_ready;
+    int ncleanups;            /* in cleanups, below */
+    rl_handle *list_turn;     /* a listing's place among --max-inflight, until list_done */
     char *list_body;
     sem_request *sem;         /* a semaphore route: its request and, once done, its result */
     sem_result *sem_res;
     sem_handle *semh;         /* its task, for the watcher to cancel (sem_cancel) */
-    atomic_bool result_ready;
     req_work *w;              /* NULL once its stream started (http_stream_answer) */
     http_answer_fn answer;    /* answers once the engine did (http_suspend_for_engine) */
     void (*on_result)(struct req_ctx *ctx, const rl_result *res);     /* the engine's result, */
     void (*on_permits)(struct req_ctx *ctx, const sem_result *res);   /* or a semaphore's, on its
                                  loop before the connection resumes (a force release's notices) */
     http_cleanup_fn cleanups[HTTP_CLEANUPS_MAX]; /* (loop thread) */
-    int ncleanups;
 } req_ctx;
 
 /* The files below call only down this list: http_ctx.c, http_peer.c and

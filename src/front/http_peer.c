@@ -23,7 +23,7 @@ void http_peer_note(conn_info *ci, const struct sockaddr *addr)
     } else {
         /* A Unix socket's client (its address may be 2 bytes long): no
          * address to count connections by, and "unix" to the log. */
-        ci->peer.ss_family = addr->sa_family;
+        ci->peer.sa.sa_family = addr->sa_family;
         ci->peer_len = 0;
     }
 }
@@ -37,12 +37,12 @@ void http_peer_forget(conn_info *ci)
 void http_client_addr(req_ctx *ctx, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN + 1] = "", port[8] = "";
-    if (ctx->ci && ctx->ci->peer.ss_family == AF_UNIX) {
+    if (ctx->ci && ctx->ci->peer.sa.sa_family == AF_UNIX) {
         snprintf(out, cap, "unix");
         return;
     }
     if (!ctx->ci || !ctx->ci->peer_len ||
-        getnameinfo((const struct sockaddr *)&ctx->ci->peer, ctx->ci->peer_len, host, sizeof host, port, sizeof port,
+        getnameinfo(&ctx->ci->peer.sa, ctx->ci->peer_len, host, sizeof host, port, sizeof port,
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         snprintf(out, cap, "unknown");
         return;

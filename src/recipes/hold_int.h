@@ -55,36 +55,36 @@ struct hold {
     uint64_t margin_us;             /* HOLD_TRANSIT_MARGIN_MS, at most a fifth of the ttl */
     int fd;                         /* the connection's socket (-1: unknown); read only
                                        while !closed */
+    int engine_refs;                /* engine requests in flight that point here */
     uint64_t out_at_us;             /* when the last event was handed to the connection */
     uint64_t next_try_us;           /* the next extension */
     const char *fail_reason;        /* of the last failed extension: the "lost" reason if
                                        validity runs out before one succeeds */
-    bool repair;                    /* the last grant or extension met masters without the
-                                       token: the next extension also takes the free ones
-                                       (script_renew), so that any majority keeps the lease */
-    bool listening;                 /* its name's release notices are wanted (hold_listen) */
     char *record;                   /* the owner record the masters keep beside the lock, for
                                        those a repair takes (NULL: none) */
     char *audit;                    /* who opened it, for the audit log: "principal\0client\0
                                        route\0" (hold_audit_as; NULL: no audit log) */
-    int engine_refs;                /* engine requests in flight that point here */
+    bool repair;                    /* the last grant or extension met masters without the
+                                       token: the next extension also takes the free ones
+                                       (script_renew), so that any majority keeps the lease */
+    bool listening;                 /* its name's release notices are wanted (hold_listen) */
     bool extending;                 /* an extension is in flight */
     bool release_after;             /* release once that extension answers */
     bool release_sent;
     bool repaired;                  /* a repair went out: what it wrote may land after a
                                        release of the grant (settled_by_release) */
     bool release_when_read;         /* release once the last event has left (hold_read) */
+    bool closed;                    /* the connection let go (hold_close) */
     uint64_t release_at_us;         /* after a loss: release when the validity last
                                        announced, and margin_us, have run out (0: no such
                                        release due), even after hold_close */
-    bool closed;                    /* the connection let go (hold_close) */
 
     /* An election's campaign (hold_campaign): no grant until elected. */
     bool election;                  /* events are named for an election */
     bool campaigning;               /* not elected yet: nothing to renew or release */
     bool acquiring;                 /* the campaign's acquire is in flight */
-    rl_handle *acq;                 /* that acquire, until its rl_finish */
     bool permit;                    /* a semaphore's permit (hold_permit): name is the slot's lock */
+    rl_handle *acq;                 /* the campaign's acquire, until its rl_finish */
     struct hold_role *role;         /* an election's or a permit's part (in the same allocation,
                                        after the hold); NULL for a lock's hold, which is most of
                                        them: 10,000 leases do not carry it */
@@ -100,10 +100,10 @@ struct hold {
     enum hold_end end;
     const char *end_reason;         /* NULL: the event carries no reason */
     bool end_formatted;
+    bool want_wake;                 /* hold_read answered 0 since the last wake */
     char *out;                      /* the rest of an event that did not fit where
                                        hold_read put it (NULL: none; most never need it) */
     size_t out_len, out_off;
-    bool want_wake;                 /* hold_read answered 0 since the last wake */
     hold_wake_fn wake;
     void *arg;
 };
