@@ -59,8 +59,8 @@ static void resume(http_shard *sh, int n)
         sh->let[sh->nlet++] = sh->parked[k];
         MHD_resume_connection(sh->parked[k]);
     }
-    if (k == 0)
-        return;   /* (and parked may be NULL: nothing was ever held back) */
+    if (!k)
+        return;   /* (none: parked may be NULL, which memmove may not get even for 0 bytes) */
     memmove(sh->parked, sh->parked + k, (size_t)(sh->nparked - k) * sizeof sh->parked[0]);
     sh->nparked -= k;
     atomic_store(&sh->kick, true);
