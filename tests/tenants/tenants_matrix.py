@@ -13,10 +13,9 @@ records (each refusal; each grant, release, force and term) must have its
 line there: JSON, naming the principal (none for a 401), the client
 address of the case's own connection ("unix" on the socket), the route's
 name and outcome. Served reads, heartbeats and proclaims are not audit
-events (audit.h) and have no line to find; nor has a held stream or a
-campaign that ends because its client closed the connection (the lock is
-released, but only a loss is a stream's line). The log holds no bearer
-token and no lock token.
+events (audit.h) and have no line to find. A held stream that its client
+closes is a release ("closed"). The log holds no bearer token and no lock
+token.
 
 The families' calls: locks: acquire, extend, release, inspect, a held
 stream and its heartbeat; elections: campaign (a held stream), inspect,
@@ -240,8 +239,10 @@ def held_stream(m, t):
     # the stream goes on: a refused heartbeat or release did not end it
     a, c2 = m.served("locks", "dashboard reads the held lock", "GET", f"/locks/{lease}", "dashboard", 200)
     m.check(c2, a.status != 200 or a.json().get("held") is True, f"not held: {a.body[:160]!r}")
-    st.close()   # closing the connection releases the lock
-    m.on_masters(c, lease, "gone")
+    st.close()   # closing the connection releases the lock, and says so in the audit log
+    c3 = m._case("locks", "served", "billing closes its held stream (a release)", st.s.answer, 201)
+    c3["audit"] = {"event": "release", "principal": "billing", "outcome": "closed", "name": lease}
+    m.on_masters(c3, lease, "gone")
 
 
 def elections(m, t):
