@@ -21,14 +21,17 @@
 static const char *env_lookup(const char *name) { return getenv(name); }
 
 /* SIGHUP: the principals file read again (an error keeps the set in force,
- * and is logged), the audit log reopened (logrotate), and the HTTPS
- * certificate and key read again (an error keeps those in force, and is
- * logged; open connections keep theirs either way). */
-static void reload_all(const conf *cfg)
+ * and is logged), the audit log reopened (logrotate), and the certificate
+ * and key read again for HTTPS and for gRPC over TLS (an error keeps those
+ * in force, and is logged; open connections keep theirs either way). */
+static void reload_all(const conf *cfg, grpc_server *grpc)
 {
     char err[512];
     if (http_reload_tls(cfg, err, sizeof err) < 0)
         log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "tls certificate", "error", err,
+                  "kept", "the certificate and key in force", NULL);
+    if (grpc_reload_tls(grpc, cfg, err, sizeof err) < 0)
+        log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "grpc tls certificate", "error", err,
                   "kept", "the certificate and key in force", NULL);
     if (auth_load(cfg, err, sizeof err) < 0)
         log_event(LOG_LEVEL_ERROR, "reload_failed", "what", "principals", "error", err,
@@ -258,7 +261,7 @@ int main(int argc, char **argv)
     grpc_server *grpc = NULL;   /* Dapr's gRPC API, with --dapr-grpc-listen */
     if (!ok)
         snprintf(err, sizeof err, "cannot start: out of memory or threads");
-    else if (!cfg.dapr_grpc_listen.port || (grpc = grpc_start(&cfg, loops, nloops, err, sizeof err)))
+    else if (!conf_grpc_on(&cfg) || (grpc = grpc_start(&cfg, loops, nloops, err, sizeof err)))
         http = http_start(&cfg, loops, nloops, m, err, sizeof err);
     if (!http) {
         fprintf(stderr, "redlockd: %s\n", err);
@@ -285,7 +288,7 @@ int main(int argc, char **argv)
 
     int sig = 0;
     while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
-        reload_all(&cfg);
+        reload_all(&cfg, grpc);
     log_event(LOG_LEVEL_INFO, "stopping", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
 
     /* Stop accepting; waiting acquires answer 409 at once; every answer

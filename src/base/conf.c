@@ -27,14 +27,16 @@ static const struct opt opts[] = {
      "ADDR:PORT to serve HTTP on, or unix:/PATH for a Unix socket; repeat it or separate with "
      "commas to serve several (default " CONF_DEFAULT_LISTEN ")"},
     {"listen-mode", OPT_MODE, 0, 0, 0, 0,
-     "file mode of a unix: listener's socket, octal (default 0660: the user and group of redlockd)"},
+     "file mode of a unix: listener's socket (--listen, --dapr-grpc-listen), octal (default 0660: "
+     "the user and group of redlockd)"},
     {"tls-cert-file", OPT_TEXT, 0, 0, 0, 0,
-     "PEM certificate (chain) to serve HTTPS with on the TCP listeners (with --tls-key-file); "
-     "SIGHUP reloads both (default: none, plain HTTP)"},
+     "PEM certificate (chain) to serve HTTPS with on the TCP listeners (with --tls-key-file), and "
+     "gRPC over TLS on a TCP --dapr-grpc-listen; SIGHUP reloads both (default: none, plain HTTP)"},
     {"tls-key-file", OPT_TEXT, 0, 0, 0, 0, "PEM private key of --tls-cert-file"},
     {"tls-client-ca-file", OPT_TEXT, 0, 0, 0, 0,
-     "PEM CA certificates that HTTPS clients' certificates must chain to: a certificate that does "
-     "not fails the handshake, and a call without one is answered 401 (default: none asked)"},
+     "PEM CA certificates that HTTPS and gRPC-over-TLS clients' certificates must chain to: a "
+     "certificate that does not fails the handshake, and a call without one is answered 401 "
+     "(gRPC: UNAUTHENTICATED) (default: none asked)"},
     {"masters", OPT_MASTERS, 0, 0, 0, 0,
      "comma-separated host:port of the independent Redis masters (default the five local "
      "masters of scripts/run.sh: 127.0.0.1:6381..6385)"},
@@ -140,7 +142,8 @@ static const struct opt opts[] = {
      "(default: none)"},
     {"dapr-grpc-listen", OPT_ADDR, 0, 0, 0, 0,
      "ADDR:PORT to serve Dapr's lock API over gRPC on (TryLockAlpha1, UnlockAlpha1, "
-     "GetMetadata; h2c), e.g. 127.0.0.1:50001 (default: off)"},
+     "GetMetadata; h2c, or TLS with ALPN h2 when --tls-cert-file is set), e.g. 127.0.0.1:50001, "
+     "or unix:/PATH for a Unix socket (its mode from --listen-mode) (default: off)"},
     {"log-level", OPT_LEVEL, 0, 0, 0, 0, "error, warn, info or debug (default info)"},
     {"log-format", OPT_FORMAT, 0, 0, 0, 0, "json or text (default json)"},
     {"setup-cluster", OPT_FLAG, 0, 0, 0, 0,
@@ -202,10 +205,14 @@ static int apply(conf *c, const struct opt *o, const char *val, const char *from
 {
     char *end;
     switch (o->kind) {
-    case OPT_ADDR:
-        if (conf_parse_addr(val, &c->dapr_grpc_listen) < 0)
-            goto bad;
+    case OPT_ADDR: {   /* --dapr-grpc-listen: one entry as --listen takes them */
+        const char *why = NULL;
+        if (conf_listen_entry(val, strlen(val), &c->dapr_grpc_listen, &why) < 0) {
+            snprintf(err, errlen, "%s: %s: \"%.200s\"", from, why, val);
+            return -1;
+        }
         return 0;
+    }
     case OPT_LISTEN:
         return conf_listen_add(c, from, val, err, errlen);
     case OPT_MODE:

@@ -62,8 +62,8 @@ enum conf_log_format { LOG_FORMAT_JSON, LOG_FORMAT_TEXT };
 typedef struct conf_addr {
     char host[256];                /* a Unix socket's path when unix_socket */
     int port;                      /* 0 for a Unix socket */
-    bool tls;                      /* masters: rediss://, or --redis-tls on; a listener: HTTPS
-                                      (a TCP one, with --tls-cert-file) */
+    bool tls;                      /* masters: rediss://, or --redis-tls on; a listener: HTTPS,
+                                      or gRPC over TLS (a TCP one, with --tls-cert-file) */
     bool unix_socket;              /* a listener: unix:PATH */
 } conf_addr;
 
@@ -114,7 +114,8 @@ typedef struct conf {
     bool setup_cluster;            /* --setup-cluster: mark the cluster and exit */
     char dapr_stores[CONF_MAX_DAPR_STORES + 1]; /* Dapr lock stores: NAME[=KEYPREFIX], comma-separated */
     char *dapr_app_id;             /* the app's id, for keyPrefix "appid"; NULL: none */
-    conf_addr dapr_grpc_listen;    /* Dapr's gRPC API (grpc.h); port 0: off */
+    conf_addr dapr_grpc_listen;    /* Dapr's gRPC API (grpc.h), TCP or a Unix socket; off
+                                      unless conf_grpc_on */
     char **allow_origins;          /* --allow-origin, each in conf_origin_norm's form */
     int nallow_origins;
     char **allow_hosts;            /* --allow-host, each in conf_host_norm's form */
@@ -152,6 +153,12 @@ void conf_masters_str(const conf *c, char *out, size_t outlen);
 /* The listeners as "127.0.0.1:8443 (https),unix:/run/redlockd.sock" for
  * logs (conf_listen.c). */
 void conf_listen_str(const conf *c, char *out, size_t outlen);
+/* One listener as "127.0.0.1:50001 (tls_word)", "[::1]:50001" or
+ * "unix:/run/r.sock" (tls_word only when a->tls). Returns what snprintf
+ * would have written. */
+size_t conf_addr_str(const conf_addr *a, const char *tls_word, char *out, size_t outlen);
+/* Is Dapr's gRPC API served (--dapr-grpc-listen, TCP or a Unix socket)? */
+bool conf_grpc_on(const conf *c);
 
 /* Who may call the HTTP front from a browser (--allow-origin, --allow-host,
  * and the Host and Origin headers they are compared with: front/api.h's

@@ -33,6 +33,10 @@ int conf_parse_allowed(const char *from, const char *val, bool origins, char ***
 void conf_free_allowed(char ***list, int *n);
 
 /* conf_listen.c */
+/* One listener's entry (len bytes at s: HOST:PORT, [V6]:PORT or unix:PATH,
+ * for --listen and --dapr-grpc-listen) into a. 0, or -1 with *why (a
+ * phrase). */
+int conf_listen_entry(const char *s, size_t len, conf_addr *a, const char **why);
 /* Appends the comma-separated entries of val (--listen; from names the
  * source in err) to c->listen: HOST:PORT, [V6]:PORT, or unix:PATH with an
  * absolute PATH of at most CONF_UNIX_PATH_MAX bytes. Returns 0, or -1 with

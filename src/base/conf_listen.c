@@ -1,8 +1,10 @@
-/* conf_listen.c - the HTTP listeners (--listen, given once or more, TCP or
- * unix:PATH), a Unix socket's file mode (--listen-mode) and HTTPS on the
- * TCP ones (--tls-cert-file, --tls-key-file, --tls-client-ca-file):
- * conf_int.h, conf.h. Pure: nothing is opened here (the files are loaded
- * where they are used, front/http_tls.c). */
+/* conf_listen.c - the listeners: HTTP's (--listen, given once or more, TCP
+ * or unix:PATH) and Dapr's gRPC API's (--dapr-grpc-listen, one, TCP or
+ * unix:PATH: the same entries), a Unix socket's file mode (--listen-mode)
+ * and TLS on the TCP ones (--tls-cert-file, --tls-key-file,
+ * --tls-client-ca-file): conf_int.h, conf.h. Pure: nothing is opened here
+ * (the files are loaded where they are used, front/http_tls.c and
+ * front/grpc_tls.c). */
 #include "conf.h"
 #include "conf_int.h"
 
@@ -16,8 +18,7 @@ static bool same_listener(const conf_addr *a, const conf_addr *b)
     return a->unix_socket == b->unix_socket && a->port == b->port && !strcmp(a->host, b->host);
 }
 
-/* One entry of --listen (len bytes at s) into a. 0, or -1 with why. */
-static int parse_entry(const char *s, size_t len, conf_addr *a, const char **why)
+int conf_listen_entry(const char *s, size_t len, conf_addr *a, const char **why)
 {
     char buf[300];
     memset(a, 0, sizeof *a);
@@ -66,7 +67,7 @@ int conf_listen_add(conf *c, const char *from, const char *val, char *err, size_
         const char *why = NULL;
         if (len == 0) {
             why = "an empty entry";
-        } else if (parse_entry(p, len, &a, &why) == 0) {
+        } else if (conf_listen_entry(p, len, &a, &why) == 0) {
             for (int i = 0; i < c->nlisten && !why; i++)
                 if (same_listener(&c->listen[i], &a))
                     why = "given twice";
@@ -110,32 +111,54 @@ int conf_listen_check(conf *c, char *err, size_t errlen)
     }
     if (c->tls_client_ca_file && !c->tls_cert_file) {
         snprintf(err, errlen, "--tls-client-ca-file needs --tls-cert-file and --tls-key-file: client "
-                 "certificates are asked for over HTTPS only");
+                 "certificates are asked for over TLS only");
         return -1;
     }
+    for (int i = 0; conf_grpc_on(c) && i < c->nlisten; i++)
+        if (same_listener(&c->listen[i], &c->dapr_grpc_listen)) {
+            char a[300];
+            conf_addr_str(&c->dapr_grpc_listen, "", a, sizeof a);
+            snprintf(err, errlen, "--dapr-grpc-listen %s: --listen serves HTTP there already", a);
+            return -1;
+        }
     int tcp = 0;
     for (int i = 0; i < c->nlisten; i++) {
         c->listen[i].tls = c->tls_cert_file && !c->listen[i].unix_socket;
         tcp += !c->listen[i].unix_socket;
     }
+    /* gRPC over TLS (ALPN h2) on a TCP --dapr-grpc-listen, with the same
+     * files; a Unix socket stays plain (h2c), as HTTP's does. */
+    c->dapr_grpc_listen.tls = c->tls_cert_file && c->dapr_grpc_listen.port > 0;
+    tcp += c->dapr_grpc_listen.port > 0;
     if (c->tls_cert_file && tcp == 0) {
-        snprintf(err, errlen, "--tls-cert-file: HTTPS is served on TCP listeners, and --listen names "
-                 "Unix sockets only");
+        snprintf(err, errlen, "--tls-cert-file: TLS is served on TCP listeners, and --listen (and "
+                 "--dapr-grpc-listen) name Unix sockets only");
         return -1;
     }
     return 0;
+}
+
+bool conf_grpc_on(const conf *c)
+{
+    return c->dapr_grpc_listen.port > 0 || c->dapr_grpc_listen.unix_socket;
+}
+
+size_t conf_addr_str(const conf_addr *a, const char *tls_word, char *out, size_t outlen)
+{
+    int n = a->unix_socket ? snprintf(out, outlen, "unix:%s", a->host)
+                           : snprintf(out, outlen, strchr(a->host, ':') ? "[%s]:%d%s%s" : "%s:%d%s%s", a->host,
+                                      a->port, a->tls ? " " : "", a->tls ? tls_word : "");
+    return n < 0 ? 0 : (size_t)n;
 }
 
 void conf_listen_str(const conf *c, char *out, size_t outlen)
 {
     size_t o = 0;
     out[0] = '\0';
-    for (int i = 0; i < c->nlisten && o < outlen; i++) {
-        const conf_addr *a = &c->listen[i];
-        if (a->unix_socket)
-            o += (size_t)snprintf(out + o, outlen - o, "%sunix:%s", i ? "," : "", a->host);
-        else
-            o += (size_t)snprintf(out + o, outlen - o, strchr(a->host, ':') ? "%s[%s]:%d%s" : "%s%s:%d%s",
-                                  i ? "," : "", a->host, a->port, a->tls ? " (https)" : "");
+    for (int i = 0; i < c->nlisten && o + 1 < outlen; i++) {
+        if (i)
+            o += (size_t)snprintf(out + o, outlen - o, ",");
+        if (o + 1 < outlen)
+            o += conf_addr_str(&c->listen[i], "(https)", out + o, outlen - o);
     }
 }

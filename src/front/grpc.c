@@ -124,7 +124,9 @@ static void audit(const gstream *st, const char *event, const char *outcome, con
     if (!audit_on())
         return;
     char client[INET6_ADDRSTRLEN + 2] = "unknown";
-    if (st->c->has_peer) {
+    if (st->c->unix_client) {
+        snprintf(client, sizeof client, "unix");
+    } else if (st->c->has_peer) {
         const uint8_t *b = st->c->peer.b;
         static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         if (!memcmp(b, v4, 12))
@@ -193,7 +195,9 @@ static void dispatch(gstream *st)
     }
     if (!st->auth_ok) {
         audit(st, "refused", "UNAUTHENTICATED", NULL, 0);
-        answer_status(st, GRPC_UNAUTHENTICATED, "a valid dapr-api-token is required");
+        answer_status(st, GRPC_UNAUTHENTICATED, st->cert_missing ? "a client certificate signed by the CA of "
+                                                                   "--tls-client-ca-file is required"
+                                                                 : "a valid dapr-api-token is required");
         return;
     }
     unsigned right = http_route_right(route_of(st->method), st->method == GRPC_M_METADATA ? "GET" : "POST");
@@ -289,7 +293,13 @@ int grpc_on_begin_headers(nghttp2_session *sess, const nghttp2_frame *frame, voi
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;   /* resets the stream */
     st->c = c;
     st->id = frame->hd.stream_id;
-    st->auth_ok = !auth_closed();
+    /* As over HTTPS (http_routes.c): with --tls-client-ca-file a verified
+     * certificate is required, and a token does not stand in for it; the
+     * certificate's principal first, else a token's (grpc_on_header). The
+     * principals are looked up per call: SIGHUP may have reloaded them. */
+    st->cert_missing = c->cert_missing;
+    st->who = c->cert_name[0] ? auth_who(c->cert_name, NULL) : NULL;
+    st->auth_ok = !st->cert_missing && (!auth_closed() || st->who);
     st->start_us = loop_now_us();
     DLIST_PUSH(c->streams, st, prev, next);
     nghttp2_session_set_stream_user_data(sess, st->id, st);
@@ -329,10 +339,10 @@ int grpc_on_header(nghttp2_session *sess, const nghttp2_frame *frame, const uint
         size_t l = sizeof ct - 1;
         st->grpc_ct = valuelen >= l && !memcmp(value, ct, l) &&
                       (valuelen == l || value[l] == '+' || value[l] == ';');
-    } else if (!st->who && header_is(name, namelen, "dapr-api-token")) {
+    } else if (!st->who && !st->cert_missing && header_is(name, namelen, "dapr-api-token")) {
         st->who = token_principal(value, valuelen);
         st->auth_ok = st->auth_ok || st->who;
-    } else if (!st->who && header_is(name, namelen, "authorization") && valuelen > 7 &&
+    } else if (!st->who && !st->cert_missing && header_is(name, namelen, "authorization") && valuelen > 7 &&
                !strncasecmp((const char *)value, "Bearer ", 7)) {
         st->who = token_principal(value + 7, valuelen - 7);
         st->auth_ok = st->auth_ok || st->who;

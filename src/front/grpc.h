@@ -4,12 +4,16 @@
  * lock with (the JavaScript SDK too, in gRPC mode).
  *
  * HTTP/2 in cleartext with prior knowledge (h2c, as gRPC clients speak it
- * without TLS) by nghttp2; messages by protobuf-c (grpc_api.h). One thread
+ * without TLS), or over TLS with ALPN h2 (OpenSSL, grpc_tls.c) on a TCP
+ * listener when --tls-cert-file is set, by nghttp2; on TCP or a Unix socket
+ * (unix:PATH: its file as the HTTP listeners make theirs, listener.h);
+ * messages by protobuf-c (grpc_api.h). One thread
  * of its own runs an epoll loop over the listening socket, the connections
  * and an eventfd; a call is decoded there and handed to the same engine
  * the Dapr HTTP routes use for its name (http_loop_of), with the same
  * request (api_dapr_request: stores, name rules, limits) and the same auth
- * (--auth-token-file, sent as dapr-api-token metadata).
+ * (--auth-token-file, sent as dapr-api-token metadata; a principals file's
+ * tokens and, over TLS with --tls-client-ca-file, `cert` principals).
  *
  * Shared with other threads, and who guards it: the queue of answered calls
  * (mu): the engines' callbacks (on their loops' threads) put a call's
@@ -19,7 +23,7 @@
  *
  * Bounds: --max-connections connections, --max-connections-per-ip from
  * one address (the gRPC listener's own count; more are closed at once, in
- * O(1)), 32 concurrent streams per connection (SETTINGS; more are
+ * O(1); a Unix socket's clients have no address and only the first bound), 32 concurrent streams per connection (SETTINGS; more are
  * refused), 16 KiB of headers per call, 4 KiB per request message
  * (RESOURCE_EXHAUSTED beyond). Under --request-timeout-ms: a call that has
  * not arrived whole, or whose answer the client has not taken (its window
@@ -51,6 +55,12 @@ typedef struct grpc_server grpc_server;
  * with err on failure. */
 grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, char *err,
                         size_t errlen);
+
+/* SIGHUP: the certificate and key read again and put in force for every
+ * handshake from now on; open connections keep theirs. 0 (also when s is
+ * NULL or serves no TLS), or -1 with err: the pair in force stays. Main
+ * thread. */
+int grpc_reload_tls(grpc_server *s, const conf *cfg, char *err, size_t errlen);
 
 /* Stops accepting and tells every connection (GOAWAY) that no new calls
  * are taken; calls under way still answer. NULL does nothing. */

@@ -16,6 +16,7 @@ static void conn_close(gconn *c)
         grpc_stream_free(c, c->streams);
     nghttp2_session_del(c->sess);
     c->sess = NULL;
+    grpc_tls_close(c);
     close(c->fd);   /* also leaves the epoll set */
     DLIST_UNLINK(s->conns, c, prev, next);
     s->nconns--;
@@ -46,17 +47,31 @@ static int want_out(gconn *c, bool on)
     return 0;
 }
 
+/* The socket's bytes, in clear or through TLS. */
+static ssize_t conn_recv(gconn *c, uint8_t *buf, size_t len)
+{
+    return c->ssl ? grpc_tls_recv(c, buf, len) : recv(c->fd, buf, len, 0);
+}
+
+static ssize_t conn_send(gconn *c, const uint8_t *buf, size_t len)
+{
+    return c->ssl ? grpc_tls_send(c, buf, len) : send(c->fd, buf, len, MSG_NOSIGNAL);
+}
+
 /* Sends what nghttp2 has to send, as far as the socket takes it. -1: the
- * connection is broken. */
+ * connection is broken. Over TLS nothing goes before the handshake is
+ * done: the SETTINGS queued at accept wait for it. */
 static int conn_flush(gconn *c)
 {
+    if (c->ssl && !c->tls_ready)
+        return 0;
     for (;;) {
         while (c->woff < c->wlen) {
-            ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+            ssize_t n = conn_send(c, c->wbuf + c->woff, c->wlen - c->woff);
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-                return want_out(c, true);
+                return want_out(c, !c->tls_write_in || c->tls_read_out);
             if (n <= 0)
                 return -1;
             c->woff += (size_t)n;
@@ -80,14 +95,17 @@ static int conn_flush(gconn *c)
         c->wlen = (size_t)n;
         c->wprog_us = loop_now_us();
     }
-    return want_out(c, false);
+    return want_out(c, c->tls_read_out);
 }
 
 static int conn_read(gconn *c)
 {
     uint8_t buf[GRPC_READ_CHUNK];
     for (;;) {
-        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        /* To EAGAIN, always: over TLS, bytes that SSL_read holds decrypted
+         * (or a whole record it took from the socket) would not wake
+         * epoll again, and the call they carry would stall. */
+        ssize_t n = conn_recv(c, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -136,12 +154,26 @@ static void conn_goaway(gconn *c)
                           NGHTTP2_NO_ERROR, NULL, 0);
 }
 
-/* Serves what c's socket has for it: reads if readable, then writes. */
+/* Serves what c's socket has for it: the TLS handshake until it is done,
+ * then reads if readable (or if SSL_read waited to write), then writes. */
 static void conn_ready(gconn *c, bool readable)
 {
     if (c->dead)
         return;   /* closed earlier in this turn */
-    int rc = readable ? conn_read(c) : 0;
+    if (c->ssl && !c->tls_ready) {
+        int hs = grpc_tls_handshake(c);
+        if (hs == 0 && want_out(c, c->tls_hs_out) == 0)
+            return;
+        if (hs <= 0) {
+            conn_close(c);
+            return;
+        }
+        /* The client's first bytes may have come with its last handshake
+         * record, and be in SSL's buffer already: read now, epoll would
+         * not say. */
+        readable = true;
+    }
+    int rc = readable || c->tls_read_out ? conn_read(c) : 0;
     if (rc == 0 && !c->dead)
         rc = conn_flush(c);
     if (rc < 0 || c->dead || conn_finished(c))
@@ -161,6 +193,9 @@ static void accept_all(grpc_server *s)
         int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &salen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;   /* EAGAIN, or out of descriptors: the next turn tries again */
+        /* A Unix socket's client has no address: --max-connections-per-ip
+         * does not apply to it (the file's mode says who may connect),
+         * --max-connections does. */
         grpc_peer_addr peer;
         bool has_peer = grpc_peer_addr_of((struct sockaddr *)&sa, salen, &peer);
         if (s->nconns >= s->cfg->max_connections ||
@@ -177,7 +212,9 @@ static void accept_all(grpc_server *s)
             continue;
         }
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->unix_client = sa.ss_family == AF_UNIX;
+        if (!c->unix_client)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->kind = GK_CONN;
         c->s = s;
         c->fd = fd;
@@ -190,7 +227,8 @@ static void accept_all(grpc_server *s)
         };
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (nghttp2_submit_settings(c->sess, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
-            epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            (s->cfg->dapr_grpc_listen.tls && grpc_tls_accept(c) < 0) || epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            grpc_tls_close(c);
             nghttp2_session_del(c->sess);
             free(c);
             if (has_peer)
@@ -277,8 +315,13 @@ static void quiesce_now(grpc_server *s)
 {
     s->quiesced = true;
     if (s->listen_fd >= 0) {
-        if (!listener_drop_syns(s->listen_fd))
+        const conf_addr *a = &s->cfg->dapr_grpc_listen;
+        if (a->unix_socket) {   /* a new client finds no file (or the next instance's) */
+            listener_unix_remove(a->host, &s->file);
+            s->file_removed = true;
+        } else if (!listener_drop_syns(s->listen_fd)) {
             log_event(LOG_LEVEL_WARN, "listener_filter_failed", "error", strerror(errno), NULL);
+        }
         accept_all(s);
         epoll_ctl(s->ep, EPOLL_CTL_DEL, s->listen_fd, NULL);
         close(s->listen_fd);
@@ -293,14 +336,15 @@ static void quiesce_now(grpc_server *s)
 }
 
 /* Stopping: every call the engines took has answered, and every answer
- * has left (or its connection is gone). */
+ * has left (or its connection is gone). A connection still in its TLS
+ * handshake has no call, and nothing to wait for. */
 static bool all_sent(grpc_server *s)
 {
     pthread_mutex_lock(&s->mu);
     bool idle = s->inflight == 0 && !s->done;
     pthread_mutex_unlock(&s->mu);
     for (gconn *c = s->conns; idle && c; c = c->next)
-        idle = c->woff == c->wlen && !nghttp2_session_want_write(c->sess);
+        idle = (c->ssl && !c->tls_ready) || (c->woff == c->wlen && !nghttp2_session_want_write(c->sess));
     return idle;
 }
 
@@ -341,8 +385,15 @@ static void *grpc_thread(void *arg)
 
 /* ---- start and stop ---- */
 
-static int bind_listener(const conf_addr *a, char *err, size_t errlen)
+static int bind_listener(grpc_server *s, const conf_addr *a, char *err, size_t errlen)
 {
+    if (a->unix_socket) {   /* the file, its mode, a stale one: as --listen unix: (listener.h) */
+        char why[400];
+        int fd = listener_unix_bind(a->host, s->cfg->listen_mode, &s->file, why, sizeof why);
+        if (fd < 0)
+            snprintf(err, errlen, "--dapr-grpc-listen %s", why);
+        return fd;
+    }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
@@ -384,8 +435,12 @@ static void server_free(grpc_server *s)
         s->calls = call->next;
         free(call);
     }
-    if (s->listen_fd >= 0)
+    if (s->listen_fd >= 0) {
         close(s->listen_fd);
+        if (s->cfg->dapr_grpc_listen.unix_socket && !s->file_removed)
+            listener_unix_remove(s->cfg->dapr_grpc_listen.host, &s->file);
+    }
+    grpc_tls_end(s);
     if (s->wake_fd >= 0)
         close(s->wake_fd);
     if (s->ep >= 0)
@@ -396,6 +451,7 @@ static void server_free(grpc_server *s)
         nghttp2_option_del(s->opt);
     grpc_peers_free(&s->peers);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->tls_mu);
     free(s);
 }
 
@@ -425,8 +481,10 @@ grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, cha
     long long idle_ms = idle ? atoll(idle) : 0;
     s->idle_us = (uint64_t)(idle_ms > 0 ? idle_ms : GRPC_IDLE_TIMEOUT_MS) * 1000ULL;
     pthread_mutex_init(&s->mu, NULL);
-    s->listen_fd = bind_listener(&cfg->dapr_grpc_listen, err, errlen);
-    if (s->listen_fd < 0) {
+    pthread_mutex_init(&s->tls_mu, NULL);
+    s->listen_fd = -1;
+    if (grpc_tls_start(s, err, errlen) < 0 ||
+        (s->listen_fd = bind_listener(s, &cfg->dapr_grpc_listen, err, errlen)) < 0) {
         server_free(s);
         return NULL;
     }
@@ -453,7 +511,7 @@ grpc_server *grpc_start(const conf *cfg, const http_loop *loops, int nloops, cha
     }
     s->running = true;
     char addr[300];
-    snprintf(addr, sizeof addr, "%s:%d", cfg->dapr_grpc_listen.host, cfg->dapr_grpc_listen.port);
+    conf_addr_str(&cfg->dapr_grpc_listen, "(tls)", addr, sizeof addr);
     log_event(LOG_LEVEL_INFO, "grpc_listening", "addr", addr, NULL);
     return s;
 }

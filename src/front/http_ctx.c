@@ -208,15 +208,23 @@ void http_audit(req_ctx *ctx, const char *event, const char *outcome, const char
     audit_write(&ev);
 }
 
-/* A refusal: answered, and written to the audit log. */
-enum MHD_Result http_refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message)
+/* A refusal: answered, and written to the audit log with the name refused
+ * (NULL: none, a listing's). */
+static enum MHD_Result refuse_name(req_ctx *ctx, const http_route *r, enum api_err e, const char *message,
+                                   const char *name)
 {
-    http_audit(ctx, "refused", api_errors[e].status == 401 ? "401" : "403", ctx->route_name, 0);
+    http_audit(ctx, "refused", api_errors[e].status == 401 ? "401" : "403", name, 0);
     if (r->auth == AUTH_DAPR) {
         const char *code = e == API_E_UNAUTHORIZED ? "ERR_UNAUTHORIZED" : "ERR_PERMISSION_DENIED";
         return http_send_body(ctx, api_errors[e].status, api_dapr_error_json(code, message), NULL, 0, true);
     }
     return http_send_error(ctx, e, message, NULL);
+}
+
+/* A refusal of the path's name (a listing's: none). */
+enum MHD_Result http_refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message)
+{
+    return refuse_name(ctx, r, e, message, ctx->route_name);
 }
 
 bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *rc)
@@ -226,7 +234,9 @@ bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *r
     char m[400];
     snprintf(m, sizeof m, "%s may not %s the name %.200s", ctx->principal ? ctx->principal->name : "this caller",
              right_word(right), name ? name : "");
-    *rc = http_refuse(ctx, ctx->row, API_E_FORBIDDEN, m);
+    /* The name refused: a Dapr lock's is its key name once its body is
+     * read (as gRPC's refusal says), else the path's (Dapr's: its store). */
+    *rc = refuse_name(ctx, ctx->row, API_E_FORBIDDEN, m, name ? name : ctx->route_name);
     return false;
 }
 

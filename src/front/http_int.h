@@ -337,10 +337,11 @@ int http_pick_token(req_ctx *ctx, bool token_in_body, char *msg, size_t msglen);
 const char *http_bearer(req_ctx *ctx);
 bool http_secret_is(const char *want, const char *got);
 /* May ctx's caller exercise right on name? When not, the refusal (403) is
- * answered and audited, and *rc is its result. */
+ * answered and audited with the name refused (name; NULL: the path's, or
+ * none for a listing), and *rc is its result. */
 bool http_may(req_ctx *ctx, unsigned right, const char *name, enum MHD_Result *rc);
 /* A refusal by r's auth check (401 or 403): answered in r's format, and
- * written to the audit log. */
+ * written to the audit log with the path's name. */
 enum MHD_Result http_refuse(req_ctx *ctx, const http_route *r, enum api_err e, const char *message);
 /* One line of the audit log (audit.h) for ctx: its principal, client and
  * route; and the line for the engine's answer in ctx->w, when it changed

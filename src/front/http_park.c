@@ -59,10 +59,11 @@ static void resume(http_shard *sh, int n)
         sh->let[sh->nlet++] = sh->parked[k];
         MHD_resume_connection(sh->parked[k]);
     }
+    if (!k)
+        return;   /* (none: parked may be NULL, which memmove may not get even for 0 bytes) */
     memmove(sh->parked, sh->parked + k, (size_t)(sh->nparked - k) * sizeof sh->parked[0]);
     sh->nparked -= k;
-    if (k)
-        atomic_store(&sh->kick, true);
+    atomic_store(&sh->kick, true);
 }
 
 static void check_parked(void *arg)

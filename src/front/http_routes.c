@@ -118,14 +118,31 @@ bool http_route_known(enum api_route path)
 /* ---- the auth check: the row's right, in one place ---- */
 
 /* The caller's principal (auth.h): by its client certificate, else by its
- * bearer token (on Dapr's routes also dapr-api-token). NULL: none. */
-static const principal *caller(req_ctx *ctx, const http_route *r)
+ * bearer token (on Dapr's routes also dapr-api-token). NULL: none. cert
+ * gets the verified client certificate's name ("": none). */
+static const principal *caller(req_ctx *ctx, const http_route *r, char *cert, size_t cap)
 {
     const char *token = http_bearer(ctx);
     if (!token && r->auth == AUTH_DAPR)
         token = MHD_lookup_connection_value(ctx->conn, MHD_HEADER_KIND, "dapr-api-token");
-    char cert[PRINCIPAL_NAME_MAX + 1];
-    return auth_who(http_client_cert_name(ctx, cert, sizeof cert), token);
+    cert[0] = '\0';
+    return auth_who(http_client_cert_name(ctx, cert, cap), token);
+}
+
+/* The 401 of a caller no principal names. With a verified client
+ * certificate it says so, and its name: a client that sent one, HTTPS
+ * with --tls-client-ca-file, is told that the certificate is the problem,
+ * not that a token is missing. */
+static enum MHD_Result refuse_nobody(req_ctx *ctx, const http_route *r, const char *cert)
+{
+    const char *token = r->auth == AUTH_DAPR ? "dapr-api-token header" : "Authorization: Bearer token";
+    char m[PRINCIPAL_NAME_MAX + 160];
+    if (cert[0])
+        snprintf(m, sizeof m, "no principal is named %s, this client certificate's name, and no valid %s came with it",
+                 cert, token);
+    else
+        snprintf(m, sizeof m, "a valid %s is required", token);
+    return http_refuse(ctx, r, API_E_UNAUTHORIZED, m);
 }
 
 /* A force release: ?force=true, some principal with the admin right, and
@@ -171,14 +188,14 @@ static bool refused(req_ctx *ctx, const http_route *r, enum MHD_Result *rc)
                                                  "is required");
         return true;
     }
-    ctx->principal = caller(ctx, r);
+    char cert[PRINCIPAL_NAME_MAX + 1];
+    ctx->principal = caller(ctx, r, cert, sizeof cert);
     if (r->right == RIGHT_ADMIN)
         return admin_refused(ctx, r, rc);
     if (!auth_closed())
         return false;
     if (!ctx->principal) {
-        *rc = http_refuse(ctx, r, API_E_UNAUTHORIZED, r->auth == AUTH_DAPR ? "a valid dapr-api-token header is required"
-                                                                      : "a valid Authorization: Bearer token is required");
+        *rc = refuse_nobody(ctx, r, cert);
         return true;
     }
     return !http_may(ctx, r->right, r->name == NAME_PATH ? ctx->route_name : NULL, rc);

@@ -485,6 +485,11 @@ void hold_close(hold *h)
      * relies on the lock any more. */
     if (!h->release_at_us)
         hold_release_lock(h);
+    /* Its client let go of a grant the stream still held: a release, as a
+     * DELETE's is (a loss, a release elsewhere and a force have their own
+     * lines). */
+    if (h->end == END_NONE && !h->campaigning)
+        hold_audit(h, "release", "closed", h->fence);
     hold_free_if_done(h);
     pthread_mutex_unlock(&s->mu);
 }

@@ -1,6 +1,7 @@
 /* hold_audit.c - a held stream's lines of the audit log (base/audit.h):
  * who opened it, kept with it only while an audit log is written, and its
- * loss and, for a campaign, each term it won (hold_int.h). */
+ * release when its client closes it, its loss and, for a campaign, each
+ * term it won (hold_int.h). */
 #include "hold_int.h"
 
 void hold_audit_as(hold *h, const char *who, const char *client, const char *route)

@@ -133,12 +133,13 @@ class Master:
             self.conn = None
 
 
-def snapshot(masters):
-    """Per master: {key: (DUMP of the value, PTTL)} for every key."""
+def snapshot(masters, pattern="*"):
+    """Per master: {key: (DUMP of the value, PTTL)} for every key (or every
+    key that matches the KEYS pattern)."""
     snap = []
     for m in masters:
         r = m.r()
-        keys = r.call("KEYS", "*")
+        keys = r.call("KEYS", pattern)
         replies = r.pipeline([c for k in keys for c in (("DUMP", k), ("PTTL", k))])
         keep = {}
         for i, k in enumerate(keys):

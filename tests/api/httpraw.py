@@ -1,7 +1,8 @@
 """httpraw.py - a small HTTP/1.1 client over raw sockets, so a test controls
 every byte it sends (duplicate or conflicting headers, a declared length with
 no body, chunked uploads, HEAD) and sees every header it gets back, and can
-read a chunked answer line by line while it stays open."""
+read a chunked answer line by line while it stays open. Over TCP to
+127.0.0.1, or over any socket a function makes (a Unix socket, TLS)."""
 import socket
 import time
 
@@ -25,7 +26,12 @@ class Answer:
 
 class Conn:
     def __init__(self, port, timeout=10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        """port: a TCP port of 127.0.0.1, or a function (timeout) that
+        returns a connected socket (a Unix socket's, a TLS one's)."""
+        if callable(port):
+            self.sock = port(timeout)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buf = b""
         self.timeout = timeout
 

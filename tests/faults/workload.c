@@ -216,7 +216,12 @@ void fl_keep_token(fl_run *r, const char *token)
         r->tokens = t;
         r->captokens = cap;
     }
-    snprintf(r->tokens[r->ntokens++], sizeof r->tokens[0], "%s", token);
+    /* redlockd's tokens are 22 characters (TOKEN_TEXT_LEN); a longer one
+     * is kept cut to the slot, as snprintf kept it, which -O3 warned of. */
+    char *slot = r->tokens[r->ntokens++];
+    size_t n = strnlen(token, sizeof r->tokens[0] - 1);
+    memcpy(slot, token, n);
+    slot[n] = '\0';
     pthread_mutex_unlock(&r->tok_mu);
 }
 

@@ -278,7 +278,7 @@ static void daemon_startv(h_cluster *c, bool wait_ready, va_list ap)
         bin = "redlockd";
     if (!c->http_port)
         c->http_port = h_free_port();   /* a restart keeps the port clients use */
-    snprintf(c->base, sizeof c->base, "http://127.0.0.1:%d", c->http_port);
+    snprintf(c->base, sizeof c->base, "%s://127.0.0.1:%d", c->cacert ? "https" : "http", c->http_port);
     if (c->peer)
         snprintf(c->log, sizeof c->log, "%s/redlockd-peer%d.log", c->dir, c->peer);
     else

@@ -41,6 +41,12 @@ typedef struct h_cluster {
                                  plain port then off); h_cluster_start_with */
     const char *scheme;       /* NULL: --masters as host:port; else scheme://host:port */
     int peer;                 /* 0: the cluster itself; else a peer view (h_peer_start) */
+    /* HTTPS: set cacert before h_daemon_start when the test's flags make
+     * redlockd serve HTTPS (--tls-cert-file ...): base is then https://,
+     * and h_http checks the service's certificate against cacert and sends
+     * the client certificate cert with its key (NULL: none). Paths, kept
+     * by the test. */
+    const char *cacert, *cert, *key;
 } h_cluster;
 
 typedef struct h_resp {

@@ -116,6 +116,12 @@ h_resp h_http(h_cluster *c, const char *method, const char *path, const char *bo
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 20000L);
     curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    if (c->cacert)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->cacert);
+    if (c->cert) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, c->key);
+    }
     uint64_t t0 = h_now_us();
     CURLcode rc = curl_easy_perform(h);
     r.seconds = (double)(h_now_us() - t0) / 1e6;

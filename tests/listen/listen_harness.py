@@ -1,21 +1,24 @@
 """What the listener tests (test_listen.py) stand on: redlockd started with
 listeners of any kind (TCP, HTTPS, unix:PATH) and waited for on one of
 them, the real curl and openssl binaries, and the certificates the openssl
-CLI makes: a CA, the server's (for 127.0.0.1 and localhost) and a second
+CLI makes (tests/api/testcerts.py, shared with tests/tenants): a CA, the server's (for 127.0.0.1 and localhost) and a second
 one for a reload, clients of that CA (one named by its CN, one by a DNS SAN
-only), one of another CA, and an expired one (`openssl ca` with dates in
+only, one naming nobody), one of another CA, and an expired one (`openssl ca` with dates in
 the past)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import traceback
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "races"))
-from races_harness import BIN, check, fail, log  # noqa: E402,F401
+from races_harness import BIN, check, fail, failures, kill_all, log  # noqa: E402,F401
+from testcerts import SERVER_SAN, add, make_ca, make_expired, make_leaf  # noqa: E402
 from testproc import free_port, spawn  # noqa: E402
 
 
@@ -41,56 +44,21 @@ def json_of(body):
         return {}
 
 
-# ---- certificates, with the openssl CLI ----
-
-KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-
-def _ssl(d, *args):
-    rc, out = run(["openssl", *args])
-    if rc != 0:
-        raise RuntimeError(f"openssl {' '.join(args)}: {out}")
-
+# ---- certificates, with the openssl CLI (tests/api/testcerts.py) ----
 
 def make_certs(d):
     """Everything in d; returns a dict of paths."""
-    p = {k: os.path.join(d, k) for k in ("ca.crt", "ca.key", "other.crt", "other.key")}
-    _ssl(d, "req", "-x509", *KEY, "-keyout", p["ca.key"], "-out", p["ca.crt"], "-days", "2",
-         "-subj", "/CN=redlockd-test-ca")
-    _ssl(d, "req", "-x509", *KEY, "-keyout", p["other.key"], "-out", p["other.crt"], "-days", "2",
-         "-subj", "/CN=some-other-ca")
-
-    def leaf(name, subj, ca="ca", ext=None):
-        key, csr, crt = (os.path.join(d, f"{name}.{x}") for x in ("key", "csr", "crt"))
-        _ssl(d, "req", *KEY, "-keyout", key, "-out", csr, "-subj", subj)
-        args = ["x509", "-req", "-in", csr, "-CA", p[f"{ca}.crt"], "-CAkey", p[f"{ca}.key"], "-CAcreateserial",
-                "-out", crt, "-days", "2"]
-        if ext:
-            extf = os.path.join(d, f"{name}.ext")
-            open(extf, "w").write(ext + "\n")
-            args += ["-extfile", extf]
-        _ssl(d, *args)
-        p[f"{name}.key"], p[f"{name}.crt"] = key, crt
-
-    san = "subjectAltName=IP:127.0.0.1,DNS:localhost"
-    leaf("server", "/CN=redlockd-test", ext=san)
-    leaf("server2", "/CN=redlockd-reloaded", ext=san)
-    leaf("billing", "/CN=billing")
-    leaf("ops", "/O=no common name here", ext="subjectAltName=DNS:ops.example,DNS:second.example")
-    leaf("foreign", "/CN=billing", ca="other")
-    # Expired: `openssl x509` cannot date a certificate in the past, `openssl ca` can.
-    db = os.path.join(d, "ca.db")
-    os.makedirs(db, exist_ok=True)
-    open(os.path.join(db, "index.txt"), "w").close()
-    open(os.path.join(db, "serial"), "w").write("1000\n")
-    cnf = os.path.join(d, "ca.cnf")
-    open(cnf, "w").write(f"[ca]\ndefault_ca = d\n[d]\ndatabase = {db}/index.txt\nserial = {db}/serial\n"
-                         f"new_certs_dir = {db}\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n")
-    key, csr, crt = (os.path.join(d, f"expired.{x}") for x in ("key", "csr", "crt"))
-    _ssl(d, "req", *KEY, "-keyout", key, "-out", csr, "-subj", "/CN=billing")
-    _ssl(d, "ca", "-batch", "-config", cnf, "-cert", p["ca.crt"], "-keyfile", p["ca.key"], "-in", csr,
-         "-out", crt, "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-notext")
-    p["expired.key"], p["expired.crt"] = key, crt
+    ca = make_ca(d, "ca", "redlockd-test-ca")
+    other = make_ca(d, "other", "some-other-ca")
+    p = add(add({}, "ca", ca), "other", other)
+    add(p, "server", make_leaf(d, "server", "/CN=redlockd-test", ca, SERVER_SAN))
+    add(p, "server2", make_leaf(d, "server2", "/CN=redlockd-reloaded", ca, SERVER_SAN))
+    add(p, "billing", make_leaf(d, "billing", "/CN=billing", ca))
+    add(p, "ops", make_leaf(d, "ops", "/O=no common name here", ca,
+                            "subjectAltName=DNS:ops.example,DNS:second.example"))
+    add(p, "nobody", make_leaf(d, "nobody", "/CN=nobody", ca))   # of the CA, naming no principal
+    add(p, "foreign", make_leaf(d, "foreign", "/CN=billing", other))
+    add(p, "expired", make_expired(d, "expired", "/CN=billing", ca))
     return p
 
 
@@ -157,3 +125,24 @@ def refused_start(tmp, name, masters, listen_args):
         return run(argv, timeout=10)
     except subprocess.TimeoutExpired:
         return None, "still running after 10 s"
+
+
+def run_sections(tmp, sections):
+    """Runs each (name, fn) in turn, an exception a failure of its own; then
+    kills every process started and removes tmp (kept when anything
+    failed). The exit status: 1 on any failure."""
+    try:
+        for name, fn in sections:
+            log(f"-- {name}")
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
+                fail(f"{name}: {traceback.format_exc()}")
+    finally:
+        kill_all()
+        if failures:
+            log(f"kept {tmp} for a look")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    log(f"{len(failures)} failures")
+    return 1 if failures else 0

@@ -38,8 +38,8 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from listen_harness import (BIN, Daemon, check, curl, der_of, fail, free_port, json_of, log,  # noqa: E402
-                            make_certs, refused_start, run)
-from races_harness import Master, failures, kill_all  # noqa: E402
+                            make_certs, refused_start, run, run_sections)
+from races_harness import Master  # noqa: E402
 
 
 def keys(masters, key):
@@ -308,27 +308,17 @@ def main():
         fail("curl and openssl are needed (scripts/deps.sh installs them)")
         return 1
     tmp = tempfile.mkdtemp(prefix="redlockd-listen-")
-    try:
-        masters = [Master(tmp, i) for i in range(3)]
-        os.mkdir(os.path.join(tmp, "certs"))
-        certs = make_certs(os.path.join(tmp, "certs"))
-        for name, fn in (("unix socket", lambda: unix_socket(tmp, masters)),
-                         ("unix socket files", lambda: unix_socket_files(tmp, masters)),
-                         ("https", lambda: https(tmp, masters, certs))):
-            log(f"-- {name}")
-            try:
-                fn()
-            except Exception as e:  # noqa: BLE001
-                fail(f"{name}: {type(e).__name__}: {e}")
-    finally:
-        kill_all()
-        if failures:
-            log(f"kept {tmp} for a look")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    log(f"{len(failures)} failures")
-    return 1 if failures else 0
+    masters, certs = [], {}
 
+    def setup():
+        masters.extend(Master(tmp, i) for i in range(3))
+        os.mkdir(os.path.join(tmp, "certs"))
+        certs.update(make_certs(os.path.join(tmp, "certs")))
+
+    return run_sections(tmp, [("masters and certificates", setup),
+                              ("unix socket", lambda: unix_socket(tmp, masters)),
+                              ("unix socket files", lambda: unix_socket_files(tmp, masters)),
+                              ("https", lambda: https(tmp, masters, certs))])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,15 +3,24 @@
 prefixes, with rights read, lock and admin (--principals-file), and the
 audit log (--audit-log), on real redis-server masters.
 
-Every route family refuses a principal without the right (403 forbidden,
-nothing changed on the masters) and serves one with it; a token that names
-no principal is 401; listings and /ui/state show only the names the caller
-may read; SIGHUP reloads the file (a broken one keeps the set in force) and
-reopens the audit log; every audit line is JSON and holds no token.
+Every route family refuses a principal without the right (403, nothing
+changed on the masters) or a credential that names none (401) and serves
+one with it, over plain TCP and a Unix socket with bearer tokens and over
+HTTPS with the principals' client certificates (tenants_matrix.py); each
+case's audit line is there, names the principal and the client ("unix" on
+the socket), and no line holds a token. Over TCP also: listings and
+/ui/state show only the names the caller may read; SIGHUP reloads the file
+(a broken one keeps the set in force) and reopens the audit log; Dapr's
+gRPC calls are refused and served as its HTTP ones.
 
-Usage: test_tenants.py (REDLOCKD_BIN names the daemon). Dapr's gRPC
-calls need Debian's python3-grpcio and python3-grpc-tools."""
-import hashlib
+Usage: test_tenants.py [--control no_rights] (REDLOCKD_BIN names the
+daemon). --control no_rights is the matrix's negative control: redlockd
+runs with REDLOCKD_TEST_BREAK=no_rights (a known principal may do anything
+to any name), and the test passes only when, on every transport, every
+route family has a refusal that was served instead. Dapr's gRPC calls need
+Debian's python3-grpcio and python3-grpc-tools; certificates, the openssl
+CLI."""
+import argparse
 import json
 import os
 import shutil
@@ -19,36 +28,21 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "races"))
-from races_harness import Daemon, Master, check, fail, failures, kill_all, log, wait_for  # noqa: E402
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "listen"))
+import tenants_matrix  # noqa: E402
+from tenants_harness import TOKENS, Certs, Tokens, make_client_certs, principals_text  # noqa: E402
+from hostile_harness import Master  # noqa: E402
+import listen_harness  # noqa: E402
+from races_harness import Daemon, check, fail, failures, kill_all, log, wait_for  # noqa: E402
 from testproc import free_port  # noqa: E402
-
-TOKENS = {"billing": "billing-token-0123456789", "dashboard": "dashboard-token-0123456789",
-          "ops": "ops-token-0123456789", "app": "app-token-0123456789"}
-
-
-def sha(token):
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
-
-
-def principals_text(billing_prefixes="billing/,reports/"):
-    return (f"# principal rights prefixes credential\n"
-            f"billing   lock,read        {billing_prefixes}   {sha(TOKENS['billing'])}\n"
-            f"dashboard read             *                    {sha(TOKENS['dashboard'])}\n"
-            f"ops       read,lock,admin  *                    {sha(TOKENS['ops'])}\n"
-            f"app       lock,read        lockstore||          {sha(TOKENS['app'])}\n")
 
 
 def auth(who):
     return [("Authorization", f"Bearer {TOKENS[who] if who in TOKENS else who}")]
-
-
-def held(masters, key):
-    return sum(m.call("EXISTS", key) for m in masters)
 
 
 def expect(a, status, error=None, what=""):
@@ -60,55 +54,6 @@ def expect(a, status, error=None, what=""):
             ok = False
     check(ok, f"{what}: expected {status} {error or ''}, got {a.status} {a.body[:200]!r}")
     return a
-
-
-def route_families(d, masters):
-    # locks
-    a = expect(d.req("POST", "/locks/billing/run", {"ttl_ms": 30000}, auth("billing")), 201, what="billing takes its own")
-    tok = a.json().get("token") if a.status == 201 else ""
-    expect(d.req("POST", "/locks/payroll", {"ttl_ms": 30000}, auth("billing")), 403, "forbidden",
-           "billing takes another team's name")
-    check(held(masters, "lock:payroll") == 0, "a refused acquire wrote nothing")
-    expect(d.req("POST", "/locks/billing/x", {"ttl_ms": 30000}, auth("dashboard")), 403, "forbidden",
-           "dashboard (read only) takes a lock")
-    expect(d.req("GET", "/locks/billing/run", None, auth("dashboard")), 200, what="dashboard reads it")
-    expect(d.req("GET", "/locks/payroll", None, auth("billing")), 403, "forbidden", "billing reads payroll")
-    expect(d.req("POST", "/locks/billing/x", {"ttl_ms": 30000}, auth("nobody-token")), 401, "unauthorized",
-           "a token of no principal")
-    expect(d.req("POST", "/locks/billing/x", {"ttl_ms": 30000}), 401, "unauthorized", "no token")
-    expect(d.req("PATCH", "/locks/billing/run", {"ttl_ms": 30000}, auth("billing") + [("Lock-Token", tok)]), 200,
-           what="billing extends its own")
-    expect(d.req("PUT", "/locks/payroll/heartbeat", None, auth("billing") + [("Lock-Token", "t")]), 403, "forbidden",
-           "billing's heartbeat on payroll")
-    # force release: admin only
-    expect(d.req("DELETE", "/locks/billing/run?force=true", None, auth("billing")), 403, "forbidden",
-           "billing forces")
-    check(held(masters, "lock:billing/run") >= 3, "a refused force changed nothing")
-    expect(d.req("DELETE", "/locks/billing/run?force=true", None, auth("ops")), 204, what="ops forces")
-    check(held(masters, "lock:billing/run") == 0, "the force freed the name")
-    # elections
-    st = d.stream("/elections/billing/leader", {"candidate": "b1", "ttl_ms": 3000}, headers=auth("billing"))
-    check(st.s.answer.status == 201, f"billing campaigns: {st.s.answer.status}")
-    ev = st.until("elected", 10)
-    st.close()
-    if ev:
-        log(f"billing elected with term {ev.get('term')}")
-    expect(d.req("POST", "/elections/payroll", {"candidate": "b1"}, auth("billing")), 403, "forbidden",
-           "billing campaigns for payroll")
-    expect(d.req("GET", "/elections/payroll", None, auth("dashboard")), 200, what="dashboard reads an election")
-    # semaphores
-    expect(d.req("POST", "/semaphores/reports/render", {"limit": 2}, auth("billing")), 201, what="billing's permit")
-    expect(d.req("POST", "/semaphores/payroll", {"limit": 2}, auth("billing")), 403, "forbidden",
-           "billing's permit of payroll")
-    check(held(masters, "lock:payroll\x1f#limit") == 0, "a refused permit wrote nothing")
-    # Dapr's lock API: the name is the key name, lockstore||resource
-    body = {"resourceId": "r1", "lockOwner": "o", "expiryInSeconds": 30}
-    a = expect(d.req("POST", "/v1.0-alpha1/lock/lockstore", body, [("dapr-api-token", TOKENS["app"])]), 200,
-               what="app's Dapr lock")
-    expect(d.req("POST", "/v1.0-alpha1/lock/lockstore", body, [("dapr-api-token", TOKENS["billing"])]), 403,
-           "ERR_PERMISSION_DENIED", "billing's Dapr lock (lockstore||r1 is not billing's)")
-    expect(d.req("POST", "/v1.0-alpha1/unlock/lockstore", {"resourceId": "r1", "lockOwner": "o"},
-                 [("dapr-api-token", TOKENS["app"])]), 200, what="app's Dapr unlock")
 
 
 def listings(d):
@@ -165,6 +110,8 @@ def reload(d, tmp):
 
 
 def audit_lines(tmp):
+    """The TCP daemon's whole log (the matrix checked each case's line):
+    JSON, no token, every kind of event, gRPC's lines, a lost stream's."""
     lines = []
     for p in (os.path.join(tmp, "audit.log.1"), os.path.join(tmp, "audit.log")):
         if os.path.exists(p):
@@ -184,18 +131,16 @@ def audit_lines(tmp):
     log(f"audit: {len(lines)} lines: " + ", ".join(f"{k} {len(v)}" for k, v in sorted(events.items())))
     for want in ("grant", "release", "force", "refused", "term", "extend_failed", "loss"):
         check(want in events, f"no {want} line in the audit log")
-    refused = [e for e in events.get("refused", []) if e.get("name") == "payroll"]
-    check(any(e.get("principal") == "billing" and e.get("outcome") == "403" for e in refused),
-          f"billing's refusal on payroll is not in the audit log: {refused[:3]}")
-    check(any(e.get("principal") is None and e.get("outcome") == "401" for e in events.get("refused", [])),
-          "a 401 without a principal is not in the audit log")
     check(any(e.get("route") == "grpc TryLockAlpha1" and e.get("outcome") == "PERMISSION_DENIED"
               for e in events.get("refused", [])), "the gRPC refusal is not in the audit log")
     check(any(e.get("route") == "grpc TryLockAlpha1" and e.get("principal") == "app" for e in events.get("grant", [])),
           "the gRPC grant is not in the audit log")
     forced = events.get("force", [])
-    check(any(e.get("principal") == "ops" and e.get("name") == "billing/run" and e.get("fence", 0) > 0 for e in forced),
-          f"ops's force of billing/run: {forced[:3]}")
+    check(any(e.get("principal") == "ops" and e.get("name") == "billing/lease" and e.get("fence", 0) > 0
+              for e in forced), f"ops's force of the held stream billing/lease: {forced[:3]}")
+    lost = events.get("loss", [])
+    check(any(e.get("principal") == "billing" and e.get("name") == "billing/lease" and e.get("outcome") == "forced"
+              for e in lost), f"the forced stream's loss: {lost[:3]}")
 
 
 def losses(d):
@@ -244,27 +189,107 @@ def grpc_calls(d, tmp):
     ch.close()
 
 
-def main():
-    tmp = tempfile.mkdtemp(prefix="redlockd-tenants-")
+def start_tokens(tmp, masters):
+    """redlockd on TCP and a Unix socket, principals known by their tokens,
+    with Dapr's gRPC API: (the daemon, its TCP and socket transports)."""
     with open(os.path.join(tmp, "principals"), "w") as f:
         f.write(principals_text())
-    masters, d = [], None
+    sock = os.path.join(tmp, "redlockd.sock")
+    gport = free_port()
+    audit = os.path.join(tmp, "audit.log")
+    d = Daemon(tmp, "tokens", [m.port for m in masters],
+               ["--listen", f"unix:{sock}", "--principals-file", os.path.join(tmp, "principals"),
+                "--audit-log", audit, "--dapr-grpc-listen", f"127.0.0.1:{gport}"])
+    d.gport = gport
+    d.wait_ready(len(masters))
+    return d, Tokens("tcp", audit, port=d.port), Tokens("unix", audit, sock=sock)
+
+
+def start_https(tmp, masters):
+    """redlockd serving HTTPS only, a client certificate signed by the test
+    CA asked of every client, principals known by their certificates:
+    (the daemon, its transport)."""
+    certs = make_client_certs(os.path.join(tmp, "certs"))
+    pfile = os.path.join(tmp, "principals-cert")
+    with open(pfile, "w") as f:
+        f.write(principals_text(certs=True))
+    port = free_port()
+    audit = os.path.join(tmp, "audit-https.log")
+    d = listen_harness.Daemon(tmp, "https", masters, ["--listen", f"127.0.0.1:{port}"],
+                              ["--cacert", certs["ca.crt"], f"https://127.0.0.1:{port}/healthz"],
+                              ["--tls-cert-file", certs["server.crt"], "--tls-key-file", certs["server.key"],
+                               "--tls-client-ca-file", certs["ca.crt"], "--principals-file", pfile,
+                               "--audit-log", audit])
+    return d, Certs("https", audit, port, certs)
+
+
+def report(cases):
+    """One line per transport and family: cases, refused, served, failed."""
+    cells = {}
+    for c in cases:
+        cells.setdefault((c["transport"], c["family"]), []).append(c)
+    for (tr, fam), cs in cells.items():
+        bad = [c for c in cs if c["problems"]]
+        log(f"  {tr:6} {fam:11} {len(cs):3} cases: {sum(c['kind'] == 'refused' for c in cs):2} refused, "
+            f"{sum(c['kind'] == 'served' for c in cs):2} served, {len(bad)} failed")
+    return cells
+
+
+def matrix(t, masters, all_cases):
+    log(f"== the route families over {t.name}")
+    for c in tenants_matrix.run(t, masters, log):
+        c["transport"] = t.name
+        all_cases.append(c)
+
+
+def control_verdict(cells, daemons):
+    """--control no_rights: each daemon ran with the hook (its log says
+    so), and every transport's every family must have a refusal that was
+    served (2xx) instead; the test fails otherwise."""
+    for dm in daemons:
+        check("test_hook breaks=no_rights" in open(dm.log, errors="replace").read(),
+              f"redlockd {dm.name} did not run with REDLOCKD_TEST_BREAK=no_rights (log {dm.log})")
+    for tr in ("tcp", "unix", "https"):
+        for fam in tenants_matrix.FAMILIES:
+            caught = [c for c in cells.get((tr, fam), []) if c["kind"] == "refused" and c["problems"]
+                      and isinstance(c["status"], int) and 200 <= c["status"] < 300]
+            if check(caught, f"no_rights: no refusal of {fam} over {tr} was served: the matrix did not see it"):
+                log(f"  caught {tr} {fam}: {caught[0]['what']} -> {caught[0]['status']}; "
+                    f"{caught[0]['problems'][0][:100]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--control", choices=["no_rights"])
+    control = ap.parse_args().control
+    if control:
+        os.environ["REDLOCKD_TEST_BREAK"] = control   # the daemons inherit it
+    tmp = tempfile.mkdtemp(prefix="redlockd-tenants-")
+    os.mkdir(os.path.join(tmp, "certs"))
+    cases = []
     try:
-        masters = [Master(tmp, i) for i in range(5)]
-        gport = free_port()
-        d = Daemon(tmp, "t", [m.port for m in masters],
-                   ["--principals-file", os.path.join(tmp, "principals"), "--audit-log", os.path.join(tmp, "audit.log"),
-                    "--dapr-grpc-listen", f"127.0.0.1:{gport}"])
-        d.gport = gport
-        d.wait_ready(5)
-        for name, fn in (("route families", lambda: route_families(d, masters)), ("listings", lambda: listings(d)),
-                         ("losses", lambda: losses(d)), ("gRPC", lambda: grpc_calls(d, tmp)),
-                         ("reload", lambda: reload(d, tmp))):
-            log(f"== {name}")
-            fn()
+        masters = [Master(tmp, f"m{i}") for i in range(5)]
+        d, tcp, unix = start_tokens(tmp, masters)
+        matrix(tcp, masters, cases)
+        matrix(unix, masters, cases)
+        if not control:
+            for name, fn in (("listings", lambda: listings(d)), ("losses", lambda: losses(d)),
+                             ("gRPC", lambda: grpc_calls(d, tmp)), ("reload", lambda: reload(d, tmp))):
+                log(f"== {name}")
+                fn()
         d.stop()
-        d = None
-        audit_lines(tmp)
+        if not control:
+            audit_lines(tmp)
+        h, https = start_https(tmp, masters)
+        matrix(https, masters, cases)
+        h.stop()
+        cells = report(cases)
+        if control:
+            control_verdict(cells, (d, h))
+        else:
+            for c in cases:
+                if c["problems"]:
+                    fail(f"[{c['transport']} {c['family']}] {c['what']}: " + "; ".join(c["problems"]))
     except Exception as e:  # noqa: BLE001
         import traceback
         traceback.print_exc()
@@ -278,7 +303,8 @@ def main():
         for f_ in failures:
             print("  " + f_, flush=True)
         return 1
-    print("all tenant tests passed", flush=True)
+    print("control no_rights: the matrix caught it on every transport and family" if control
+          else "all tenant tests passed", flush=True)
     return 0
 
 

@@ -156,7 +156,6 @@ void cli_setup(void)
 
 void cli_teardown(void)
 {
-    cli_proxy_stop();
     h_cluster_free(C);
     C = NULL;
     if (getenv("H_KEEP")) {
@@ -312,9 +311,7 @@ const char *trapping_child(char *buf, size_t len)
     return buf;
 }
 
-/* ---- HTTPS and Unix sockets: the stand-in listener (cli_harness.h) ---- */
-
-static pid_t proxy_pid;
+/* ---- HTTPS and Unix sockets (cli_harness.h) ---- */
 
 void cli_make_certs(cli_certs *k)
 {
@@ -332,6 +329,8 @@ void cli_make_certs(cli_certs *k)
              "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key $S -out server.crt -extfile san.ext && "
              "openssl req $K -keyout client.key -out client.csr -subj /CN=redlock-test-client && "
              "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key $S -out client.crt && "
+             "openssl req $K -keyout nobody.key -out nobody.csr -subj /CN=nobody-client && "
+             "openssl x509 -req -in nobody.csr -CA ca.crt -CAkey ca.key $S -out nobody.crt && "
              "openssl req $K -keyout foreign.key -out foreign.csr -subj /CN=foreign-client && "
              "openssl x509 -req -in foreign.csr -CA other.crt -CAkey other.key $S -out foreign.crt"
              ") > %s/openssl.log 2>&1",
@@ -339,50 +338,10 @@ void cli_make_certs(cli_certs *k)
     cr_assert_eq(system(cmd), 0, "openssl failed: %s", slurp(3, "tls/openssl.log"));
     const struct { char *out; const char *file; } files[] = {
         {k->ca, "ca.crt"}, {k->server_crt, "server.crt"}, {k->server_key, "server.key"},
-        {k->client_crt, "client.crt"}, {k->client_key, "client.key"}, {k->other_ca, "other.crt"},
+        {k->client_crt, "client.crt"}, {k->client_key, "client.key"}, {k->nobody_crt, "nobody.crt"},
+        {k->nobody_key, "nobody.key"}, {k->other_ca, "other.crt"},
         {k->foreign_crt, "foreign.crt"}, {k->foreign_key, "foreign.key"},
     };
     for (size_t i = 0; i < sizeof files / sizeof *files; i++)
         snprintf(files[i].out, 300, "%s/%s", dir, files[i].file);
-}
-
-static bool proxy_ready(void *log_name)
-{
-    return strstr(slurp(2, log_name), "READY\n") != NULL;
-}
-
-void cli_proxy_start(const char *listen, const char *log_name, const cli_certs *k, const char *client_ca)
-{
-    const char *root = getenv("REDLOCK_SOURCE_ROOT");
-    cr_assert(root && C, "REDLOCK_SOURCE_ROOT and a started service are needed");
-    char script[600], target[64], log[300], out[400];
-    snprintf(script, sizeof script, "%s/tests/integration/cli/cli_proxy.py", root);
-    snprintf(target, sizeof target, "127.0.0.1:%d", C->http_port);
-    path_of(log, sizeof log, log_name);
-    snprintf(out, sizeof out, "%s.out", log);
-    char *argv[12] = {"python3", script, (char *)listen, target, log};
-    int n = 5;
-    if (k) {
-        argv[n++] = "--cert";
-        argv[n++] = (char *)k->server_crt;
-        argv[n++] = "--key";
-        argv[n++] = (char *)k->server_key;
-    }
-    if (client_ca) {
-        argv[n++] = "--client-ca";
-        argv[n++] = (char *)client_ca;
-    }
-    argv[n] = NULL;
-    proxy_pid = h_spawn(argv, out);
-    cr_assert(h_eventually(proxy_ready, (void *)log_name, 10000), "cli_proxy.py did not start: %s",
-              slurp(3, strrchr(out, '/') + 1));
-}
-
-void cli_proxy_stop(void)
-{
-    if (proxy_pid > 0) {
-        kill(proxy_pid, SIGKILL);
-        waitpid(proxy_pid, NULL, 0);
-    }
-    proxy_pid = 0;
 }

@@ -43,29 +43,21 @@ int run_v(const char *tag, const char *const *args);
 #define RUN(tag, ...) run_v(tag, (const char *const[]){__VA_ARGS__, NULL})
 
 /* ---- HTTPS and Unix sockets (issue 43) ----
- * Until redlockd serves them itself, cli_proxy.py stands in for its new
- * listeners: a Unix socket or HTTPS (with a client certificate required)
- * in front of the started service C, passing every byte on. Its log shows
- * what came through (REQ, HOST, AUTH lines; CONN with the client
- * certificate's CN; HANDSHAKE_FAILED). Once the daemon has the listeners,
- * cli_proxy_start is replaced by starting C with them, and the log's
- * checks by the daemon's own (its audit log names the principal). */
+ * The tests start the real redlockd with those listeners (--listen
+ * unix:PATH; --tls-cert-file, --tls-key-file, --tls-client-ca-file with a
+ * principals file whose credentials are certificates) and read its audit
+ * log to see whom and where each call came from. */
 
 /* Certificates made by the openssl CLI in T/tls: a CA, a server certificate
  * for 127.0.0.1 and localhost signed by it, a client certificate (CN
- * redlock-test-client) signed by it, and another CA with a client
- * certificate of its own (CN foreign-client). Full paths. */
+ * redlock-test-client) and one that the tests give no principal (CN
+ * nobody-client) signed by it, and another CA with a client certificate of
+ * its own (CN foreign-client). Full paths. */
 typedef struct cli_certs {
     char ca[300], server_crt[300], server_key[300], client_crt[300], client_key[300];
+    char nobody_crt[300], nobody_key[300];
     char other_ca[300], foreign_crt[300], foreign_key[300];
 } cli_certs;
 void cli_make_certs(cli_certs *k);
-
-/* Starts the stand-in listening at listen ("unix:PATH", or "tls:127.0.0.1:PORT"
- * with k's server certificate and, when client_ca, a client certificate
- * signed by it required) in front of C, its log in T/log_name; returns once
- * it listens. Stopped at teardown, or by cli_proxy_stop. */
-void cli_proxy_start(const char *listen, const char *log_name, const cli_certs *k, const char *client_ca);
-void cli_proxy_stop(void);
 
 #endif

@@ -1,8 +1,9 @@
 /* Integration: the `redlock` command-line client as a user runs it, the
  * real binary against the real redlockd and real masters: the one-call
  * commands and their exit codes, tokens and names at the edges, auth, and
- * the README's examples as printed. (run, CMD and signals:
- * test_cli_run.c; what both share: cli_harness.h.) */
+ * the README's examples as printed. (HTTPS and Unix sockets:
+ * test_cli_listen.c; run, CMD and signals: test_cli_run.c; what they share:
+ * cli_harness.h.) */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -361,102 +362,7 @@ Test(cli, auth_token_from_file_or_environment)
 }
 
 
-/* ---- HTTPS, Unix sockets and REDLOCK_TOKEN (issue 43) ----
- * Against the stand-in listener (cli_harness.h) in front of the real
- * service, until redlockd serves them itself. */
-
-/* unix:/PATH: every kind of call, a held stream renewed past its ttl
- * included, goes through the socket with Host: localhost. */
-Test(cli, over_a_unix_socket)
-{
-    start_service(5, NULL);
-    char url[400];
-    snprintf(url, sizeof url, "unix:%s/redlockd.sock", T);
-    cli_proxy_start(url, "unix.log", NULL, NULL);
-    setenv("REDLOCK_URL", url, 1);
-    cr_assert_eq(RUN("y", "ready"), 0, "%s", err_of("y"));
-    cr_assert_eq(RUN("a", "acquire", "--ttl", "10s", "orders"), 0, "%s", err_of("a"));
-    char token[300];
-    snprintf(token, sizeof token, "%s", out_of("a"));
-    token[strcspn(token, "\n")] = '\0';
-    cr_assert_eq(RUN("s", "status", "orders"), 0, "%s", err_of("s"));
-    cr_assert_eq(RUN("l", "list"), 0, "%s", err_of("l"));
-    cr_assert(!strncmp(out_of("l"), "orders  validity ", 17), "%s", out_of("l"));
-    cr_assert_eq(RUN("r", "run", "--ttl", "2s", "job", "--", "sh", "-c", "sleep 2.5; echo $REDLOCK_NAME"), 0, "%s",
-                 err_of("r"));
-    cr_assert_str_eq(out_of("r"), "job\n");
-    cr_assert_eq(RUN("d", "release", "orders", token), 0, "%s", err_of("d"));
-    cr_assert_not(h_held(C, "orders"), "still held after a release over the socket");
-    const char *log = slurp(3, "unix.log");
-    cr_assert(strstr(log, "REQ POST /locks/orders\nHOST localhost\n") && strstr(log, "REQ DELETE /locks/orders") &&
-              strstr(log, "REQ PUT /locks/job/heartbeat"), "%s", log);
-    /* --url wins over REDLOCK_URL, and a socket nobody serves is unreachable */
-    setenv("REDLOCK_URL", "http://127.0.0.1:1", 1);
-    cr_assert_eq(RUN("w", "--url", url, "status", "orders"), 1, "%s", err_of("w"));
-    cli_proxy_stop();
-    cr_assert_eq(RUN("u", "--url", url, "ready"), 69);
-    cr_assert(strstr(err_of("u"), "cannot connect to the socket"), "%s", err_of("u"));
-    cr_assert_eq(RUN("e", "--url", "unix:", "ready"), 64);
-    char longest[200];
-    snprintf(longest, sizeof longest, "unix:/%0108d", 0);
-    cr_assert_eq(RUN("e2", "--url", longest, "ready"), 64);
-    cr_assert(strstr(err_of("e2"), "longer than 107 bytes") && cli_one_line("e2"), "%s", err_of("e2"));
-}
-
-/* https: the service's certificate checked against --cacert (or
- * REDLOCK_CACERT; the flag wins), a client certificate from --cert and
- * --key (or REDLOCK_CERT and REDLOCK_KEY) where the service asks for one;
- * whatever fails verification is unreachable (69, the reason on stderr)
- * and changes nothing; files that cannot serve are a usage error (64). */
-Test(cli, https_with_a_client_certificate)
-{
-    start_service(5, NULL);
-    cli_certs k;
-    cli_make_certs(&k);
-    int port = h_free_port();
-    char listen[64], url[64];
-    snprintf(listen, sizeof listen, "tls:127.0.0.1:%d", port);
-    cli_proxy_start(listen, "tls.log", &k, k.ca);
-    snprintf(url, sizeof url, "https://127.0.0.1:%d", port);
-    cr_assert_eq(RUN("a", "--url", url, "--cacert", k.ca, "--cert", k.client_crt, "--key", k.client_key, "acquire",
-                     "--ttl", "10s", "tls"), 0, "%s", err_of("a"));
-    cr_assert(h_held(C, "tls"));
-    setenv("REDLOCK_URL", url, 1);
-    setenv("REDLOCK_CACERT", k.ca, 1);
-    setenv("REDLOCK_CERT", k.client_crt, 1);
-    setenv("REDLOCK_KEY", k.client_key, 1);
-    cr_assert_eq(RUN("s", "status", "tls"), 0, "%s", err_of("s"));
-    cr_assert_eq(RUN("r", "run", "--ttl", "2s", "tls-run", "--", "sleep", "2.5"), 0, "%s", err_of("r"));
-    const char *log = slurp(3, "tls.log");
-    cr_assert(strstr(log, "CONN redlock-test-client\nREQ POST /locks/tls\n") &&
-              strstr(log, "REQ PUT /locks/tls-run/heartbeat"), "%s", log);
-    /* Refused, each: exit 69 with the reason, and nothing acquired. */
-    cr_assert_eq(RUN("ca", "--cacert", k.other_ca, "acquire", "refused"), 69, "the flag wins: %s", err_of("ca"));
-    cr_assert(strstr(err_of("ca"), "SSL certificate problem"), "%s", err_of("ca"));
-    cr_assert_eq(RUN("fc", "--cert", k.foreign_crt, "--key", k.foreign_key, "acquire", "refused"), 69);
-    unsetenv("REDLOCK_CERT");
-    unsetenv("REDLOCK_KEY");
-    cr_assert_eq(RUN("nc", "acquire", "refused"), 69, "no client certificate: %s", err_of("nc"));
-    unsetenv("REDLOCK_CACERT");   /* the system's CAs know nothing of this one */
-    cr_assert_eq(RUN("sys", "--cert", k.client_crt, "--key", k.client_key, "acquire", "refused"), 69);
-    cr_assert(strstr(err_of("sys"), "SSL certificate problem") && strstr(err_of("sys"), "--cacert"), "%s",
-              err_of("sys"));
-    for (const char *t = "ca\0fc\0nc\0sys\0"; *t; t += strlen(t) + 1)
-        cr_assert(cli_one_line(t) && strstr(err_of(t), "redlock: unreachable: https://127.0.0.1:"), "%s: %s", t,
-                  err_of(t));
-    cr_assert_not(h_held(C, "refused"), "a refused connection acquired");
-    /* Bad values: one line, exit 64. */
-    cr_assert_eq(RUN("b1", "--cacert", "/nonexistent/ca.crt", "ready"), 64);
-    cr_assert(strstr(err_of("b1"), "--cacert /nonexistent/ca.crt: cannot open"), "%s", err_of("b1"));
-    cr_assert_eq(RUN("b2", "--cacert", k.ca, "--key", k.client_key, "ready"), 64);
-    cr_assert(strstr(err_of("b2"), "--key needs --cert"), "%s", err_of("b2"));
-    cr_assert_eq(RUN("b3", "--cacert", k.ca, "--cert", k.ca, "--key", k.client_key, "ready"), 64, "%s",
-                 err_of("b3"));
-    cr_assert_eq(RUN("b4", "--url", C->base, "--cacert", k.ca, "ready"), 64);
-    cr_assert(strstr(err_of("b4"), "--cacert is for an https:// service"), "%s", err_of("b4"));
-    for (const char *t = "b1\0b2\0b3\0b4\0"; *t; t += 3)
-        cr_assert(cli_one_line(t), "%s: %s", t, err_of(t));
-}
+/* ---- REDLOCK_TOKEN (issue 43; HTTPS and Unix sockets: test_cli_listen.c) ---- */
 
 /* REDLOCK_TOKEN is the bearer token; REDLOCK_AUTH_TOKEN, its older name,
  * wins when set. Inside `run`, REDLOCK_TOKEN is the lock's token: a

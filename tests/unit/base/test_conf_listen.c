@@ -2,7 +2,8 @@
  * more than once, as a comma list and from REDLOCKD_LISTEN (a flag
  * replaces the variable's list), unix:/PATH, --listen-mode, and HTTPS's
  * flags (--tls-cert-file, --tls-key-file, --tls-client-ca-file), which
- * only make sense together and on a TCP listener. */
+ * only make sense together and on a TCP listener; --dapr-grpc-listen on a
+ * Unix socket or TCP (with TLS). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,4 +192,72 @@ Test(conf_listen, the_health_check_sees_the_listeners_and_tls)
     cr_assert_eq(run(&c, 4, half), CONF_ERROR, "a probe of a half-set HTTPS");
     conf_free(&c);
     env_key = NULL;
+}
+
+/* --dapr-grpc-listen takes one entry as --listen does (conf_listen_entry):
+ * TCP or unix:/PATH; TLS with --tls-cert-file on TCP only. */
+Test(conf_listen, dapr_grpc_listen_on_a_unix_socket_or_tcp_with_tls)
+{
+    conf c;
+    env_key = NULL;
+    char *none[] = {"redlockd"};
+    cr_assert_eq(run(&c, 1, none), CONF_OK, "%s", err);
+    cr_assert_not(conf_grpc_on(&c), "off by default");
+    conf_free(&c);
+
+    char *sock[] = {"redlockd", "--dapr-grpc-listen", "unix:/run/redlockd/grpc.sock", "--listen", "0.0.0.0:8443",
+                    "--tls-cert-file", "/c.crt", "--tls-key-file", "/c.key"};
+    cr_assert_eq(run(&c, 9, sock), CONF_OK, "%s", err);
+    cr_assert(conf_grpc_on(&c));
+    cr_assert(c.dapr_grpc_listen.unix_socket);
+    cr_assert_str_eq(c.dapr_grpc_listen.host, "/run/redlockd/grpc.sock");
+    cr_assert_not(c.dapr_grpc_listen.tls, "a Unix socket stays h2c");
+    cr_assert(c.listen[0].tls);
+    char s[300];
+    conf_addr_str(&c.dapr_grpc_listen, "(tls)", s, sizeof s);
+    cr_assert_str_eq(s, "unix:/run/redlockd/grpc.sock");
+    conf_free(&c);
+
+    /* TLS on gRPC alone: every --listen a Unix socket. */
+    env_key = "REDLOCKD_DAPR_GRPC_LISTEN";
+    env_val = "[::1]:50001";
+    char *tcp[] = {"redlockd", "--listen", "unix:/r.sock", "--tls-cert-file", "/c.crt", "--tls-key-file", "/c.key"};
+    cr_assert_eq(run(&c, 7, tcp), CONF_OK, "%s", err);
+    cr_assert(conf_grpc_on(&c));
+    cr_assert(c.dapr_grpc_listen.tls);
+    conf_addr_str(&c.dapr_grpc_listen, "(tls)", s, sizeof s);
+    cr_assert_str_eq(s, "[::1]:50001 (tls)");
+    conf_free(&c);
+    env_key = NULL;
+}
+
+Test(conf_listen, bad_dapr_grpc_listen_entries_say_why)
+{
+    static const struct {
+        int argc;
+        char *argv[6];
+        const char *want;
+    } bad[] = {
+        {3, {"redlockd", "--dapr-grpc-listen", "unix:run/grpc.sock"}, "unix:/ABSOLUTE/PATH"},
+        {3, {"redlockd", "--dapr-grpc-listen", "unix:/run/"}, "unix:/ABSOLUTE/PATH"},
+        {3, {"redlockd", "--dapr-grpc-listen", "50001"}, "expected HOST:PORT"},
+        {3, {"redlockd", "--dapr-grpc-listen", "unix:/run/a\tb"}, "a control byte"},
+        {5, {"redlockd", "--listen", "unix:/r.sock", "--dapr-grpc-listen", "unix:/r.sock"},
+         "--listen serves HTTP there already"},
+        {5, {"redlockd", "--listen", "127.0.0.1:9000", "--dapr-grpc-listen", "127.0.0.1:9000"},
+         "--listen serves HTTP there already"},
+    };
+    env_key = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        conf c;
+        cr_assert_eq(run(&c, bad[i].argc, (char **)bad[i].argv), CONF_ERROR, "case %zu accepted", i);
+        cr_assert(strstr(err, bad[i].want) && strstr(err, "--dapr-grpc-listen"), "case %zu: %s", i, err);
+        conf_free(&c);
+    }
+    char long_path[200] = "unix:/";
+    memset(long_path + 6, 'a', 110);
+    char *argv[] = {"redlockd", "--dapr-grpc-listen", long_path};
+    conf c;
+    cr_assert_eq(run(&c, 3, argv), CONF_ERROR, "a path of 111 bytes");
+    conf_free(&c);
 }
