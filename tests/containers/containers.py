@@ -17,7 +17,14 @@ container registry is reachable, so the base images are made locally).
      port), `redlockd --health-check` following REDLOCKD_LISTEN, the masters'
      maxmemory-policy noeviction and appendfsync always, and `podman stop`
      making redlockd exit 0 within a few seconds;
-  6. deploy/compose.tls.yml under a project of its own: certificates and an
+  6. deploy/k8s/app-with-sidecar.yaml's pod, made from the manifest's own
+     values beside the compose masters (containers_sidecar.py): redlockd on
+     a Unix socket in an emptyDir-like volume with the manifest's mode,
+     users and fsGroup, the app's script taking and releasing its lock over
+     the socket, its exec probes, the `redlock` client over the socket, a
+     user outside the socket's group refused, a stale socket replaced after
+     a SIGKILL, the socket removed at a stop;
+  7. deploy/compose.tls.yml under a project of its own: certificates and an
      ACL file from deploy/redis-tls-certs.sh (openssl, on this machine),
      five TLS-only, ACL-only masters and redlockd; /readyz ready with every
      master up over TLS, a lock's token on all five (redis-cli --tls as the
@@ -25,7 +32,7 @@ container registry is reachable, so the base images are made locally).
      a certificate and clients not logged in; a second redlockd trusting
      another CA is not ready, /readyz naming the certificate failure; all
      of it removed at the end of the step, certificates included;
-  7. the README's two steps on a bare Debian 12: a new container from the
+  8. the README's two steps on a bare Debian 12: a new container from the
      debootstrap bookworm image (nothing installed beyond minbase) gets the
      source tree (git's tracked files, as they are in the work tree), runs
      ./scripts/run.sh, which must install everything it needs with apt-get,
@@ -33,7 +40,7 @@ container registry is reachable, so the base images are made locally).
      then the README's curl lines under "Using it" run inside it as printed
      (201 with the JSON fields, 409 locked, 204, the script block); the .deb
      files are cached in /var/tmp/redlockd-containers/apt-archives;
-  8. always tears down what it made (compose down -v, its own containers,
+  9. always tears down what it made (compose down -v, its own containers,
      volumes and network), and prints the time of each step and the image size
      (also written to OUT_DIR/containers-report.md; run.sh's output in the
      bare container goes to OUT_DIR/containers-bare-run.log).
@@ -50,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from containers_setup import *  # noqa: F401,F403,E402
 from containers_checks import *  # noqa: F401,F403,E402
 from containers_tls import tls_masters  # noqa: E402
+from containers_sidecar import sidecar_socket  # noqa: E402
 from containers_bare import bare_bookworm  # noqa: E402
 
 compose_started = False
@@ -133,6 +141,7 @@ def main():
             r = checks(port, image, redis_services)
         with step("podman stop redlockd (SIGTERM)") as s:
             stop(r, s)
+        sidecar_socket(image, redis_services)
         tls_masters()
         bare_bookworm()
     except Cannot as e:

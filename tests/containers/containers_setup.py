@@ -233,10 +233,16 @@ def base_images(s):
 
 
 def redis_standin(s, image):
-    """Builds the Redis stand-in, tagged as the compose file names it; cached
-    by a label over the Containerfile and the base image."""
-    cf = os.path.join(ROOT, "tests", "containers", "redis-standin.Containerfile")
-    base_id = podman("image", "inspect", "--format", "{{.Id}}", BASE)[1].strip()
+    """Builds the Redis stand-in, tagged as the compose file names it."""
+    standin(s, image, "redis-standin.Containerfile", BASE)
+
+
+def standin(s, image, containerfile, base):
+    """Builds a stand-in image from tests/containers/CONTAINERFILE on base,
+    tagged as a deployment file names the image it stands in for; cached by
+    a label over the Containerfile and the base image."""
+    cf = os.path.join(ROOT, "tests", "containers", containerfile)
+    base_id = podman("image", "inspect", "--format", "{{.Id}}", base)[1].strip()
     key = hashlib.sha256(open(cf, "rb").read() + base_id.encode()).hexdigest()[:16]
     st, out, _ = podman("image", "inspect", "--format", '{{index .Labels "redlockd.standin"}}', image,
                         check=False)
@@ -246,7 +252,7 @@ def redis_standin(s, image):
     s.note = "(cold)"
     old = image_id(image)
     run(["podman", "build", "--format", "docker", "--pull=never", "--label", "redlockd.standin=" + key,
-         "-f", cf, "-t", image, os.path.dirname(cf)], 600, what="podman build (Redis stand-in)")
+         "-f", cf, "-t", image, os.path.dirname(cf)], 600, what=f"podman build ({containerfile})")
     drop_replaced(old, image)
 
 
@@ -312,7 +318,7 @@ def teardown(project=None, compose=True):
             if mine(v, project):
                 run(["podman", kind, "rm", "-f", v], 60, check=False)
     for d in os.listdir(STATE) if os.path.isdir(STATE) else []:
-        if d.startswith(f"tls-{project}."):   # tls_masters()' certificates
+        if d.startswith((f"tls-{project}.", f"sidecar-{project}.")):   # certificates, the pod's volumes
             shutil.rmtree(os.path.join(STATE, d), ignore_errors=True)
     # Nothing of this run may be left.
     left = []
@@ -332,7 +338,7 @@ def sweep_stale():
         _, out, _ = run(["podman", *kind.split(), "--format", "{{.Names}}" if kind == "ps -a" else "{{.Name}}"],
                         30, check=False)
         names.update(m.group(1) for m in map(re.compile(r"^(rlct(\d+))[_-]").match, out.split()) if m)
-    names.update(m.group(1) for m in map(re.compile(r"^tls-(rlct(\d+))\.").match,
+    names.update(m.group(1) for m in map(re.compile(r"^(?:tls|sidecar)-(rlct(\d+))\.").match,
                                          os.listdir(STATE) if os.path.isdir(STATE) else []) if m)
     for project in sorted(names):
         pid = int(project[4:])

@@ -5,7 +5,10 @@ docker-compose validates the compose file; every Kubernetes manifest is
 checked against the API schema (Debian's python3-kubernetes models: a field
 they drop on a round trip is misspelt or unknown) and for what a schema cannot
 see (every container that mounts the Secret can read it, probes point at what
-redlockd serves, the masters keep what they acknowledged); `systemd-analyze
+redlockd serves, a sidecar's Unix socket is in an emptyDir its application
+mounts and may connect to, every file redlockd is handed comes from a
+Secret's key, a shared service is behind a Service that reaches it, over
+HTTPS, with principals, the masters keep what they acknowledged); `systemd-analyze
 verify` checks the unit with the binary installed at its path in a temporary
 root; and every flag or REDLOCKD_* variable that compose, the Dockerfile, the
 manifests and the systemd unit hand to redlockd is one that `redlockd --help`
@@ -15,7 +18,6 @@ deliberately broken copy (a negative control) and must catch it.
 usage: check_deploy.py SOURCE_ROOT REDLOCKD_BINARY
 """
 import copy
-import json
 import os
 import re
 import shutil
@@ -31,6 +33,11 @@ except ImportError:
     print("deployment checks failed: python3-kubernetes is missing (apt-get install python3-kubernetes; "
           "it is Debian's /usr/bin/python3 that has it)")
     sys.exit(1)
+
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from k8s_checks import (file_problems, k8s_bytes, listeners, pod_specs, probe_problems,  # noqa: E402
+                        schema_problems, secret_read_problems, service_problems, socket_problems)
 
 ROOT, BIN = sys.argv[1], sys.argv[2]
 failures = []
@@ -61,6 +68,7 @@ def note_args(where, args):
 
 # ---- checks a schema cannot make, as functions of the parsed files, so that
 # ---- the negative controls at the end can feed each a broken copy ----
+# (Kubernetes': k8s_checks.py, beside this file)
 
 def redis_bytes(v):
     """Redis's memory units: 256mb = 256 MiB, 256m = 256 MB."""
@@ -68,16 +76,6 @@ def redis_bytes(v):
     if not m:
         return None
     unit = {None: 1, "b": 1, "k": 1000, "kb": 1024, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30}
-    return int(m.group(1)) * unit[m.group(2)]
-
-
-def k8s_bytes(v):
-    """Kubernetes quantities: 512Mi, 1Gi, 500M, 1000."""
-    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(v or ""))
-    if not m:
-        return None
-    unit = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
     return int(m.group(1)) * unit[m.group(2)]
 
 
@@ -105,143 +103,6 @@ def redis_args_problems(where, args, mem_limit=None):
         out.append(f"{where}: --maxmemory {val('--maxmemory')} is not below the memory limit")
     if "--replicaof" in a or "--slaveof" in a:
         out.append(f"{where}: no replication")
-    return out
-
-
-API = k8s.ApiClient()
-
-
-class _Answer:   # what ApiClient.deserialize reads: a body in .data
-    def __init__(self, doc):
-        self.data = json.dumps(doc)
-
-
-def _dropped(orig, back, where):
-    if isinstance(orig, dict):
-        if not isinstance(back, dict):
-            return [where or "."]
-        out = []
-        for k, v in orig.items():
-            if k not in back:
-                if v is not None:
-                    out.append(f"{where}.{k}")
-            else:
-                out += _dropped(v, back[k], f"{where}.{k}")
-        return out
-    if isinstance(orig, list):
-        if not isinstance(back, list) or len(back) != len(orig):
-            return [where]
-        return [p for i, (x, y) in enumerate(zip(orig, back)) for p in _dropped(x, y, f"{where}[{i}]")]
-    return []
-
-
-def schema_problems(where, doc):
-    """Deserialises doc into the typed model of its kind (Kubernetes 1.22's
-    API, Debian's python3-kubernetes 22) and back: a field that did not
-    survive is one the API does not have (misspelt or unknown)."""
-    version = str(doc.get("apiVersion", "")).split("/")[-1]
-    model = version[:1].upper() + version[1:] + str(doc.get("kind", ""))
-    if not hasattr(k8s, model):
-        return [f"{where}: no Kubernetes schema for {doc.get('apiVersion')} {doc.get('kind')}"]
-    try:
-        obj = API.deserialize(_Answer(doc), model)
-    except (ValueError, TypeError, AttributeError) as e:
-        return [f"{where}: not a valid {model}: {e}"]
-    back = API.sanitize_for_serialization(obj)
-    return [f"{where}: {doc['kind']} has no field {p} (misspelt or unknown)"
-            for p in _dropped(doc, back, "")]
-
-
-def pod_specs(doc):
-    """(name, pod spec) of a workload manifest."""
-    spec = doc.get("spec") or {}
-    if doc.get("kind") == "Pod":
-        return [(doc["metadata"]["name"], spec)]
-    tmpl = (spec.get("template") or {}).get("spec")
-    if doc.get("kind") == "CronJob":
-        tmpl = (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec")
-    return [(f"{doc['kind']}/{doc['metadata']['name']}", tmpl)] if tmpl else []
-
-
-def secret_read_problems(where, pod, secret_keys):
-    """Every container that mounts a Secret can read each file of it. The
-    kubelet writes the files owned by root, with the item's mode or the
-    volume's defaultMode (0644 if unset); with fsGroup the group is fsGroup
-    and the mode gains 0440 (volume.SetVolumeOwnership, read-only mask). A
-    container reads a file as its runAsUser, with runAsGroup, fsGroup and
-    supplementalGroups as its groups."""
-    psc = pod.get("securityContext") or {}
-    fs = psc.get("fsGroup")
-    vols = {v["name"]: v for v in pod.get("volumes") or []}
-    out = []
-    for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
-        csc = c.get("securityContext") or {}
-        uid = csc.get("runAsUser", psc.get("runAsUser"))
-        gid = csc.get("runAsGroup", psc.get("runAsGroup"))
-        groups = {g for g in [gid, fs, *(psc.get("supplementalGroups") or [])] if g is not None}
-        for m in c.get("volumeMounts") or []:
-            sec = vols.get(m["name"], {}).get("secret")
-            if sec is None:
-                continue
-            if uid is None:
-                out.append(f"{where}: container {c['name']} mounts Secret {sec.get('secretName')} without "
-                           "a runAsUser, so whether it can read it depends on the image")
-                continue
-            default = sec.get("defaultMode", 0o644)
-            items = sec.get("items") or [{"key": k, "path": k} for k in
-                                         secret_keys.get(sec.get("secretName"), ["*"])]
-            for it in items:
-                mode = it.get("mode", default) | (0o440 if fs is not None else 0)
-                group = fs if fs is not None else 0
-                ok = (uid == 0 and mode & 0o400) or (group in groups and mode & 0o040) or mode & 0o004
-                if not ok:
-                    out.append(f"{where}: container {c['name']} (uid {uid}, groups {sorted(groups)}) cannot "
-                               f"read {m['mountPath']}/{it['path']}: owner 0, group {group}, mode {mode:04o}"
-                               + ("" if fs is not None else " (no fsGroup)"))
-    return out
-
-
-SERVED_PATHS = {"/healthz", "/readyz", "/metrics"}
-
-
-def probe_problems(where, c):
-    """A redlockd container's probes ask what it serves, where it listens:
-    /healthz (or `redlockd --health-check`, which asks it) on the
-    REDLOCKD_LISTEN port, never /readyz: a readiness on /readyz takes every
-    application pod out of its Service while the masters lack a quorum, a
-    liveness on it restarts sidecars that cannot help."""
-    envs = {e["name"]: e.get("value") for e in c.get("env") or []}
-    listen = envs.get("REDLOCKD_LISTEN", "127.0.0.1:8080")
-    host, port = listen.rsplit(":", 1)
-    ports = {p.get("name"): p["containerPort"] for p in c.get("ports") or []}
-    out = []
-    for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
-        p = c.get(kind)
-        if not p:
-            if kind != "startupProbe":
-                out.append(f"{where}: {c['name']} has no {kind}")
-            continue
-        if "exec" in p:
-            cmd = [str(x) for x in (p["exec"] or {}).get("command") or []]
-            if not (cmd and os.path.basename(cmd[0]) == "redlockd" and "--health-check" in cmd):
-                out.append(f"{where}: {c['name']} {kind} runs {cmd}, not redlockd --health-check")
-            continue
-        probe = p.get("httpGet") or p.get("tcpSocket")
-        if probe is None:
-            out.append(f"{where}: {c['name']} {kind} is neither exec, httpGet nor tcpSocket")
-            continue
-        pport = probe.get("port")
-        pport = ports.get(pport, pport) if isinstance(pport, str) else pport
-        if str(pport) != port:
-            out.append(f"{where}: {c['name']} {kind} probes port {probe.get('port')}, redlockd listens on {port}")
-        if host.strip("[]") in ("127.0.0.1", "::1", "localhost"):
-            out.append(f"{where}: {c['name']} {kind}: the kubelet cannot reach {listen} (loopback); "
-                       "use exec redlockd --health-check")
-        path = probe.get("path") if "httpGet" in p else "/healthz"
-        if path not in SERVED_PATHS:
-            out.append(f"{where}: {c['name']} {kind} asks {path}, which redlockd does not serve")
-        elif path != "/healthz":
-            out.append(f"{where}: {c['name']} {kind} on {path}: use /healthz; /readyz is for gating and alerts")
     return out
 
 
@@ -374,8 +235,13 @@ for m in re.findall(r"^\s*(?:CMD|ENTRYPOINT)\s+(\[.*\])", dockerfile, re.M):   #
 kust = yaml.safe_load(open(path("deploy", "k8s", "kustomization.yaml")))
 check(kust.get("kind") == "Kustomization" and set(kust) <= {"apiVersion", "kind", "resources"},
       "kustomization.yaml: only apiVersion, kind, resources")
+# shared-service.yaml is applied on its own (kubectl apply -f), beside
+# redis-masters.yaml; every manifest of the folder is checked.
+k8s_files = kust["resources"] + ["shared-service.yaml"]
+check(set(k8s_files) == {f for f in os.listdir(path("deploy", "k8s")) if f.endswith(".yaml")} - {"kustomization.yaml"},
+      f"deploy/k8s: every manifest is in kustomization.yaml or shared-service.yaml, checked: {sorted(k8s_files)}")
 docs = []
-for res_file in kust["resources"]:
+for res_file in k8s_files:
     check(os.path.exists(path("deploy", "k8s", res_file)), f"kustomization lists a missing {res_file}")
     docs += [(res_file, d) for d in yaml.safe_load_all(open(path("deploy", "k8s", res_file))) if d]
 kinds = {}
@@ -400,15 +266,15 @@ for s in sts:
     check(limit, f"StatefulSet/{s['metadata']['name']}: a memory limit")
     failures.extend(redis_args_problems(f"deploy/k8s StatefulSet/{s['metadata']['name']}", c.get("args", []), limit))
 secrets = set(secret_keys)
-sidecars = 0
+sidecars = shared = 0
 for dep in kinds.get("Deployment", []):
     pod = dep["spec"]["template"]["spec"]
+    where = f"deploy/k8s Deployment/{dep['metadata']['name']}"
     for c in pod["containers"]:
         if not str(c.get("image", "")).startswith("redlockd"):
             continue
-        sidecars += 1
-        check(len(pod["containers"]) >= 2, "redlockd runs beside an application container")
-        failures.extend(probe_problems(f"deploy/k8s Deployment/{dep['metadata']['name']}", c))
+        failures.extend(probe_problems(where, c))
+        failures.extend(file_problems(where, pod, c, secret_keys))
         for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
             note_args("deploy/k8s", ((c.get(kind) or {}).get("exec") or {}).get("command") or [])
         check(c.get("resources", {}).get("requests") and c["resources"].get("limits"), "requests and limits")
@@ -417,15 +283,20 @@ for dep in kinds.get("Deployment", []):
         check(sc.get("runAsNonRoot") is True or pod.get("securityContext", {}).get("runAsNonRoot") is True,
               "non-root")
         envs = {e["name"]: e.get("value") for e in c.get("env", [])}
-        tok = envs.get("REDLOCKD_AUTH_TOKEN_FILE", "")
-        mounts = [m for m in c.get("volumeMounts", []) if tok.startswith(m["mountPath"])]
-        vols = {v["name"]: v for v in pod.get("volumes", [])}
-        check(mounts and vols.get(mounts[0]["name"], {}).get("secret", {}).get("secretName") in secrets,
-              "the auth token comes from a Secret")
-        check(len(envs.get("REDLOCKD_MASTERS", "").split(",")) == 5, "sidecar names five masters")
+        check(len(envs.get("REDLOCKD_MASTERS", "").split(",")) == 5, f"{where}: five masters")
+        if len(pod["containers"]) >= 2:
+            # A sidecar: its application reaches it over the Unix socket.
+            sidecars += 1
+            check(listeners(c)[1], f"{where}: the sidecar serves its application on a Unix socket")
+            failures.extend(socket_problems(where, pod, c))
+            check(envs.get("REDLOCKD_AUTH_TOKEN_FILE"), f"{where}: the sidecar wants a token")
+        else:
+            shared += 1
+            failures.extend(service_problems(where, dep, c, kinds.get("Service", [])))
         for k in envs:
             used.append(("deploy/k8s", k))
         note_args("deploy/k8s", c.get("args", []) + c.get("command", []))
+check(shared >= 1, "a Deployment of redlockd as a shared service")
 check(sidecars >= 1, "an example Deployment with a redlockd sidecar")
 
 # ---- deploy/systemd ----
@@ -459,32 +330,34 @@ def control(what, problems, must_mention=""):
     check(problems and must_mention in " ".join(problems), f"negative control not caught: {what}")
 
 
-dep = copy.deepcopy(kinds["Deployment"][0])
+side_dep = next(d for d in kinds["Deployment"] if len(d["spec"]["template"]["spec"]["containers"]) >= 2)
+shared_dep = next(d for d in kinds["Deployment"] if len(d["spec"]["template"]["spec"]["containers"]) == 1)
+dep = copy.deepcopy(side_dep)
 pod = dep["spec"]["template"]["spec"]
 pod["securityContex"] = pod.pop("securityContext")
 control("a misspelt securityContext", schema_problems("control", dep), "securityContex")
-dep = copy.deepcopy(kinds["Deployment"][0])
+dep = copy.deepcopy(side_dep)
 dep["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
 control("an unknown container field", schema_problems("control", dep), "volumeMount")
 sts0 = copy.deepcopy(kinds["StatefulSet"][0])
 sts0["spec"]["replica"] = sts0["spec"].pop("replicas")
 control("a misspelt StatefulSet replicas", schema_problems("control", sts0), "replica")
-dep = copy.deepcopy(kinds["Deployment"][0])
+dep = copy.deepcopy(side_dep)
 del dep["spec"]["template"]["spec"]["containers"][0]["name"]
 control("a container without a name", schema_problems("control", dep))
 
-pod = copy.deepcopy(kinds["Deployment"][0]["spec"]["template"]["spec"])
+pod = copy.deepcopy(side_dep["spec"]["template"]["spec"])
 pod["securityContext"].pop("fsGroup", None)
 control("the Secret with no fsGroup", secret_read_problems("control", pod, secret_keys), "no fsGroup")
-pod = copy.deepcopy(kinds["Deployment"][0]["spec"]["template"]["spec"])
+pod = copy.deepcopy(side_dep["spec"]["template"]["spec"])
 pod["securityContext"].update(runAsUser=10002, runAsGroup=10002)
 pod["securityContext"].pop("fsGroup", None)
 control("another uid without fsGroup", secret_read_problems("control", pod, secret_keys), "uid 10002")
-pod = copy.deepcopy(kinds["Deployment"][0]["spec"]["template"]["spec"])
+pod = copy.deepcopy(side_dep["spec"]["template"]["spec"])
 pod["securityContext"].pop("runAsUser", None)
 control("no runAsUser", secret_read_problems("control", pod, secret_keys), "without a runAsUser")
 
-side = next(c for c in kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+side = next(c for c in side_dep["spec"]["template"]["spec"]["containers"]
             if str(c.get("image", "")).startswith("redlockd"))
 
 
@@ -506,6 +379,77 @@ control("an exec probe that is not --health-check",
         probe_variant("127.0.0.1:8080", livenessProbe={"exec": {"command": ["redlockd", "--version"]}}), "--version")
 check(not probe_variant("0.0.0.0:8080", livenessProbe=http("/healthz"), readinessProbe=http("/healthz")),
       "probe check: httpGet /healthz on the served port is fine")
+
+control("a probe over HTTP of a Unix socket",
+        probe_variant("unix:/run/redlockd/redlockd.sock", livenessProbe=http("/healthz")), "Unix socket only")
+
+
+def socket_variant(change):
+    """socket_problems of a changed copy of the sidecar's pod."""
+    pod = copy.deepcopy(side_dep["spec"]["template"]["spec"])
+    change(pod, next(c for c in pod["containers"] if str(c.get("image", "")).startswith("redlockd")),
+           next(c for c in pod["containers"] if not str(c.get("image", "")).startswith("redlockd")))
+    r = next(c for c in pod["containers"] if str(c.get("image", "")).startswith("redlockd"))
+    return socket_problems("control", pod, r)
+
+
+def set_env(c, name, value):
+    c["env"] = [e for e in c["env"] if e["name"] != name] + [{"name": name, "value": value}]
+
+
+check(not socket_variant(lambda pod, r, app: None), "socket check: the sidecar as shipped is fine")
+control("the app outside the socket's group (no fsGroup)",
+        socket_variant(lambda pod, r, app: pod["securityContext"].pop("fsGroup")), "no fsGroup")
+control("a socket mode only its owner may use",
+        socket_variant(lambda pod, r, app: set_env(r, "REDLOCKD_LISTEN_MODE", "0600")), "mode 0600")
+control("the socket outside the shared volume",
+        socket_variant(lambda pod, r, app: set_env(r, "REDLOCKD_LISTEN", "unix:/tmp/redlockd.sock")),
+        "not an emptyDir")
+
+
+def drop_socket_mount(pod, r, app):
+    empty = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    app["volumeMounts"] = [m for m in app["volumeMounts"] if m["name"] not in empty]
+
+
+control("the app not mounting the socket's volume", socket_variant(drop_socket_mount), "no other container")
+
+shared_pod = shared_dep["spec"]["template"]["spec"]
+shared_c = shared_pod["containers"][0]
+
+
+def file_variant(change):
+    c = copy.deepcopy(shared_c)
+    change(c)
+    return file_problems("control", shared_pod, c, secret_keys)
+
+
+control("a principals file under no mount",
+        file_variant(lambda c: set_env(c, "REDLOCKD_PRINCIPALS_FILE", "/etc/principals")), "not in a Secret")
+control("a key the principals Secret lacks",
+        file_variant(lambda c: set_env(c, "REDLOCKD_PRINCIPALS_FILE", "/etc/redlockd/principals/principal")),
+        "has no principal")
+
+
+def service_variant(change_c=None, change_svc=None):
+    c, svcs = copy.deepcopy(shared_c), copy.deepcopy(kinds["Service"])
+    if change_c:
+        change_c(c)
+    if change_svc:
+        for v in svcs:
+            change_svc(v)
+    return service_problems("control", shared_dep, c, svcs)
+
+
+check(not service_variant(), "service check: the shared service as shipped is fine")
+control("a Service to a port redlockd does not serve",
+        service_variant(change_svc=lambda v: [p.update(targetPort=9999) for p in v["spec"]["ports"]]), "9999")
+control("a shared service without HTTPS",
+        service_variant(lambda c: c.update(env=[e for e in c["env"] if "TLS_CERT" not in e["name"]])), "HTTPS")
+control("a shared service that knows no caller",
+        service_variant(lambda c: c.update(env=[e for e in c["env"] if "PRINCIPALS" not in e["name"]])), "open")
+control("a Service selecting other pods",
+        service_variant(change_svc=lambda v: v["spec"].update(selector={"app": "other"})), "no Service")
 
 margs = kinds["StatefulSet"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
 swap = lambda a, b: [b if x == a else x for x in margs]   # noqa: E731
