@@ -1,5 +1,6 @@
 /* hold.c - see hold.h; this file holds the set, a hold's start and close,
- * and its events, hold_renew.c the renewer (hold_int.h). */
+ * and its events, hold_renew.c the renewer, hold_notice.c the release
+ * notices (hold_int.h). */
 #include "hold_int.h"
 #include "base/base.h"
 /* ---- events (s->mu held) ---- */
@@ -63,7 +64,7 @@ void hold_end_released(hold *h)
 
 /* A force release of its name: "lost", reason "forced"; what it holds goes
  * at its close, not when its validity runs out. s->mu held. */
-static void end_forced(hold *h)
+void hold_end_forced(hold *h)
 {
     settled_by_release(h);
     h->release_when_read = false;
@@ -73,7 +74,7 @@ static void end_forced(hold *h)
 
 /* The open hold of the grant of name (nlen bytes) to token (tlen bytes),
  * or NULL (a campaign has no token until elected). s->mu held. */
-static hold *find_grant(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
+hold *hold_find_grant(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
 {
     for (hold *h = s->list; h && tlen > 0; h = h->next)
         if (!h->closed && strlen(h->token) == tlen && !memcmp(h->token, token, tlen) &&
@@ -84,111 +85,13 @@ static hold *find_grant(hold_set *s, const char *name, size_t nlen, const char *
 
 /* A heartbeat for that grant: its stream goes on. False when no open
  * stream holds it. s->mu held. */
-static bool beat(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
+bool hold_beat(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen)
 {
-    hold *h = find_grant(s, name, nlen, token, tlen);
+    hold *h = hold_find_grant(s, name, nlen, token, tlen);
     if (!h || h->end != END_NONE)
         return false;
     h->beat_us = loop_now_us();
     return true;
-}
-
-/* ---- release notices ---- */
-
-struct want_job {
-    rl_engine *e;
-    bool on;
-    char name[];
-};
-
-static void want_run(void *arg)
-{
-    struct want_job *j = arg;
-    rl_engine_notice_want(j->e, j->name, j->on);
-    free(j);
-}
-
-/* Wants (on) or lets go of h's release notices, on its engine's loop: a
- * lock's come on its own channel, a permit's on its semaphore's. Once
- * each way. s->mu held. */
-void hold_listen(hold *h, bool on)
-{
-    if (h->listening == on)
-        return;
-    h->listening = on;
-    const char *channel = h->permit ? h->role->of.limit_name : h->name;
-    struct want_job *j = malloc(sizeof *j + strlen(channel) + 1);
-    if (!j)
-        return;   /* (then a DELETE elsewhere is found at the next extension) */
-    j->e = h->e;
-    j->on = on;
-    strcpy(j->name, channel);
-    if (rl_engine_post(h->e, want_run, j) < 0)
-        free(j);
-}
-
-/* A notice on the engine's loop: the released key and the value deleted
- * (a release through another instance). The hold of exactly that grant
- * ends with "released" ("resigned"), as for a DELETE here; after a force
- * release (the value follows the byte 2: script_force), "lost" "forced". */
-static void on_notice(void *arg, const char *key, size_t len, const char *value, size_t vlen)
-{
-    struct hold_ear *ear = arg;
-    hold_set *s = ear->s;
-    if (!vlen || len <= ear->plen || memcmp(key, ear->prefix, ear->plen))
-        return;
-    const char *name = key + ear->plen;
-    size_t nlen = len - ear->plen;
-    pthread_mutex_lock(&s->mu);
-    if (value[0] == '\n') {   /* a heartbeat taken by another instance */
-        beat(s, name, nlen, value + 1, vlen - 1);
-    } else if (value[0] == '\x02') {
-        hold *h = find_grant(s, name, nlen, value + 1, vlen - 1);
-        if (h)
-            end_forced(h);
-    } else {
-        hold *h = find_grant(s, name, nlen, value, vlen);
-        if (h)
-            hold_end_released(h);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void hold_detach(hold_set *s, rl_engine *e)
-{
-    pthread_mutex_lock(&s->mu);
-    for (struct hold_ear **p = &s->ears; *p; p = &(*p)->next) {
-        struct hold_ear *ear = *p;
-        if (ear->e != e)
-            continue;
-        *p = ear->next;
-        pthread_mutex_unlock(&s->mu);
-        rl_engine_remove_notice_hook(e, on_notice, ear);
-        free(ear);
-        return;
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void hold_attach(hold_set *s, rl_engine *e)
-{
-    char prefix[RL_INTERNAL_NAME_MAX + 64];
-    rl_engine_key(e, "", prefix, sizeof prefix);
-    struct hold_ear *ear = malloc(sizeof *ear + strlen(prefix) + 1);
-    if (!ear)
-        return;
-    ear->s = s;
-    ear->e = e;
-    ear->plen = strlen(prefix);
-    strcpy(ear->prefix, prefix);
-    if (!rl_engine_add_notice_hook(e, on_notice, ear)) {
-        free(ear);
-        return;
-    }
-    pthread_mutex_lock(&s->mu);
-    ear->next = s->ears;
-    s->ears = ear;
-    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the API ---- */
@@ -497,7 +400,7 @@ void hold_close(hold *h)
 bool hold_heartbeat(hold_set *s, const char *name, const char *token, size_t tlen)
 {
     pthread_mutex_lock(&s->mu);
-    bool found = beat(s, name, strlen(name), token, tlen);
+    bool found = hold_beat(s, name, strlen(name), token, tlen);
     pthread_mutex_unlock(&s->mu);
     return found;
 }
@@ -514,7 +417,7 @@ void hold_probe(hold *h)
 void hold_released(hold_set *s, const char *name, const char *token)
 {
     pthread_mutex_lock(&s->mu);
-    hold *h = find_grant(s, name, strlen(name), token, strlen(token));
+    hold *h = hold_find_grant(s, name, strlen(name), token, strlen(token));
     if (h)
         hold_end_released(h);
     pthread_mutex_unlock(&s->mu);
@@ -525,7 +428,7 @@ void hold_forced(hold_set *s, const char *name)
     pthread_mutex_lock(&s->mu);
     for (hold *h = s->list; h; h = h->next)
         if (!h->closed && !h->campaigning && h->end == END_NONE && !strcmp(h->name, name))
-            end_forced(h);
+            hold_end_forced(h);
     pthread_mutex_unlock(&s->mu);
 }
 

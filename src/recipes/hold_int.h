@@ -1,8 +1,10 @@
-/* hold_int.h - what the two files of held streams share (hold.h, in
+/* hold_int.h - what the files of held streams share (hold.h, in
  * recipes/recipes.h, is their face to the rest): a hold, the set, and its events.
  *   hold.c        the set, a hold's start and close, and its events
  *   hold_renew.c  the renewer thread: extensions, losses, releases,
  *                 campaigns, and the engine's answers to them
+ *   hold_notice.c release notices: what another instance's release, force
+ *                 or heartbeat does to a hold here
  *   hold_audit.c  its lines of the audit log
  */
 #ifndef RL_HOLD_INT_H
@@ -143,14 +145,19 @@ struct hold_ear {
 
 /* hold.c */
 void hold_notify(hold *h);
+void hold_end_stream(hold *h, enum hold_end kind, const char *reason);
+void hold_free_if_done(hold *h);
+void hold_end_released(hold *h);
+void hold_end_forced(hold *h);
+hold *hold_find_grant(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen);
+bool hold_beat(hold_set *s, const char *name, size_t nlen, const char *token, size_t tlen);
+
+/* hold_notice.c */
+void hold_listen(hold *h, bool on);
 
 /* hold_audit.c: a line of the audit log for h (nothing without
  * hold_audit_as). s->mu held. */
 void hold_audit(const hold *h, const char *event, const char *outcome, long long fence);
-void hold_end_stream(hold *h, enum hold_end kind, const char *reason);
-void hold_free_if_done(hold *h);
-void hold_listen(hold *h, bool on);
-void hold_end_released(hold *h);
 
 /* hold_renew.c */
 void hold_sock_arm(int fd, long long ttl_ms);
