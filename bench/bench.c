@@ -15,7 +15,7 @@
  *
  *   bench [--seconds S] [--levels 1,8,64,256] [--json FILE]
  *         [--redlockd PATH] [--masters host:port,...] [--label TEXT]
- *         [--no-node] [--node-dir DIR] [--leases N] [--lease-window W]
+ *         [--no-node] [--node-dir DIR] [--leases N] [--lease-window W] [--lease-ttl-ms T]
  *         [--listeners R]
  *
  * --listeners R runs only the listener rows (bench_listen.c), R rounds:
@@ -25,7 +25,8 @@
  * --leases N adds the leases row (bench_leases.c): N held streams renewed
  * every second on a redlockd of their own, for --seconds (at least 5),
  * opened W at a time as a client pool of W connections opens them
- * (--lease-window, 256 by default; 0: all at once).
+ * (--lease-window, 256 by default; 0: all at once), each of ttl T
+ * (--lease-ttl-ms, 3000 by default: renewed every second).
  *
  * Starts five redis-server masters on free loopback ports (no persistence)
  * unless --masters is given, and the redlockd binary. For every row it reads
@@ -122,7 +123,7 @@ int main(int argc, char **argv)
     const char *json_path = "bench-result.json", *bin = "build/src/redlockd", *masters_arg = NULL;
     const char *label = "", *node_dir = BENCH_NODE_DIR;
     bool use_node = true;
-    int leases = 0, lease_window = 256, listener_rounds = 0;
+    int leases = 0, lease_window = 256, lease_ttl_ms = 3000, listener_rounds = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
             seconds = atof(argv[++i]);
@@ -146,12 +147,14 @@ int main(int argc, char **argv)
             leases = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--lease-window") && i + 1 < argc) {
             lease_window = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--lease-ttl-ms") && i + 1 < argc) {
+            lease_ttl_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--listeners") && i + 1 < argc) {
             listener_rounds = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: bench [--seconds S] [--levels 1,8,64,256] [--json FILE] "
                             "[--redlockd PATH] [--masters h:p,...] [--label TEXT] [--no-node] [--node-dir DIR] "
-                            "[--leases N] [--lease-window W] [--listeners R]\n");
+                            "[--leases N] [--lease-window W] [--lease-ttl-ms T] [--listeners R]\n");
             return 2;
         }
     }
@@ -274,7 +277,7 @@ int main(int argc, char **argv)
 
     if (leases > 0) {
         lease_result lr = run_leases(bin, masters, dir, leases, lease_window > 0 ? lease_window : leases,
-                                     seconds < 5 ? 5 : seconds);
+                                     lease_ttl_ms, seconds < 5 ? 5 : seconds);
         print_leases(&lr);
     }
 

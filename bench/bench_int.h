@@ -77,12 +77,14 @@ typedef struct result {
 typedef struct lease_result {
     bool ran;
     int leases, window, acquired, lost;   /* window: opened that many at a time */
+    int ttl_ms;                     /* each lease's, renewed every third of it */
     double open_s;                  /* from the first connect to the last acquired event */
     double calls_per_s_min, calls_per_s_max;   /* script calls per second, over the masters */
     double cpu_pct;                 /* redlockd's CPU, percent of one core */
     double masters_cpu_pct;         /* the masters' CPU together (INFO cpu), percent of one core */
     long idle_rss_kib, rss_kib, closed_rss_kib;
     long peak_rss_kib;              /* VmHWM: the most redlockd held at any time */
+    long open_peak_rss_kib;         /* ... until the leases closed */
     double closed_s;                /* from the close to RSS settled (closed_rss_kib) */
 } lease_result;
 
@@ -157,7 +159,7 @@ double healthz_p50_ms(int port, int n);
 handoff_result run_handoff(int port_a, int port_b, double seconds);
 
 /* bench_leases.c */
-lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, int window,
+lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, int window, int ttl_ms,
                         double seconds);
 void print_leases(const lease_result *lr);
 

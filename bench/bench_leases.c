@@ -1,12 +1,10 @@
 /* bench_leases.c - the leases row (bench --leases N): N held streams
- * ("hold": true, ttl 3 s, so each is renewed every second) open on one
+ * ("hold": true, ttl 3 s by default, so each is renewed every second) open on one
  * redlockd of their own for S seconds, and what they cost: script calls per
  * second on each master (INFO commandstats, EVALSHA and EVAL), redlockd's
  * CPU, and its RSS with the leases open and after they closed. Streams that
  * said "lost" are counted. */
 #include "bench_int.h"
-
-#define LEASE_TTL_MS 3000
 
 /* Script calls master m has run so far (EVALSHA + EVAL), or -1. */
 static long long script_calls(int m)
@@ -26,10 +24,10 @@ static long long script_calls(int m)
     return n;
 }
 
-lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, int window,
+lease_result run_leases(const char *bin, const char *masters, const char *dir, int n, int window, int ttl_ms,
                         double seconds)
 {
-    lease_result lr = {.leases = n, .window = window};
+    lease_result lr = {.leases = n, .window = window, .ttl_ms = ttl_ms};
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         rl.rlim_cur = rl.rlim_max;
@@ -54,7 +52,7 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     lr.idle_rss_kib = proc_kib(d, "VmRSS:");
 
     uint64_t t0 = now_us();
-    h_leases *ls = h_leases_open_window(port, n, LEASE_TTL_MS, "lease", window);
+    h_leases *ls = h_leases_open_window(port, n, ttl_ms, "lease", window);
     /* every stream's acquired event, within 60 s */
     while (ls->got < n && now_us() - t0 < 60000000ULL)
         h_leases_read(ls, 100);
@@ -83,11 +81,12 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
     lr.cpu_pct = cpu0 >= 0 && cpu1 >= 0 ? 100.0 * (cpu1 - cpu0) / el : -1;
     lr.rss_kib = proc_kib(d, "VmRSS:");
     lr.lost = ls->nlost;
+    lr.open_peak_rss_kib = proc_kib(d, "VmHWM:");
     h_leases_close(ls);
     /* The releases go out and the connections go; memory is given back
      * once many streams closed (hold_renew.c): RSS is read every second
-     * until it stops falling (three readings in a row within 1% of the
-     * first of them), for up to 20 s. */
+     * until it settles (three readings in a row within 1% of the first of
+     * them: it rises first, while the closes are handled), for up to 20 s. */
     uint64_t c0_us = now_us();
     long base = proc_kib(d, "VmRSS:");
     int steady = 0;
@@ -95,7 +94,7 @@ lease_result run_leases(const char *bin, const char *masters, const char *dir, i
         sleep(1);
         long cur = proc_kib(d, "VmRSS:");
         lr.closed_rss_kib = cur;
-        if (cur >= base - base / 100) {
+        if (cur >= base - base / 100 && cur <= base + base / 100) {
             steady++;
         } else {
             steady = 0;
@@ -115,13 +114,14 @@ void print_leases(const lease_result *lr)
     if (!lr->ran)
         return;
     printf("\nleases: %d held streams (ttl %d ms, renewed every %d ms, opened %d at a time), %d acquired in "
-           "%.1f s, %d lost\n", lr->leases, LEASE_TTL_MS, LEASE_TTL_MS / 3, lr->window, lr->acquired, lr->open_s,
+           "%.1f s, %d lost\n", lr->leases, lr->ttl_ms, lr->ttl_ms / 3, lr->window, lr->acquired, lr->open_s,
            lr->lost);
     printf("  script calls/s per master: %.0f to %.0f; redlockd CPU %.0f%% of a core, the five masters' %.0f%%\n",
            lr->calls_per_s_min, lr->calls_per_s_max, lr->cpu_pct, lr->masters_cpu_pct);
-    printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), peak %.1f MiB, "
-           "%.1f MiB %.0f s after they closed\n", (double)lr->idle_rss_kib / 1024.0,
+    printf("  redlockd RSS: %.1f MiB idle, %.1f MiB with the leases (%.1f KiB each), peak %.1f MiB while "
+           "they were open and %.1f MiB as they closed, %.1f MiB %.0f s after\n", (double)lr->idle_rss_kib / 1024.0,
            (double)lr->rss_kib / 1024.0,
            lr->leases ? (double)(lr->rss_kib - lr->idle_rss_kib) / lr->leases : 0.0,
-           (double)lr->peak_rss_kib / 1024.0, (double)lr->closed_rss_kib / 1024.0, lr->closed_s);
+           (double)lr->open_peak_rss_kib / 1024.0, (double)lr->peak_rss_kib / 1024.0,
+           (double)lr->closed_rss_kib / 1024.0, lr->closed_s);
 }
