@@ -346,7 +346,9 @@ static long daemon_kib(const char *field)
  * 3794da5 (171 MiB in all); with a stream's request freed once it starts,
  * its hold and libmicrohttpd's buffer (--connection-buffer-bytes) shrunk
  * and at most 256 renewals in flight, 60.0 to 61.1 MiB in all, also with
- * another process keeping one core busy. */
+ * another process keeping one core busy. Issue 41's listener and principal
+ * work took it to 66.5-67.2 MiB (6.1 KiB a lease), and 651e8b0 back to
+ * 59.7 quiet, 63.8 beside a nemesis run. */
 #define PEAK_KIB_MAX (64 * 1024)
 
 /* 10,000 held streams on one redlockd, each renewed every 2 s (ttl 6 s),
