@@ -351,7 +351,9 @@ static long daemon_kib(const char *field)
  * 59.7 quiet, 63.8 beside a nemesis run. */
 #define PEAK_KIB_MAX (64 * 1024)
 
-/* 10,000 held streams on one redlockd, each renewed every 2 s (ttl 6 s),
+/* 10,000 held streams on one redlockd, each renewed every 3 s (ttl 9 s: a
+ * machine busy beside the suite took 65 s to grant them, and one lease of
+ * ttl 6 s was lost on the way; what a lease costs does not hang on its ttl),
  * opened 256 at a time as a client's pool of 256 connections opens them
  * (issue 41: opened so, they peaked at 81.7 MiB, the opening burst beside
  * the first renewals): every one granted, none lost over three renewals
@@ -376,14 +378,14 @@ Test(starved, ten_thousand_leases, .timeout = 240)
                    NULL);
     long idle = daemon_kib("VmRSS:");
     uint64_t t0 = h_now_us();
-    h_leases *ls = h_leases_open_window(C->http_port, LEASES, 6000, "lease", 256);   /* a pool of 256 connections */
+    h_leases *ls = h_leases_open_window(C->http_port, LEASES, 9000, "lease", 256);   /* a pool of 256 connections */
     while (ls->got < LEASES && ls->closed == 0 && h_now_us() - t0 < 150000000ULL)
         h_leases_read(ls, 100);
     double grant_s = (double)(h_now_us() - t0) / 1e6;
     cr_assert_eq(ls->got, LEASES, "%d of %d streams granted in %.1f s (%d closed by the service)", ls->got,
                  LEASES, grant_s, ls->closed);
     uint64_t t1 = h_now_us();
-    while (h_now_us() - t1 < 7000000ULL)   /* three renewals of each */
+    while (h_now_us() - t1 < 10000000ULL)   /* three renewals of each */
         h_leases_read(ls, 100);
     long rss = daemon_kib("VmRSS:"), peak = daemon_kib("VmHWM:");
     int lost = ls->nlost, closed = ls->closed;
