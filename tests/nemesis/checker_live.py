@@ -6,8 +6,11 @@ generous, so that a busy 2-core machine never trips one.
       bound later must not find the name held by the released grant: a 409
       whose inspection (GET at once) shows the released grant's fence is a
       violation (a repair keeps its fence, so a lock that comes back is
-      caught exactly). bound = drift (1% of ttl + 2 ms) + a round trip +
-      the master timeout + slack.
+      caught exactly). bound = drift (1% of ttl + 2 ms) + a round trip + the master
+      timeout + slack, counted from the answer; for a held stream that
+      read lost (any reason but forced) before its end, from the end of
+      the validity it last announced plus the transit margin if later
+      (docs/held-streams.md: what the token may still hold goes then).
   L2  a waiter (wait_ms) for a name whose holder released it well within
       the wait is granted within the wait (asking again after a 503, as
       clients do).
@@ -23,6 +26,7 @@ names."""
 
 DEFAULTS = dict(l1_slack_ms=1000, rtt_ms=50, master_timeout_ms=100, drift_factor=0.01,
                 l2_slack_ms=3000, l3_force_ms=3000, l3_slack_ms=3000)
+TRANSIT_MARGIN_MS = 500   # HOLD_TRANSIT_MARGIN_MS (src/recipes/hold.h): at most a fifth of the ttl
 VALIDITY_EVENTS = ("acquired", "elected", "renewed")
 ENDS = ("lost", "released", "resigned", "end", "close")
 
@@ -63,6 +67,28 @@ def _fence_of(op):
     return None if ev is None else ev.get("fence", ev.get("term"))
 
 
+def transit_margin_ms(ttl_ms):
+    """What a held stream's events announce less than the validity
+    obtained (hold.c: a fifth of the ttl, at most HOLD_TRANSIT_MARGIN_MS)."""
+    return min(ttl_ms // 5, TRANSIT_MARGIN_MS)
+
+
+def free_from(b, grant, rel):
+    """When the released grant's name must be free from: the release's
+    answer, or for a stream that read lost (any reason but forced) before
+    its end, the end of the validity it last announced plus the transit
+    margin, if later (probes.free_from does the same)."""
+    told = rel["t1"]
+    for e in grant["events"]:
+        if e["event"] in ("acquired", "renewed"):
+            told = e["t"] + (e.get("validity_ms") or 0) / 1000.0
+        elif e["event"] == "lost" and e.get("reason") != "forced":
+            return max(rel["t1"], told + transit_margin_ms(grant.get("ttl_ms") or 0) / 1000.0)
+        elif e["event"] in ENDS:
+            break
+    return rel["t1"]
+
+
 def l1(m, b, stat):
     from checker import violation
     out = []
@@ -76,7 +102,8 @@ def l1(m, b, stat):
         if rel is None or grant is None or rel["status"] != 204 or p["t1"] is None:
             continue
         bound = l1_bound_ms(b, grant.get("ttl_ms") or 0) / 1000.0
-        if p["t0"] - rel["t1"] < bound:
+        since = free_from(b, grant, rel)
+        if p["t0"] - since < bound:
             continue
         end = insp["t1"] if insp is not None and insp["t1"] is not None else p["t1"]
         if touched(m, grant["t0"], end, _insts(grant, rel, p, insp), [p["name"]]):
@@ -88,11 +115,13 @@ def l1(m, b, stat):
         if p["status"] == 201:
             continue
         fence = _fence_of(grant)
+        late = f"(probe sent {(p['t0'] - rel['t1']) * 1000:.0f} ms after, bound {bound * 1000:.0f} ms" + \
+            (f" from {(since - rel['t1']) * 1000:.0f} ms after, when its lost stream's validity ran out)"
+             if since > rel["t1"] else ")")
         if insp["res"].get("held") and fence is not None and insp["res"].get("fence") == fence:
             out.append(violation("L1", f"{p['name']!r} still held by the released grant (fence {fence}) "
                                  f"{(insp['t1'] - rel['t1']) * 1000:.0f} ms after its {rel['op']} was "
-                                 f"answered 204 (probe sent {(p['t0'] - rel['t1']) * 1000:.0f} ms after, "
-                                 f"bound {bound * 1000:.0f} ms)", [grant, rel, p, insp]))
+                                 f"answered 204 {late}", [grant, rel, p, insp]))
     return out
 
 

@@ -3,8 +3,9 @@ name no other client touches, drawn into the random mix by the clients and
 run alone by the negative controls:
 
   L1  a grant released (by its token, through any instance) or forced,
-      then, a bound after the answer, an acquire of the name; on 409 an
-      inspection at once. The grant is a plain acquire, or a held stream
+      then, a bound after the answer (after a stream's lost, a bound after
+      the validity it last announced: free_from), an acquire of the name;
+      on 409 an inspection at once. The grant is a plain acquire, or a held stream
       whose renewals are repairs: a foreign value planted on one master
       before the stream is taken, which expires, so the stream's renewals
       take that master back (docs/held-streams.md, "Leases that repair
@@ -29,13 +30,14 @@ from api import q
 from history import now
 
 L1_PROBE_TTL_MS = 1000
+TERMINAL = {"released", "lost"}
 
 
-def l1_probe(ctx, c, inst, name, rel_id, grant_id, ttl_ms, **tags):
-    """Waits out the L1 bound after the release's answer (now), then
-    probes."""
+def l1_probe(ctx, c, inst, name, rel_id, grant_id, ttl_ms, since=None, **tags):
+    """Waits out the L1 bound from since (the release's answer; default
+    now), then probes: an acquire, and on 409 an inspection."""
     bound = checker_live.l1_bound_ms(checker_live.bounds({}), ttl_ms) / 1000.0 + 0.05
-    if not ctx.sleep(bound):
+    if not ctx.sleep((now() if since is None else since) + bound - now()):
         return None
     i, st, js = c.acquire(inst, name, L1_PROBE_TTL_MS, probe="L1", ref=rel_id, grant=grant_id, **tags)
     if st == 409:
@@ -43,6 +45,26 @@ def l1_probe(ctx, c, inst, name, rel_id, grant_id, ttl_ms, **tags):
     elif st == 201:
         c.release(inst, name, js["token"])
     return st
+
+
+def free_from(s, answered, ttl_ms):
+    """When a released stream's name must be free from (L1's bound counts
+    from there): the release's answer, unless the stream read lost first
+    (any reason but forced): then what the token may still hold goes when
+    the validity it last announced, plus the transit margin, has run out,
+    never sooner (docs/held-streams.md), so from then if later. The
+    checker applies the same rule (checker_live.free_from)."""
+    with s.cv:
+        evs = list(s.events)
+    told = answered
+    for t, kind, f in evs:
+        if kind in ("acquired", "renewed"):
+            told = t + (f.get("validity_ms") or 0) / 1000.0
+        elif kind == "lost" and f.get("reason") != "forced":
+            return max(answered, told + checker_live.transit_margin_ms(ttl_ms) / 1000.0)
+        elif kind in TERMINAL:
+            break
+    return answered
 
 
 def l1_plain(ctx, c, name, a, b, p, ttl_ms, hold_s):
@@ -90,14 +112,15 @@ def l1_stream(ctx, c, name, a, b, p, ttl_ms, plant_master, plant_px, renewals, e
                 pass
         if end == "force":
             rel, st, _ = c.force(b, "lock", name, probe="L3", stream=s.id)
-            s.wait_for({"lost", "released"}, 4.0)
         else:
             rel, st, _ = c.release(b, name, token)
-            s.wait_for({"released", "lost"}, 3.0)
+        answered = now()
+        s.wait_for(TERMINAL, 4.0 if end == "force" else 3.0)
+        s.close()   # as a client does once it has read the end (the name is free from the close)
         if st != 204:
             return None
-        return l1_probe(ctx, c, p, name, rel, s.id, ttl_ms, **({} if repaired is None else
-                                                                {"repaired": repaired}))
+        return l1_probe(ctx, c, p, name, rel, s.id, ttl_ms, since=free_from(s, answered, ttl_ms),
+                        **({} if repaired is None else {"repaired": repaired}))
     finally:
         s.close()
 

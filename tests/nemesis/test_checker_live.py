@@ -61,6 +61,49 @@ class L1(unittest.TestCase):
         self.assertEqual(h.props(live=True), ["L1"])
 
 
+def stream_history(end_ev="lost", probe_at=6.5, aimed=False, probe_status=409, held=True,
+                   values=("tk", "tk", None, "foreign-value", "foreign-value")):
+    """A held stream (ttl 4000, fence 7, on instance 1) renewed at 1.43
+    with 3300 ms announced (until 4.73), released through instance 2 at
+    2.9 (answered 2.905), which then reads end_ev; L1's acquire at
+    probe_at, on a 409 an inspection (held) and, aimed, a peek (values)."""
+    h = H()
+    g = h.op("hold", 0.0, 0.1, 201, kind="lock", name="s", ttl_ms=4000, inst=1, aimed=aimed or None,
+             events=[ev(0.1, "acquired", token="tk", fence=7, validity_ms=3300),
+                     ev(1.43, "renewed", validity_ms=3300), ev(3.0, end_ev,
+                                                               **({"reason": "held_by_other"}
+                                                                  if end_ev == "lost" else {})),
+                     ev(3.0, "end")])
+    r = h.release("s", 2.9, 2.905, "tk", inst=2, aimed=aimed or None)
+    if aimed:
+        h.op("peek", 2.96, 2.962, 200, dict(values=list(values)), name="s", probe="L1r", ref=r, grant=g)
+    p = h.op("acquire", probe_at, probe_at + 0.005, probe_status,
+             dict(error="locked") if probe_status == 409 else dict(token="t2", fence=9, validity_ms=900),
+             kind="lock", name="s", ttl_ms=1000, inst=2, probe="L1", ref=r, grant=g, aimed=aimed or None)
+    if probe_status == 409:
+        h.op("inspect", probe_at + 0.01, probe_at + 0.012, 200, dict(held=held, fence=7 if held else None),
+             kind="lock", name="s", inst=2, probe="L1i", ref=p)
+        if aimed:
+            h.op("peek", probe_at + 0.02, probe_at + 0.022, 200, dict(values=list(values)), name="s",
+                 probe="L1p", ref=p)
+    return h, g
+
+
+class L1Streams(unittest.TestCase):
+    def test_after_a_lost_the_bound_counts_from_the_announced_validity(self):
+        # free from 4.73 + 0.5 (the transit margin): a probe at 3.3 is
+        # past the bound from the answer but not judged
+        h, _ = stream_history(probe_at=3.3)
+        self.assertEqual(h.props(live=True), [])
+        self.assertEqual(h.check(True)["stats"]["L1_judged"], 0)
+        h, _ = stream_history(probe_at=6.5)
+        self.assertEqual(h.props(live=True), ["L1"])
+
+    def test_after_released_the_bound_counts_from_the_answer(self):
+        h, _ = stream_history(end_ev="released", probe_at=4.2)
+        self.assertEqual(h.props(live=True), ["L1"])
+
+
 def l2_history(status=409, answered=9.0, release_at=2.0, wait_ms=8000, before=()):
     """A holder, its release at release_at, a waiter's tries: before (each
     (status, sent, answered)), then the last one."""
