@@ -104,6 +104,54 @@ class L1Streams(unittest.TestCase):
         self.assertEqual(h.props(live=True), ["L1"])
 
 
+class L1Aimed(unittest.TestCase):
+    def test_copies_of_the_released_token_keep_the_name(self):
+        # not held on a majority (the inspection says so), but its two
+        # copies and one free master would have granted it
+        h, _ = stream_history(aimed=True, held=False)
+        v = h.check(True)
+        self.assertEqual([x["property"] for x in v["violations"]], ["L1"])
+        self.assertIn("2 master(s) still held the released grant's token", v["violations"][0]["message"])
+        self.assertEqual((v["stats"]["L1_aimed_judged"], v["stats"]["L1_aimed_raced"]), (1, 1))
+
+    def test_other_values_keep_the_name(self):
+        for values in [("tk", "other", None, "foreign-value", "foreign-value"),
+                       (None, None, "!down", "foreign-value", "foreign-value")]:
+            h, _ = stream_history(aimed=True, held=False, values=values)
+            self.assertEqual(h.props(live=True), [], values)
+            self.assertEqual(h.check(True)["stats"]["L1_aimed_judged"], 1)
+
+    def test_granted_is_fine(self):
+        h, _ = stream_history(aimed=True, probe_status=201)
+        self.assertEqual(h.props(live=True), [])
+        self.assertEqual(h.check(True)["stats"]["L1_aimed_judged"], 1)
+
+    def test_its_stall_is_no_fault_but_moves_the_bound(self):
+        h, g = stream_history(aimed=True, held=False)
+        h.fault("stall_instance", 2.89, 3.2, settle_ms=500, scope="inst", inst=1, aimed=[g])
+        self.assertEqual(h.props(live=True), ["L1"])
+        # the stall ends after the announced validity: the probe is early
+        h, g = stream_history(aimed=True, held=False)
+        h.fault("stall_instance", 2.89, 5.4, settle_ms=500, scope="inst", inst=1, aimed=[g])
+        self.assertEqual(h.props(live=True), [])
+        self.assertEqual(h.check(True)["stats"]["L1_aimed_judged"], 0)
+
+    def test_a_stall_is_a_fault_for_the_others(self):
+        h, _ = stream_history(held=True)
+        h.fault("stall_instance", 2.89, 3.2, settle_ms=500, scope="inst", inst=1, aimed=[99])
+        self.assertEqual(h.props(live=True), [])
+        self.assertEqual(h.check(True)["stats"]["L1_judged"], 0)
+
+    def test_other_faults_still_count(self):
+        h, _ = stream_history(aimed=True, held=False)
+        h.fault("pause_instance", 4.0, 4.5, settle_ms=1500, scope="inst", inst=1)
+        self.assertEqual(h.props(live=True), [])
+        # before the release, settled: an aimed probe is judged from its release on
+        h, _ = stream_history(aimed=True, held=False)
+        h.fault("pause_masters", 0.5, 0.6, settle_ms=2000, masters=[1])
+        self.assertEqual(h.props(live=True), ["L1"])
+
+
 def l2_history(status=409, answered=9.0, release_at=2.0, wait_ms=8000, before=()):
     """A holder, its release at release_at, a waiter's tries: before (each
     (status, sent, answered)), then the last one."""
