@@ -6,8 +6,15 @@ generous, so that a busy 2-core machine never trips one.
       bound later must not find the name held by the released grant: a 409
       whose inspection (GET at once) shows the released grant's fence is a
       violation (a repair keeps its fence, so a lock that comes back is
-      caught exactly). bound = drift (1% of ttl + 2 ms) + a round trip +
-      the master timeout + slack.
+      caught exactly), and so is a 409 where every master's value, read
+      directly at once (a peek, the aimed probes'), shows copies of the
+      released grant's token without which the name would have been
+      granted (a majority of masters free or holding only that token).
+      bound = drift (1% of ttl + 2 ms) + a round trip + the master
+      timeout + slack, counted from the answer; for a held stream that
+      read lost (any reason but forced) before its end, from the end of
+      the validity it last announced plus the transit margin if later
+      (docs/held-streams.md: what the token may still hold goes then).
   L2  a waiter (wait_ms) for a name whose holder released it well within
       the wait is granted within the wait (asking again after a 503, as
       clients do).
@@ -23,6 +30,8 @@ names."""
 
 DEFAULTS = dict(l1_slack_ms=1000, rtt_ms=50, master_timeout_ms=100, drift_factor=0.01,
                 l2_slack_ms=3000, l3_force_ms=3000, l3_slack_ms=3000)
+TRANSIT_MARGIN_MS = 500   # HOLD_TRANSIT_MARGIN_MS (src/recipes/hold.h): at most a fifth of the ttl
+PEEK_DOWN = "!down"   # a peek's value where the master did not answer (workload.DOWN)
 VALIDITY_EVENTS = ("acquired", "elected", "renewed")
 ENDS = ("lost", "released", "resigned", "end", "close")
 
@@ -37,13 +46,14 @@ def l1_bound_ms(b, ttl_ms):
     return b["drift_factor"] * ttl_ms + 2 + b["rtt_ms"] + b["master_timeout_ms"] + b["l1_slack_ms"]
 
 
-def touched(m, a, b, insts=(), names=()):
+def touched(m, a, b, insts=(), names=(), ignore=()):
     """The first fault whose effect meets [a, b] and concerns these
-    instances or names, or None."""
+    instances or names, or None; faults whose fid is in ignore do not
+    count."""
     for f in m["faults"]:
         if f["begin"] > b:
             break
-        if f["end"] + f.get("settle_ms", 0) / 1000.0 < a:
+        if f["end"] + f.get("settle_ms", 0) / 1000.0 < a or f["fid"] in ignore:
             continue
         scope = f.get("scope", "all")
         if scope == "all" or (scope == "inst" and f.get("inst") in insts) or \
@@ -63,36 +73,108 @@ def _fence_of(op):
     return None if ev is None else ev.get("fence", ev.get("term"))
 
 
+def _token_of(op):
+    if op["op"] == "acquire":
+        return op["res"].get("token")
+    ev = next((e for e in op["events"] if e["event"] in ("acquired", "elected")), None)
+    return None if ev is None else ev.get("token")
+
+
+def copies_of(peek, token):
+    """(copies of token, free masters) in a peek's values (PEEK_DOWN where
+    a master did not answer). A value is the token's when it is the token
+    or the token and a grant's suffix (byte 0x1f, scripts.h)."""
+    vals = peek["res"].get("values") or []
+    mine = sum(1 for v in vals if token and v is not None and (v == token or v.startswith(token + "\x1f")))
+    return mine, sum(1 for v in vals if v is None)
+
+
+def transit_margin_ms(ttl_ms):
+    """What a held stream's events announce less than the validity
+    obtained (hold.c: a fifth of the ttl, at most HOLD_TRANSIT_MARGIN_MS)."""
+    return min(ttl_ms // 5, TRANSIT_MARGIN_MS)
+
+
+def free_from(b, grant, rel):
+    """When the released grant's name must be free from: the release's
+    answer, or for a stream that read lost (any reason but forced) before
+    its end, the end of the validity it last announced plus the transit
+    margin, if later (probes.free_from does the same)."""
+    told = rel["t1"]
+    for e in grant["events"]:
+        if e["event"] in ("acquired", "renewed"):
+            told = e["t"] + (e.get("validity_ms") or 0) / 1000.0
+        elif e["event"] == "lost" and e.get("reason") != "forced":
+            return max(rel["t1"], told + transit_margin_ms(grant.get("ttl_ms") or 0) / 1000.0)
+        elif e["event"] in ENDS:
+            break
+    return rel["t1"]
+
+
 def l1(m, b, stat):
     from checker import violation
     out = []
     ops = m["ops"]
     follow = {o["ref"]: o for o in ops.values() if o.get("probe") == "L1i"}
+    peeks = {o["ref"]: o for o in ops.values() if o.get("probe") == "L1p" and o["status"] == 200}
+    for r in ops.values():   # the aimed probes' peek after the release: did a repair land after it?
+        if r.get("probe") == "L1r" and r["status"] == 200 and r.get("grant") in ops:
+            stat["L1_aimed_raced"] += copies_of(r, _token_of(ops[r["grant"]]))[0] > 0
     for p in ops.values():
         if p.get("probe") != "L1" or p["op"] != "acquire":
             continue
         rel, grant = ops.get(p.get("ref")), ops.get(p.get("grant"))
-        insp = follow.get(p["id"])
+        insp, peek = follow.get(p["id"]), peeks.get(p["id"])
         if rel is None or grant is None or rel["status"] != 204 or p["t1"] is None:
             continue
         bound = l1_bound_ms(b, grant.get("ttl_ms") or 0) / 1000.0
-        if p["t0"] - rel["t1"] < bound:
+        since = free_from(b, grant, rel)
+        # An aimed probe's stalls (its round's: SIGSTOP of an instance for
+        # at most a few hundred ms) keep it from being judged no more: what
+        # a stopped instance owes is late by the stall, so the bound counts
+        # from the end of the last one sent before the probe, plus its
+        # settling time.
+        own = [f for f in m["faults"] if f["kind"] == "stall_instance"
+               and f.get("inst") in _insts(grant, rel, p, insp)] if p.get("aimed") else []
+        for f in own:
+            if f["begin"] <= p["t0"]:
+                since = max(since, f["end"] + f.get("settle_ms", 0) / 1000.0)
+        if p["t0"] - since < bound:
             continue
-        end = insp["t1"] if insp is not None and insp["t1"] is not None else p["t1"]
-        if touched(m, grant["t0"], end, _insts(grant, rel, p, insp), [p["name"]]):
+        end = max(x["t1"] for x in (p, insp, peek) if x is not None and x["t1"] is not None)
+        # An aimed probe is judged from its release on (a fault settled
+        # by then cannot touch it); the others from their grant.
+        begin = rel["t0"] if p.get("aimed") else grant["t0"]
+        if touched(m, begin, end, _insts(grant, rel, p, insp), [p["name"]], {f["fid"] for f in own}):
             continue
-        if p["status"] != 201 and (p["status"] != 409 or insp is None or insp["status"] != 200):
+        seen = (insp is not None and insp["status"] == 200) or peek is not None
+        if p["status"] != 201 and (p["status"] != 409 or not seen):
             continue
         stat["L1_judged"] += 1
         stat["L1_repaired_judged"] += bool(p.get("repaired"))
+        stat["L1_aimed_judged"] += bool(p.get("aimed"))
         if p["status"] == 201:
             continue
-        fence = _fence_of(grant)
-        if insp["res"].get("held") and fence is not None and insp["res"].get("fence") == fence:
+        fence, token = _fence_of(grant), _token_of(grant)
+        late = f"(probe sent {(p['t0'] - rel['t1']) * 1000:.0f} ms after, bound {bound * 1000:.0f} ms" + \
+            (f" from {(since - rel['t1']) * 1000:.0f} ms after: a lost stream's validity, or its stall)"
+             if since > rel["t1"] else ")")
+        if insp is not None and insp["status"] == 200 and insp["res"].get("held") and fence is not None \
+                and insp["res"].get("fence") == fence:
             out.append(violation("L1", f"{p['name']!r} still held by the released grant (fence {fence}) "
                                  f"{(insp['t1'] - rel['t1']) * 1000:.0f} ms after its {rel['op']} was "
-                                 f"answered 204 (probe sent {(p['t0'] - rel['t1']) * 1000:.0f} ms after, "
-                                 f"bound {bound * 1000:.0f} ms)", [grant, rel, p, insp]))
+                                 f"answered 204 {late}", [grant, rel, p, insp]))
+            continue
+        if peek is None:
+            continue
+        mine, free = copies_of(peek, token)
+        quorum = len(peek["res"].get("values") or []) // 2 + 1
+        if mine > 0 and mine + free >= quorum:
+            out.append(violation("L1", f"{p['name']!r} refused {(p['t1'] - rel['t1']) * 1000:.0f} ms after its "
+                                 f"{rel['op']} was answered 204 {late}: {mine} master(s) still held the released "
+                                 f"grant's token and {free} were free, a majority without it (peek at "
+                                 f"{peek['t0']:.4f}: {peek['res'].get('values')})",
+                                 [x for x in (grant, rel, p, insp, peek) if x is not None]))
     return out
 
 
@@ -203,6 +285,7 @@ def l3(m, b, stat):
 
 def check(m, grants):
     b = bounds(m["meta"])
-    stat = dict(L1_judged=0, L1_repaired_judged=0, L2_judged=0, L3_forced_judged=0, L3_validity_judged=0)
+    stat = dict(L1_judged=0, L1_repaired_judged=0, L1_aimed_judged=0, L1_aimed_raced=0, L2_judged=0,
+                L3_forced_judged=0, L3_validity_judged=0)
     out = l1(m, b, stat) + l2(m, b, stat) + l3(m, b, stat)
     return out, stat

@@ -178,9 +178,10 @@ class Instance:
     """One redlockd: HTTP on port, Dapr's gRPC API on gport, force release
     with the admin token."""
 
-    def __init__(self, tmp, i, bin_path, masters, env_extra=None):
+    def __init__(self, tmp, i, bin_path, masters, env_extra=None, master_ports=None):
         self.i = i
         self.bin = bin_path
+        self.master_ports = master_ports or [m.port for m in masters]   # a slow link's, or the masters' own
         self.port = testproc.free_port()
         self.gport = testproc.free_port()
         self.log = os.path.join(tmp, f"redlockd-{i}.log")
@@ -196,12 +197,14 @@ class Instance:
         self.env["ASAN_OPTIONS"] = "detect_leaks=0"
         self.proc = None
         self.expect_dead = False   # set while the nemesis has it killed
+        self.sig_lock = threading.Lock()
+        self.stops = 0             # pauses under way (a fault's, an aimed probe's stall): resumed at the last
 
     def argv(self):
         c = CONF
         return [self.bin, "--listen", f"127.0.0.1:{self.port}",
                 "--dapr-grpc-listen", f"127.0.0.1:{self.gport}",
-                "--masters", ",".join(f"127.0.0.1:{m.port}" for m in self.masters),
+                "--masters", ",".join(f"127.0.0.1:{p}" for p in self.master_ports),
                 "--admin-token-file", self.admin_file,
                 "--principals-file", self.principals_file, "--audit-log", self.audit,
                 "--default-ttl-ms", str(c["default_ttl_ms"]), "--max-ttl-ms", str(c["max_ttl_ms"]),
@@ -212,6 +215,8 @@ class Instance:
 
     def start(self, ready=True, timeout=20):
         argv = self.argv()
+        with self.sig_lock:
+            self.stops = 0
         self.proc = SPAWNER.call(lambda: testproc.spawn(argv, self.log, self.env))
         deadline = time.monotonic() + timeout
         while True:
@@ -236,10 +241,20 @@ class Instance:
         self.proc.send_signal(signal.SIGHUP)
 
     def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
+        """SIGSTOP; pauses may overlap (the nemesis's and an aimed probe's
+        stall): it runs again when the last one ends."""
+        with self.sig_lock:
+            self.stops += 1
+            if self.stops == 1:
+                self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
+        with self.sig_lock:
+            if self.stops == 0:   # (restarted since)
+                return
+            self.stops -= 1
+            if self.stops == 0:
+                self.proc.send_signal(signal.SIGCONT)
 
     def kill(self):
         self.expect_dead = True
@@ -254,11 +269,53 @@ class Instance:
         return self.proc.returncode, open(self.log, errors="replace").read()[-3000:]
 
 
+class SlowLink:
+    """slowlink.py in front of every master, for one instance: a port of
+    its own per master, each chunk delayed (seeded) up_ms towards the
+    master and down_ms back ((lo, hi) each), in order. Started once and
+    left up for the whole run (a standing condition, not a fault: it is
+    never healed)."""
+
+    def __init__(self, tmp, masters, seed, up_ms, down_ms):
+        self.up_ms, self.down_ms = up_ms, down_ms
+        self.ports = [testproc.free_port() for _ in masters]
+        self.log = os.path.join(tmp, "slowlink.log")
+        self.stats_path = os.path.join(tmp, "slowlink.json")
+        argv = [sys.executable, os.path.join(HERE, "slowlink.py"), "--seed", str(seed),
+                "--up-ms", "%g,%g" % tuple(up_ms), "--down-ms", "%g,%g" % tuple(down_ms),
+                "--stats", self.stats_path] + [f"{p}:{m.port}" for p, m in zip(self.ports, masters)]
+        self.proc = SPAWNER.call(lambda: testproc.spawn(argv, self.log))
+        deadline = time.monotonic() + 10
+        while "ready" not in open(self.log, errors="replace").read():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"slowlink.py did not start: {open(self.log, errors='replace').read()[-1500:]}")
+            time.sleep(0.02)
+
+    def stats(self):
+        """Its last account (connections, chunks, mean and largest delay),
+        or {} when it wrote none."""
+        try:
+            return json.loads(open(self.stats_path).read())
+        except (OSError, ValueError):
+            return {}
+
+    def died(self):
+        return self.proc.poll() is not None
+
+
 class Cluster:
-    def __init__(self, tmp, bin_path, ninst=3, env_extra=None):
+    """Five masters and ninst instances; slow: None, or dict(inst, seed,
+    up_ms, down_ms): that instance reaches every master through a SlowLink."""
+
+    def __init__(self, tmp, bin_path, ninst=3, env_extra=None, slow=None):
         self.tmp = tmp
         self.masters = [Master(tmp, i) for i in range(5)]
-        self.insts = [Instance(tmp, i, bin_path, self.masters, env_extra) for i in range(ninst)]
+        self.slow_inst, self.link = None, None
+        if slow is not None:
+            self.slow_inst = slow["inst"]
+            self.link = SlowLink(tmp, self.masters, slow["seed"], slow["up_ms"], slow["down_ms"])
+        self.insts = [Instance(tmp, i, bin_path, self.masters, env_extra,
+                               self.link.ports if i == self.slow_inst else None) for i in range(ninst)]
         for inst in self.insts:
             inst.start()
 

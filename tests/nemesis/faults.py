@@ -31,6 +31,7 @@ KINDS = [  # (kind, how many in each round of the bag)
     ("sighup_instance", 1),
 ]
 DATA_LOSS = ("restart_empty", "flushall")
+AIM_GAP_S = 10.0   # a gap left for aimed probes, from when the fault before it has settled
 CALM = 0.35   # the share of gaps that are long (5 to 8 s), so that liveness can be judged
 
 
@@ -38,16 +39,19 @@ def quarantine_s():
     return cluster.quarantine_ms() / 1000.0 + 2.0
 
 
-def plan(seed, seconds, ninst, shared):
+def plan(seed, seconds, ninst, shared, aim_every=None):
     """The faults of a run, from the seed alone: a list of dicts with "at"
     (seconds from the start), "kind", "dur" and the targets. shared: the
     names a foreign value may be planted for, as (route kind, name,
-    limit or None)."""
+    limit or None). aim_every: every so many seconds, once no master is in
+    quarantine, the gap after a fault is made AIM_GAP_S long once the fault
+    has settled (room for a round of aimed probes, probes.l1_aimed)."""
     r = random.Random(f"{seed}:faults")
     out = []
     t = r.uniform(1.5, 3.0)
     lost = []   # (master, quarantine end)
     bag = []
+    next_aim = t if aim_every else float("inf")
     while True:
         if not bag:   # every kind once (pauses of one or two masters twice), in a random order
             bag = [k for k, n in KINDS for _ in range(n)]
@@ -96,6 +100,10 @@ def plan(seed, seconds, ninst, shared):
         gap = r.uniform(5.0, 8.0) if r.random() < CALM else r.uniform(0.5, 2.5)
         if t + f["dur"] > seconds - 2.0:
             break
+        done = t + f["dur"]
+        if done >= next_aim and all(e <= done for _, e in lost) and f["kind"] not in DATA_LOSS:
+            gap = max(gap, settle_s(f["kind"]) + AIM_GAP_S)
+            next_aim = done + gap + aim_every
         out.append(f)
         t += f["dur"] + gap
     return out
@@ -105,6 +113,31 @@ SETTLE_MS = {  # how long after its end a fault may still be felt (liveness is n
     "pause_masters": 2000, "pause_majority": 2500, "script_flush": 1000, "maxmemory": 1500,
     "plant_foreign": 500, "pause_instance": 1500, "kill_instance": 1500, "cpu_quota": 1500, "sighup_instance": 200,
 }
+
+
+def settle_s(kind):
+    """How long after its end a fault of kind may still be felt (s)."""
+    return quarantine_s() if kind in DATA_LOSS else SETTLE_MS[kind] / 1000.0
+
+
+def quiet(plan, t0, a, b, insts=(), names=(), kinds=None):
+    """Whether no planned fault (plan played from t0; of kinds, when given)
+    touches [a, b] for these instances or names, as the checker would judge
+    it (checker_live.touched), with half a second either side for a fault
+    played late."""
+    for f in plan:
+        if kinds is not None and f["kind"] not in kinds:
+            continue
+        begin = t0 + f["at"] - 0.5
+        end = t0 + f["at"] + f["dur"] + settle_s(f["kind"]) + 0.5
+        if end < a or begin > b:
+            continue
+        if "inst" in f and f["inst"] not in insts:
+            continue
+        if f["kind"] == "plant_foreign" and f["name"] not in names:
+            continue
+        return False
+    return True
 
 
 class Nemesis(threading.Thread):

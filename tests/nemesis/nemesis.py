@@ -40,6 +40,12 @@ from history import now  # noqa: E402
 FIXED_SEEDS = [1, 2]
 SHORT_SECONDS = 42
 CLIENTS = 12
+AIM_EVERY_S = 14            # the fault plan leaves a gap for a round of aimed probes this often
+AIMERS = 1                  # threads of aimed L1 probes (probes.l1_aimed), a round at a time
+# The slow link's delay per chunk (ms) towards the masters and back: a
+# repair is in flight 10-50 ms, and a round trip stays under the master
+# timeout (100 ms).
+SLOW_UP_MS, SLOW_DOWN_MS = (10.0, 50.0), (5.0, 30.0)
 
 
 def log(msg):
@@ -67,6 +73,13 @@ def shared_names():
     return ([("lock", n, None) for n in workload.SHARED_LOCKS]
             + [("election", n, None) for n in workload.ELECTIONS]
             + [("semaphore", n, lim) for n, lim in workload.SEMAPHORES])
+
+
+def slow_link(seed):
+    """The standing slow link of a run: which instance reaches the masters
+    through it (from the seed) and its delays."""
+    return dict(inst=random.Random(f"{seed}:slowlink").randrange(3), seed=seed,
+                up_ms=SLOW_UP_MS, down_ms=SLOW_DOWN_MS)
 
 
 def meta_bounds():
@@ -113,15 +126,23 @@ def run_one(seed, seconds, clients, out, grpc_mods, bin_path=None, env_extra=Non
     hist = history.History(path)
     try:
         t_start = now()
-        clu = cluster.Cluster(tmp, bin_path, env_extra=env_extra)
+        slow = None if directed is not None else slow_link(seed)
+        clu = cluster.Cluster(tmp, bin_path, env_extra=env_extra, slow=slow)
         log(f"  cluster up in {now() - t_start:.1f} s: masters "
             f"{[m.port for m in clu.masters]}, redlockd {[i.port for i in clu.insts]} "
-            f"(gRPC {[i.gport for i in clu.insts]})")
-        plan = [] if directed is not None else faults.plan(seed, seconds, len(clu.insts), shared_names())
-        hist.meta(seed=seed, seconds=seconds, clients=clients, conf=cluster.CONF, plan=plan, **meta_bounds())
+            f"(gRPC {[i.gport for i in clu.insts]})"
+            + ("" if slow is None else f"; redlockd {slow['inst']} behind a slow link ({report.ms_range(slow['up_ms'])}"
+               f" a chunk towards the masters, {report.ms_range(slow['down_ms'])} back)"))
+        plan = [] if directed is not None else faults.plan(seed, seconds, len(clu.insts), shared_names(),
+                                                          AIM_EVERY_S if slow is not None else None)
+        hist.meta(seed=seed, seconds=seconds, clients=clients, conf=cluster.CONF, plan=plan,
+                  wall=time.time(),   # the wall clock at t (the logs' clock: to line them up)
+                  slow_link=None if slow is None else {k: slow[k] for k in ("inst", "up_ms", "down_ms")},
+                  **meta_bounds())
         stop = threading.Event()
         ctx = workload.Ctx(hist, clu, seed, grpc_mods, stop)
         t0 = now()
+        ctx.plan, ctx.t0, ctx.end = plan, t0, t0 + seconds
         nem = faults.Nemesis(hist, clu, plan, t0, stop, log=log)
         nem.start()
         cstats = {}
@@ -130,6 +151,8 @@ def run_one(seed, seconds, clients, out, grpc_mods, bin_path=None, env_extra=Non
         else:
             threads = [threading.Thread(target=workload.client, args=(ctx, cid, cstats), daemon=True)
                        for cid in range(clients)]
+            threads += [threading.Thread(target=workload.aimer, args=(ctx, aid, clients + aid, cstats),
+                                         daemon=True, name=f"aimer-{aid}") for aid in range(AIMERS)]
             for t in threads:
                 t.start()
             while now() < t0 + seconds and not stop.is_set():
@@ -152,6 +175,11 @@ def run_one(seed, seconds, clients, out, grpc_mods, bin_path=None, env_extra=Non
             if m.proc.poll() is not None:
                 problems.append(f"redis-server {m.i} (port {m.port}) exited by itself: {m.proc.returncode}")
         problems += audit_problems(clu)
+        if clu.link is not None:
+            if clu.link.died():
+                problems.append("the slow link exited by itself: "
+                                + open(clu.link.log, errors="replace").read()[-1500:])
+            hist.meta(slow_link_stats=clu.link.stats())
         fcounts = dict(nem.counts)
         for k, v in nem.skipped.items():
             fcounts[k + " (skipped)"] = v

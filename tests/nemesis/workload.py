@@ -8,11 +8,14 @@ operations with the same parameters whatever the answers were.
 
 The Ctx is shared by every client thread: the history and the cluster are
 thread-safe, stop is an Event, and names() is read only."""
+import contextlib
 import random
 import threading
+import time
 
 import api
 import cluster
+import faults
 import probes
 from api import q
 from history import now
@@ -30,6 +33,27 @@ class Ctx:
         self.grpc_mods = grpc_mods
         self.stop = stop or threading.Event()
         self.ninst = len(clu.insts)
+        self.stall_settle_s = STALL_SETTLE_MS / 1000.0
+        # The faults' plan, when it started and when the run ends (the run
+        # sets them; the aimed probes look for quiet stretches in it).
+        self.plan, self.t0, self.end = [], now(), None
+
+    def quiet(self, a, b, insts=(), names=()):
+        """No planned fault touches [a, b] for these instances or names."""
+        return faults.quiet(self.plan, self.t0, a, b, insts, names)
+
+    def next_quiet(self, a, length, insts=(), names=(), lead=0.0):
+        """The earliest t >= a such that [t, t + length] is quiet, no master
+        sits out a quarantine in the lead before it, and it ends half a
+        second before the run does; None when there is none."""
+        cands = [a] + [self.t0 + f["at"] + f["dur"] + faults.settle_s(f["kind"]) + 0.5 + 1e-3 for f in self.plan]
+        for t in sorted(x for x in cands if x >= a):
+            if self.end is not None and t + length > self.end - 0.5:
+                return None
+            if self.quiet(t, t + length, insts, names) and \
+                    faults.quiet(self.plan, self.t0, t - lead, t, kinds=faults.DATA_LOSS):
+                return t
+        return None
 
     def sleep(self, s):
         """False when the run is stopping."""
@@ -45,6 +69,48 @@ class Ctx:
             self.hist.complete(i, 200, reply=r)
         except (OSError, RuntimeError, EOFError) as e:
             self.hist.complete(i, None, error=type(e).__name__)
+
+    def peek(self, c, name, **tags):
+        """The value under name's key on every master, read directly
+        (GET, no script): a string, None where the key is absent, "!down"
+        where the master did not answer. Recorded as an operation "peek"
+        (the checker tells the released grant's copies from others')."""
+        i = self.hist.invoke(c.cid, "peek", name=name, **tags)
+        values = []
+        for m in self.clu.masters:
+            try:
+                values.append(m.cmd("GET", cluster.KEY_PREFIX + name, timeout=0.5))
+            except (OSError, RuntimeError, EOFError):
+                values.append(DOWN)
+        self.hist.complete(i, 200, values=values)
+        return values
+
+    @contextlib.contextmanager
+    def stall(self, inst, dur, grants):
+        """Instance inst stopped (SIGSTOP) for dur seconds from now, for a
+        round of aimed probes (of the streams grants, their ids): recorded
+        as a fault stall_instance on that instance, settling in
+        STALL_SETTLE_MS, and marked aimed=grants (their own judgements
+        account for it). Yields False, and stops nothing, when the
+        instance is down."""
+        i = self.clu.insts[inst]
+        if i.expect_dead or i.proc is None or i.proc.poll() is not None:
+            yield False
+            return
+        fid = f"stall-{grants[0]}"
+        self.hist.fault(fid, "begin", "stall_instance", scope="inst", inst=inst, dur=round(dur, 3), aimed=grants)
+        t0 = now()
+        i.pause()
+        try:
+            yield True
+        finally:
+            time.sleep(max(0.0, t0 + dur - now()))
+            i.resume()
+            self.hist.fault(fid, "end", "stall_instance", settle_ms=int(self.stall_settle_s * 1000))
+
+
+DOWN = "!down"   # a peek's value where the master did not answer
+STALL_SETTLE_MS = 500   # an aimed stall (0.25-0.35 s) may still be felt this long after it
 
 
 def other(r, ninst, not_this):
@@ -266,6 +332,28 @@ OPS = [  # (name, weight, function)
     ("listing", 2, op_listing), ("probe_l1", 3, probes.probe_l1), ("probe_l2", 2, probes.probe_l2),
     ("trespass", 2, op_trespass),
 ]
+
+
+def aimer(ctx, aid, cid, stats):
+    """One aimer thread: aimed L1 probes (probes.l1_aimed) back to back
+    until ctx.stop, each drawn from a generator of its own, seeded from
+    the aimer's (as the clients' operations are)."""
+    rng = random.Random(f"{ctx.seed}:aimer:{aid}")
+    c = api.Client(ctx.hist, ctx.clu, cid, ctx.grpc_mods)
+    n = 0
+    try:
+        while not ctx.stop.is_set():
+            sub = random.Random(rng.getrandbits(64))
+            n += 1
+            try:
+                probes.l1_aimed(ctx, c, sub, n)
+            except Exception as e:  # noqa: BLE001 - a bug of the test, not of the service
+                stats.setdefault("client_errors", []).append(f"aimer {aid}: {e!r}")
+                if len(stats["client_errors"]) > 20:
+                    ctx.stop.set()
+            ctx.sleep(sub.uniform(0, 0.2))
+    finally:
+        c.close()
 
 
 def client(ctx, cid, stats):
