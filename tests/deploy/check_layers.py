@@ -159,6 +159,11 @@ def object_floor(path):
     return first if first in FLOORS else None
 
 
+# What AddressSanitizer and UBSan add to an object (ODR indicators such as
+# __odr_asan.NAME, their hooks): the compiler's, not the code's.
+SANITIZER_SYMBOLS = ("__odr_asan", "__asan", "__ubsan", "__sanitizer")
+
+
 def check_symbols(objects):
     """Returns (problems, checked, placed): uses of a symbol defined on a
     higher floor, how many uses across floors were checked, and the floors
@@ -174,6 +179,8 @@ def check_symbols(objects):
         out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
             p = line.split()
+            if p and p[-1].startswith(SANITIZER_SYMBOLS):
+                continue
             if len(p) == 3 and p[1] in "TDBRC":
                 defined.setdefault(p[2], set()).add(floor)
             elif len(p) == 2 and p[0] == "U":
@@ -223,6 +230,8 @@ def check_call_circles(objects):
         out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
             p = line.split()
+            if p and p[-1].startswith(SANITIZER_SYMBOLS):
+                continue
             if len(p) == 3 and p[1] in "TDBRC":
                 defined.setdefault(p[2], name)
             elif len(p) == 2 and p[0] == "U":
@@ -252,6 +261,8 @@ def check_prefixes(objects):
                              check=True).stdout
         for line in out.splitlines():
             p = line.split()
+            if p and p[-1].startswith(SANITIZER_SYMBOLS):
+                continue
             if len(p) != 3 or p[1] not in "TDBRCVW":
                 continue
             seen += 1
