@@ -164,6 +164,12 @@ def object_floor(path):
 SANITIZER_SYMBOLS = ("__odr_asan", "__asan", "__ubsan", "__sanitizer")
 
 
+def nm_lines(o, *flags):
+    """nm's lines of object o, split, without the sanitizers' symbols."""
+    out = subprocess.run(["nm", *flags, o], capture_output=True, text=True, check=True).stdout
+    return [p for p in (line.split() for line in out.splitlines()) if p and not p[-1].startswith(SANITIZER_SYMBOLS)]
+
+
 def check_symbols(objects):
     """Returns (problems, checked, placed): uses of a symbol defined on a
     higher floor, how many uses across floors were checked, and the floors
@@ -176,11 +182,7 @@ def check_symbols(objects):
             problems.append(f"{o}: no floor of src/ by its name; the symbol check cannot place it")
             continue
         placed.add(floor)
-        out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            p = line.split()
-            if p and p[-1].startswith(SANITIZER_SYMBOLS):
-                continue
+        for p in nm_lines(o):
             if len(p) == 3 and p[1] in "TDBRC":
                 defined.setdefault(p[2], set()).add(floor)
             elif len(p) == 2 and p[0] == "U":
@@ -227,11 +229,7 @@ def check_call_circles(objects):
         if object_floor(o) is None:
             continue
         name = os.path.basename(o)[:-len(".c.o")] if o.endswith(".c.o") else os.path.basename(o)
-        out = subprocess.run(["nm", o], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            p = line.split()
-            if p and p[-1].startswith(SANITIZER_SYMBOLS):
-                continue
+        for p in nm_lines(o):
             if len(p) == 3 and p[1] in "TDBRC":
                 defined.setdefault(p[2], name)
             elif len(p) == 2 and p[0] == "U":
@@ -257,12 +255,7 @@ def check_prefixes(objects):
         floor = object_floor(o)
         if floor is None or "dapr_pb" in o:
             continue
-        out = subprocess.run(["nm", "-g", "--defined-only", o], capture_output=True, text=True,
-                             check=True).stdout
-        for line in out.splitlines():
-            p = line.split()
-            if p and p[-1].startswith(SANITIZER_SYMBOLS):
-                continue
+        for p in nm_lines(o, "-g", "--defined-only"):
             if len(p) != 3 or p[1] not in "TDBRCVW":
                 continue
             seen += 1
